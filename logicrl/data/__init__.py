@@ -1,0 +1,1 @@
+"""Datasets: the K&K puzzle generator and prompt loading."""

@@ -1,0 +1,23 @@
+"""Dataset files as the config names them: one path or a list, each .parquet or .jsonl."""
+
+from __future__ import annotations
+
+DATA_SUFFIXES = (".parquet", ".jsonl")
+
+
+def as_paths(files) -> list[str]:
+    return [files] if isinstance(files, str) else [str(p) for p in files]
+
+
+def count_rows(path: str) -> int:
+    """Rows in a .parquet (from its footer, without reading the data) or a .jsonl file."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def dataset_rows(files) -> int:
+    return sum(count_rows(p) for p in as_paths(files))

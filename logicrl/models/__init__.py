@@ -1,0 +1,1 @@
+"""Models: HF loading, the tiny embedded model, LoRA, log-prob kernels."""
