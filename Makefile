@@ -10,7 +10,7 @@ STAMP := $(VENV)/.logicrl-installed
 EXTRA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 PYTEST_ARGS ?=
 
-.PHONY: setup train test test-all dry-run clean
+.PHONY: setup data train test test-all dry-run clean
 
 setup: $(STAMP)
 
@@ -25,7 +25,16 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch, transformers, peft, tensordict, pyarrow, ray, hydra, vllm; print('logicrl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 
-train: $(STAMP)
+# The default K&K sets, 3 to 7 people (Logic-RL's curriculum), built once; see data/README.md.
+KK_PEOPLE := 3 4 5 6 7
+KK_SETS := $(foreach p,$(KK_PEOPLE),data/kk/instruct/$(p)ppl/train.parquet)
+
+data: $(KK_SETS)
+
+data/kk/instruct/%ppl/train.parquet: | $(STAMP)
+	$(PY) -m logicrl.data.kk --people $* --train-size 900 --test-size 100 --template qwen-instruct --out data/kk/instruct/$*ppl
+
+train: $(STAMP) data
 	@echo "make train: the trainer is not built yet, so this runs the preflight (dry run) on the embedded default."
 	$(PY) main_ppo.py trainer.dry_run=true
 

@@ -19,6 +19,7 @@ from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
 from logicrl.config.schema import EMBEDDED_TINY, LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.data.files import DATA_SUFFIXES, dataset_rows
+from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
 
 NEEDS_GROUPS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
@@ -163,10 +164,12 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
         if name not in LOGGERS:
             raise ConfigError(f"trainer.logger: {name!r} is not one of: {', '.join(LOGGERS)}")
 
-    custom = cfg.reward.custom
-    if custom.path is not None and not Path(custom.path).is_file():
-        raise ConfigError(f"reward.custom.path={custom.path} does not exist: point it at a .py file defining "
-                          f"{custom.name}(data_source, solution_str, ground_truth, extra_info=None)")
+    if cfg.reward.custom.path is not None:
+        # Imported now, not at the first reward, so a wrong path or name stops the run here.
+        try:
+            load_custom_reward(cfg.reward.custom.path, cfg.reward.custom.name)
+        except CustomRewardError as e:
+            raise ConfigError(str(e)) from None
     if arr.actor.strategy == "fsdp":
         log.info(f"{ARR}.actor.strategy=fsdp runs FSDP2 (fully_shard); FSDP1 is not implemented")
     return spec

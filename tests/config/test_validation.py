@@ -1,0 +1,118 @@
+"""Each validation error: exit code 2, one line on stderr naming the key, no traceback.
+
+These run the real entry point, since the exit code and the absence of Hydra's multi-line
+report are part of the contract.
+"""
+
+import json
+
+import pytest
+
+from tests.conftest import run_main, write_jsonl
+
+ARR = "actor_rollout_ref"
+
+
+def assert_config_error(result, *needles):
+    assert result.returncode == 2, result.stdout + result.stderr
+    err = result.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: ") and "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+
+
+CASES = [
+    # unknown keys, with the closest valid key suggested
+    ([f"{ARR}.rollout.nn=3"], [f"`{ARR}.rollout.nn`", f"did you mean `{ARR}.rollout.n`"]),
+    (["data.train_batch_sise=8"], ["did you mean `data.train_batch_size`"]),
+    ([f"{ARR}.rollout.ppo_micro_batch_size_per_gpu=2"], [f"did you mean `{ARR}.actor.ppo_micro_batch_size_per_gpu`"]),
+    # a key added with ++ reaches the schema merge, which must say the same
+    ([f"++{ARR}.actor.clip_ratio_hi=0.3"], [f"`{ARR}.actor.clip_ratio_hi`", "did you mean"]),
+    # types and impossible values
+    (["data.train_batch_size=abc"], ["data.train_batch_size"]),
+    ([f"{ARR}.rollout.n=0"], [f"{ARR}.rollout.n=0", ">= 1"]),
+    ([f"{ARR}.rollout.temperature=0"], [f"{ARR}.rollout.temperature"]),
+    ([f"{ARR}.rollout.top_p=1.5"], [f"{ARR}.rollout.top_p"]),
+    (["algorithm.adv_estimator=ppo2"], ["algorithm.adv_estimator=ppo2", "grpo"]),
+    ([f"{ARR}.actor.loss_agg_mode=mean"], [f"{ARR}.actor.loss_agg_mode"]),
+    (["trainer.logger=[console,mlflow]"], ["trainer.logger", "mlflow"]),
+    (["trainer.save_freq=0"], ["trainer.save_freq"]),
+    ([f"{ARR}.actor.clip_ratio_low=1.2"], ["clip_ratio_low"]),
+    # batch arithmetic
+    (["data.train_batch_size=6", f"{ARR}.rollout.n=3", "trainer.n_gpus=4"], ["data.train_batch_size=6", "trainer.n_gpus=4"]),
+    ([f"{ARR}.actor.ppo_mini_batch_size=3"], [f"{ARR}.actor.ppo_mini_batch_size=3", "data.train_batch_size=8"]),
+    (["data.train_batch_size=8", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=1", "trainer.n_gpus=4"],
+     [f"{ARR}.actor.ppo_mini_batch_size=1", "trainer.n_gpus=4"]),
+    ([f"{ARR}.actor.ppo_micro_batch_size_per_gpu=5"], [f"{ARR}.actor.ppo_micro_batch_size_per_gpu=5", "16"]),
+    (["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=3"], ["critic.ppo_micro_batch_size_per_gpu=3"]),
+    # deprecated global micro-batch that cannot split across ranks
+    ([f"{ARR}.actor.ppo_micro_batch_size=6", "trainer.n_gpus=4"], [f"{ARR}.actor.ppo_micro_batch_size=6", "per rank"]),
+    # group estimators need several responses per prompt
+    (["algorithm.adv_estimator=grpo", f"{ARR}.rollout.n=1"], ["algorithm.adv_estimator=grpo", f"{ARR}.rollout.n"]),
+    (["algorithm.adv_estimator=rloo", f"{ARR}.rollout.n=1"], ["algorithm.adv_estimator=rloo", f"{ARR}.rollout.n"]),
+    # topology and engine
+    (["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"], ["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"]),
+    ([f"{ARR}.rollout.tensor_model_parallel_size=2"], [f"{ARR}.rollout.tensor_model_parallel_size=2"]),
+    ([f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct"], [f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct", "local"]),
+    (["trainer.resume_mode=/no/such/ckpt"], ["trainer.resume_mode"]),
+    (["+recipe=stage9"], ["+recipe=stage9", "stage1"]),
+    (["reward.custom.path=/no/such/reward.py"], ["reward.custom.path"]),
+]
+
+
+@pytest.mark.parametrize("overrides,needles", CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_config_error(overrides, needles, data_files, tmp_path):
+    assert_config_error(run_main(*data_files, *overrides, "trainer.dry_run=true", cwd=tmp_path), *needles)
+
+
+def test_missing_data_file_names_key_and_fix(tmp_path):
+    result = run_main("data.train_files=nowhere/train.parquet", cwd=tmp_path)
+    assert_config_error(result, "data.train_files", "nowhere/train.parquet", "make data")
+
+
+def test_data_file_with_wrong_format(data_files, tmp_path):
+    csv = tmp_path / "train.csv"
+    csv.write_text("prompt\nx\n")
+    assert_config_error(run_main(*data_files, f"data.val_files={csv}", cwd=tmp_path), "data.val_files", ".parquet")
+
+
+def test_too_few_training_prompts(data_files, tmp_path):
+    small = write_jsonl(tmp_path / "small.jsonl", 3)
+    assert_config_error(run_main(*data_files, f"data.train_files={small}", cwd=tmp_path),
+                        "data.train_files", "data.train_batch_size=8")
+
+
+def test_prompt_plus_response_beyond_model_positions(data_files, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
+        "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 1024}))
+    result = run_main(*data_files, f"{ARR}.model.path={ckpt}", "data.max_prompt_length=400",
+                      "data.max_response_length=1000", cwd=tmp_path)
+    assert_config_error(result, "data.max_response_length=1000", "1400", "max_position_embeddings=1024")
+
+
+def test_model_dir_without_config_json(data_files, tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert_config_error(run_main(*data_files, f"{ARR}.model.path={tmp_path / 'empty'}", cwd=tmp_path),
+                        f"{ARR}.model.path", "config.json")
+
+
+def test_knobs_that_only_split_work_are_clamped_not_errors(data_files, tmp_path):
+    result = run_main(*data_files, f"{ARR}.actor.ppo_mini_batch_size=256", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64",
+                      f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=7", "trainer.dry_run=true", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert f"{ARR}.actor.ppo_mini_batch_size=256 > data.train_batch_size=8: clamped to 8" in out
+    assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64 > the 32 responses of a per-rank mini-batch: clamped to 32" in out
+    # a forward-only micro-batch need not divide anything: 32 responses in forwards of <= 7 -> 5 forwards
+    assert "old log-prob 5 forwards of <= 7" in out
+
+
+def test_custom_reward_without_the_named_function(data_files, tmp_path):
+    fn = tmp_path / "my_reward.py"
+    fn.write_text("def other(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    result = run_main(*data_files, f"reward.custom.path={fn}", "reward.custom.name=compute_score", cwd=tmp_path)
+    assert_config_error(result, "reward.custom.name", "compute_score")

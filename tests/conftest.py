@@ -1,0 +1,48 @@
+"""Shared fixtures and the test tiers (unit by default; integration, slow and gpu markers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    import torch  # only paid for when a gpu test was selected
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs CUDA")
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+def write_jsonl(path: Path, rows: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for i in range(rows):
+            f.write(json.dumps({"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_logic"}) + "\n")
+    return path
+
+
+@pytest.fixture
+def data_files(tmp_path) -> list[str]:
+    """Overrides pointing data.train_files/val_files at small jsonl sets (20 train rows, 4 val rows)."""
+    train = write_jsonl(tmp_path / "data" / "train.jsonl", 20)
+    val = write_jsonl(tmp_path / "data" / "test.jsonl", 4)
+    return [f"data.train_files={train}", f"data.val_files={val}"]
+
+
+def run_main(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the real entry point as a user would; Hydra's run dir goes under cwd (a tmp dir)."""
+    return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *args], cwd=cwd or ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HYDRA_FULL_ERROR": "0"})
