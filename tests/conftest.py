@@ -29,7 +29,9 @@ def write_jsonl(path: Path, rows: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         for i in range(rows):
-            f.write(json.dumps({"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_logic"}) + "\n")
+            f.write(json.dumps({"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_role",
+                                "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}})
+                    + "\n")
     return path
 
 

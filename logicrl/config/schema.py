@@ -24,6 +24,7 @@ ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_
 KL_ESTIMATORS = ("kl", "abs", "mse", "low_var_kl")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 LR_SCHEDULES = ("constant", "cosine")
+POLICY_LOSS_MODES = ("vanilla", "gspo")
 LOGGERS = ("console", "jsonl", "wandb", "tensorboard")
 EMBEDDED_TINY = "embedded:tiny"
 
@@ -50,6 +51,7 @@ class DataConfig:
     val_batch_size: Optional[int] = key(ge=1)
     shuffle: bool = key()
     truncation: str = key(choices=("error", "filter", "left", "right"))
+    skip_bad_rows: bool = key()
     seed: int = key()
 
 
@@ -81,6 +83,11 @@ class ActorFSDPConfig:
 
 
 @dataclass
+class PolicyLossConfig:
+    loss_mode: str = key(choices=POLICY_LOSS_MODES)
+
+
+@dataclass
 class ActorConfig:
     strategy: str = key(choices=("fsdp2", "fsdp"))
     ppo_mini_batch_size: int = key(ge=1)
@@ -93,6 +100,7 @@ class ActorConfig:
     clip_ratio_low: Optional[float] = key(gt=0)
     clip_ratio_high: Optional[float] = key(gt=0)
     clip_ratio_c: float = key(gt=1)
+    policy_loss: PolicyLossConfig = group(PolicyLossConfig)
     loss_agg_mode: str = key(choices=LOSS_AGG_MODES)
     entropy_coeff: float = key(ge=0)
     use_kl_loss: bool = key()
@@ -206,8 +214,16 @@ class CustomRewardConfig:
 
 
 @dataclass
+class OverlongBufferConfig:
+    enable: bool = key()
+    len: int = key(ge=1)
+    penalty_factor: float = key(ge=0)
+
+
+@dataclass
 class RewardConfig:
     custom: CustomRewardConfig = group(CustomRewardConfig)
+    overlong_buffer: OverlongBufferConfig = group(OverlongBufferConfig)
 
 
 # ---------------------------------------------------------------- trainer

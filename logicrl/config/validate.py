@@ -144,6 +144,10 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
         raise ConfigError(f"{ARR}.model.target_modules is empty but lora_rank={arr.model.lora_rank}: "
                           "name the modules (e.g. [q_proj,v_proj]) or use all-linear")
 
+    overlong = cfg.reward.overlong_buffer
+    if overlong.enable and overlong.len > data.max_response_length:
+        raise ConfigError(f"reward.overlong_buffer.len={overlong.len} exceeds data.max_response_length="
+                          f"{data.max_response_length}: the ramp must fit inside the response")
     actor = arr.actor
     actor.clip_ratio_low = actor.clip_ratio if actor.clip_ratio_low is None else actor.clip_ratio_low
     actor.clip_ratio_high = actor.clip_ratio if actor.clip_ratio_high is None else actor.clip_ratio_high

@@ -4,7 +4,21 @@ Sized for CPU tests and `make train`: small enough to train in minutes on 2 core
 exercise every code path (GQA, tied embeddings, q/k/v biases). head_dim is 64 because vLLM's CPU
 attention rejects some head sizes (16 fails). max_position_embeddings covers the Logic-RL recipes'
 400 + 4096 tokens so they can be dry-run with it.
+
+`tiny_checkpoint_dir()` turns it into a local checkpoint directory (config.json and the
+tokenizer of tiny_tokenizer.py), so the tiny model loads through the same AutoConfig /
+AutoTokenizer path as any user checkpoint. This module stays import-light: the preflight reads
+TINY_CONFIG before torch or transformers are imported.
 """
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 TINY_CONFIG = {
     "model_type": "qwen2",
@@ -21,3 +35,67 @@ TINY_CONFIG = {
     "rms_norm_eps": 1e-6,
     "rope_theta": 10000.0,
 }
+
+
+# --- the checkpoint directory --------------------------------------------------------------
+# Built on first use and cached. What is built here is config.json and the tokenizer files
+# only, no weights: models/loading.py writes seeded random weights beside them on first load.
+
+
+def tiny_fingerprint() -> str:
+    """Short hash of everything the directory is built from: TINY_CONFIG and the tokenizer recipe."""
+    from logicrl.models.tiny_tokenizer import RECIPE, recipe_text
+
+    blob = json.dumps({"config": TINY_CONFIG, "tokenizer": RECIPE, "text": recipe_text()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """`cache_dir`, else $LOGICRL_CACHE, else ~/.cache/logicrl."""
+    return Path(cache_dir or os.environ.get("LOGICRL_CACHE") or Path.home() / ".cache" / "logicrl")
+
+
+def tiny_checkpoint_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The tiny model's directory (config.json + tokenizer), built once under the cache root.
+
+    Safe under concurrent test processes: each builds into its own temporary directory and
+    renames it into place; rename is atomic, so a reader sees a complete directory or none,
+    and a process that loses the race throws its (identical) copy away.
+    """
+    root = cache_root(cache_dir)
+    final = root / f"tiny-{tiny_fingerprint()}"
+    if (final / "config.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
+    try:
+        _write_checkpoint(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # Renaming onto a non-empty directory fails: another process finished first.
+            if not (final / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def load_tiny_tokenizer(cache_dir: str | os.PathLike | None = None):
+    """The tiny tokenizer, through AutoTokenizer as any local checkpoint's would be; offline."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_checkpoint_dir(cache_dir)), local_files_only=True)
+
+
+def _write_checkpoint(path: Path) -> None:
+    from logicrl.models.tiny_tokenizer import train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer(TINY_CONFIG["vocab_size"])
+    tokenizer.save_pretrained(path)
+    # As in Qwen2.5-Instruct: no BOS is prepended, but bos_token_id names <|endoftext|>; the
+    # chat eos is <|im_end|>. vocab_size is the trained size, at most TINY_CONFIG's.
+    config = {**TINY_CONFIG, "vocab_size": len(tokenizer),
+              "bos_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id,
+              "pad_token_id": tokenizer.pad_token_id}
+    (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -10,6 +10,7 @@ dispatcher turns a float x into {"score": x}, so callers see one shape.
 Registered data sources:
     kk_logic                      logicrl.reward.kk    (Logic-RL's Knights-and-Knaves reward)
     openai/gsm8k, gsm8k, math     logicrl.reward.math  (numeric final answer)
+    kk_role                       logicrl.reward.role  (the embedded default's recall task)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from logicrl.reward import kk
 from logicrl.reward import math as math_reward
+from logicrl.reward import role
 
 # Takes (data_source, solution_str, ground_truth, extra_info) by keyword; returns a float or a
 # dict with "score".
@@ -85,3 +87,4 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
 
 register("kk_logic")(kk.compute_score)
 register("openai/gsm8k", "gsm8k", "math")(math_reward.compute_score)
+register("kk_role")(role.compute_score)

@@ -1,0 +1,136 @@
+"""Policy losses, chosen by `actor_rollout_ref.actor.policy_loss.loss_mode` from POLICY_LOSSES.
+
+A policy loss returns per-token losses, not a scalar: the caller adds the entropy bonus and the KL
+loss term token by token and aggregates the sum once with `agg_loss` (aggregation.py). Aggregation
+is linear, so that equals verl's aggregate-each-then-add, with one normaliser to carry across
+micro-batches instead of three.
+
+    out = compute_policy_loss("vanilla", log_probs, old_log_probs, advantages, mask, ...)
+    token_loss = out.token_loss + entropy_bonus(entropy, mask, entropy_coeff) + kl_loss_coef * kl
+    loss = agg_loss(token_loss, mask, loss_agg_mode, normalizer=..., max_response_length=...)
+
+clip_ratio_low / clip_ratio_high are the resolved values: the caller substitutes clip_ratio for
+either when the config leaves it null.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from logicrl.algos.masked import as_bool_mask, masked_count, masked_fill_zero, masked_sum
+from logicrl.algos.registry import Registry
+
+POLICY_LOSSES = Registry(
+    "actor_rollout_ref.actor.policy_loss.loss_mode",
+    inputs=("log_probs", "old_log_probs", "advantages", "response_mask", "clip_ratio_low", "clip_ratio_high",
+            "clip_ratio_c"),
+)
+register_policy_loss = POLICY_LOSSES.register
+
+# exp() of a log-ratio is clamped to this range before use (verl does the same): a token whose
+# probability collapsed between rollout and update would otherwise give an inf ratio, and
+# inf * 0-advantage = nan. Any ratio this far out is clipped by the PPO objective anyway.
+MAX_LOG_RATIO = 20.0
+
+
+class PolicyLossOutput(NamedTuple):
+    token_loss: torch.Tensor  # [B, T] loss per token, 0 at masked positions
+    ratio: torch.Tensor  # [B, T] the importance ratio the loss used (for clip metrics), 1 at masked positions
+
+
+def compute_policy_loss(
+    loss_mode: str,
+    log_probs: torch.Tensor,  # [B, T] current policy, with grad
+    old_log_probs: torch.Tensor,  # [B, T] policy that sampled the batch
+    advantages: torch.Tensor,  # [B, T]
+    response_mask: torch.Tensor,  # [B, T]
+    *,
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    clip_ratio_c: float = 3.0,
+) -> PolicyLossOutput:
+    """Per-token policy loss by the loss named `loss_mode` (see POLICY_LOSSES)."""
+    return POLICY_LOSSES.call(
+        loss_mode, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
+        response_mask=response_mask, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
+        clip_ratio_c=clip_ratio_c,
+    )
+
+
+def _clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """max(-A r, -A clip(r, 1 - low, 1 + high)): PPO's pessimistic surrogate, as a loss."""
+    if not (0 < low < 1 and high > 0):
+        raise ValueError(f"clip ratios must satisfy 0 < clip_ratio_low < 1 and clip_ratio_high > 0; got {low}, {high}")
+    return torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - low, 1 + high))
+
+
+@register_policy_loss("vanilla")
+def vanilla_policy_loss(
+    log_probs: torch.Tensor,  # [B, T]
+    old_log_probs: torch.Tensor,  # [B, T]
+    advantages: torch.Tensor,  # [B, T]
+    response_mask: torch.Tensor,  # [B, T]
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    clip_ratio_c: float = 3.0,
+) -> PolicyLossOutput:
+    """PPO's clipped objective (Schulman et al. 2017, arXiv:1707.06347) per token, with
+
+    - asymmetric clipping, r clipped to [1 - clip_ratio_low, 1 + clip_ratio_high]: DAPO's
+      clip-higher (Yu et al. 2025, arXiv:2503.14476) raises the upper bound so low-probability
+      tokens with positive advantage can still grow;
+    - dual clip for A < 0 (Ye et al. 2020, arXiv:1912.09729): the loss is capped at
+      clip_ratio_c * |A|, so a token whose ratio has run far above 1 with a negative advantage
+      cannot dominate the batch. clip_ratio_c must exceed 1 (at <= 1 it would cap ordinary tokens).
+    """
+    if clip_ratio_c <= 1:
+        raise ValueError(f"clip_ratio_c={clip_ratio_c} must be > 1 (the dual-clip bound on -A * ratio)")
+    mask = as_bool_mask(response_mask)
+    ratio = torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    advantages = masked_fill_zero(advantages, mask)
+    loss = _clipped_surrogate(ratio, advantages, clip_ratio_low, clip_ratio_high)
+    dual = torch.minimum(loss, -advantages * clip_ratio_c)
+    loss = torch.where(advantages < 0, dual, loss)
+    return PolicyLossOutput(masked_fill_zero(loss, mask), ratio)
+
+
+@register_policy_loss("gspo")
+def gspo_policy_loss(
+    log_probs: torch.Tensor,  # [B, T]
+    old_log_probs: torch.Tensor,  # [B, T]
+    advantages: torch.Tensor,  # [B, T]
+    response_mask: torch.Tensor,  # [B, T]
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+) -> PolicyLossOutput:
+    """Group Sequence Policy Optimisation (Zheng et al. 2025, arXiv:2507.18071), GSPO-token form.
+
+    The ratio is the sequence's, s_i = exp(mean_t log(pi / pi_old)), length-normalised, and the
+    clip applies to it, so a whole response is in or out. Each token carries
+    s_i * pi(y_t) / sg[pi(y_t)]: the value is s_i and the gradient is s_i * grad log pi(y_t),
+    which under loss_agg_mode=seq-mean-token-mean is exactly the paper's sequence-level gradient
+    (verl forces that mode for gspo; here the config chooses, and the recipe should set it).
+    GSPO's clip ranges are ~1e-4 wide (paper: 3e-4 / 4e-4), not PPO's 0.2. No dual clip: the
+    paper has none.
+    """
+    mask = as_bool_mask(response_mask)
+    log_probs = masked_fill_zero(log_probs, mask)
+    log_ratio = masked_fill_zero(log_probs - old_log_probs, mask)
+    seq_log_ratio = masked_sum(log_ratio, mask, dim=-1) / masked_count(mask, -1, log_ratio.dtype).clamp(min=1)  # [B]
+    token_log_ratio = log_probs - log_probs.detach() + seq_log_ratio.detach()[:, None]
+    ratio = torch.exp(token_log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    loss = _clipped_surrogate(ratio, masked_fill_zero(advantages, mask), clip_ratio_low, clip_ratio_high)
+    ratio = torch.where(mask, ratio, torch.ones((), dtype=ratio.dtype, device=ratio.device))
+    return PolicyLossOutput(masked_fill_zero(loss, mask), ratio)
+
+
+def entropy_bonus(
+    entropy: torch.Tensor,  # [B, T] per-token entropy of the current policy, with grad
+    response_mask: torch.Tensor,  # [B, T]
+    entropy_coeff: float,
+) -> torch.Tensor:  # [B, T]
+    """-entropy_coeff * H per token (entropy regularisation: Williams & Peng 1991; Mnih et al.
+    2016, arXiv:1602.01783): minimising it raises entropy. Aggregated with the policy loss."""
+    return masked_fill_zero(-entropy_coeff * entropy, response_mask)

@@ -1,0 +1,256 @@
+"""Prompt datasets: verl-schema rows from parquet or jsonl, checked, rendered and tokenized.
+
+    ds = load_prompts(cfg.data.train_files, tokenizer, max_prompt_length=cfg.data.max_prompt_length,
+                      truncation=cfg.data.truncation, skip_bad_rows=cfg.data.skip_bad_rows)
+    batch = collate_prompts([ds[i] for i in indices], pad_id=tokenizer.pad_token_id)
+
+A row needs `prompt` (or `data.prompt_key`: a chat list [{role, content}] or a string),
+`data_source` and `reward_model.ground_truth`; `extra_info` is optional. A row without them
+stops loading with a one-line DatasetError naming the file and the row index (0-based,
+counting rows of a parquet file or non-blank lines of a jsonl file), unless skip_bad_rows.
+How a prompt becomes text is in prompts.py.
+
+Everything is loaded and tokenized up front: the K&K sets are a few thousand prompts, and
+knowing every length before training is what lets `data.truncation=error` fail at once
+rather than at step 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from logicrl.data.files import DATA_SUFFIXES, as_paths
+from logicrl.data.prompts import message_problem, render_prompt
+
+log = logging.getLogger("logicrl.data")
+
+TRUNCATION_MODES = ("error", "filter", "left", "right")
+_SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows (they are counted)"
+
+
+class DatasetError(ValueError):
+    """A data file or row that cannot be used; the message is one line naming the file, the row and the fix."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(message.split()))
+
+
+class _BadRow(Exception):
+    """One row's problem, "<file> row <i>: <what>"; load_prompts raises it as a DatasetError or counts it."""
+
+
+@dataclass(frozen=True)
+class PromptRow:
+    input_ids: list[int]  # the prompt's tokens, at most max_prompt_length
+    prompt_text: str  # the text input_ids encode (after truncation, if any)
+    data_source: str  # picks the reward function
+    ground_truth: Any  # reward_model.ground_truth, as stored
+    extra_info: dict
+    file: str  # where the row came from: for error messages and resuming the data order
+    row_index: int
+
+
+@dataclass
+class PromptDataset(Sequence[PromptRow]):
+    """Tokenized prompts in file order; a torch DataLoader takes it as a map-style dataset."""
+
+    rows: list[PromptRow]
+    bad_rows_skipped: int = 0  # rows dropped by skip_bad_rows
+    too_long_filtered: int = 0  # rows dropped by truncation=filter
+    truncated: int = 0  # rows cut by truncation=left/right
+    files: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index]
+
+
+def load_prompts(
+    files: str | Sequence[str],
+    tokenizer: Any,
+    *,
+    prompt_key: str = "prompt",
+    max_prompt_length: int,
+    truncation: str = "error",
+    skip_bad_rows: bool = False,
+) -> PromptDataset:
+    """Read `files` (one path or a list; .parquet or .jsonl) into tokenized prompts.
+
+    Over-long prompts (more than max_prompt_length tokens) follow `truncation`: "error" raises
+    naming the first one, "filter" drops them (one log line with the count), "left"/"right" cut
+    tokens from that side (left keeps the end of the prompt, where the question and the opened
+    assistant turn are, which is what generation continues from).
+    """
+    if truncation not in TRUNCATION_MODES:
+        raise ValueError(f"data.truncation={truncation!r} must be one of {', '.join(TRUNCATION_MODES)}")
+    if max_prompt_length < 1:
+        raise ValueError(f"data.max_prompt_length={max_prompt_length} must be at least 1")
+    paths = as_paths(files)
+    if not paths:
+        raise DatasetError("no data files given: set data.train_files / data.val_files to .parquet or .jsonl paths")
+
+    rows: list[PromptRow] = []
+    bad: list[str] = []
+    total = 0
+    for path in paths:
+        for index, record in _read(path):
+            total += 1
+            try:
+                rows.append(_prompt_row(record, path, index, tokenizer, prompt_key))
+            except _BadRow as err:
+                if not skip_bad_rows:
+                    raise DatasetError(f"{err}; {_SKIP_HINT}") from err.__cause__
+                bad.append(str(err))
+    where = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]}, ...)"
+    if bad:
+        # Only the first problem is shown: one line in the log, whatever the count.
+        log.warning(f"data: skipped {len(bad)} bad rows of {total} in {where} (data.skip_bad_rows=true); first: {bad[0]}")
+
+    dataset = PromptDataset([], bad_rows_skipped=len(bad), files=paths)
+    too_long = [r for r in rows if len(r.input_ids) > max_prompt_length]
+    if too_long and truncation == "error":
+        first = too_long[0]
+        raise DatasetError(
+            f"{first.file} row {first.row_index}: prompt is {len(first.input_ids)} tokens, more than "
+            f"data.max_prompt_length={max_prompt_length} ({len(too_long)} of {len(rows)} prompts in {where} are); "
+            f"raise data.max_prompt_length, or set data.truncation=filter to drop such prompts "
+            f"or data.truncation=left/right to cut them"
+        )
+    if too_long and truncation == "filter":
+        log.warning(f"data: dropped {len(too_long)} of {len(rows)} prompts longer than "
+                    f"data.max_prompt_length={max_prompt_length} tokens from {where} (data.truncation=filter)")
+        dataset.too_long_filtered = len(too_long)
+        rows = [r for r in rows if len(r.input_ids) <= max_prompt_length]
+    elif too_long:
+        dataset.truncated = len(too_long)
+        rows = [_cut(r, max_prompt_length, truncation, tokenizer) for r in rows]
+
+    if not rows:
+        raise DatasetError(f"{where}: no prompts left to train on ({total} rows, {len(bad)} bad, "
+                           f"{dataset.too_long_filtered} longer than data.max_prompt_length={max_prompt_length})")
+    dataset.rows = rows
+    return dataset
+
+
+def _read(path: str) -> Iterator[tuple[int, Any]]:
+    """(row index, record) for every row of one file; a jsonl line that is not JSON yields a _BadRow."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        try:
+            batches = pq.ParquetFile(path).iter_batches(batch_size=1024)
+            index = 0
+            for batch in batches:
+                for record in batch.to_pylist():  # plain dicts and lists, unlike pandas' numpy arrays
+                    yield index, record
+                    index += 1
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            if isinstance(err, FileNotFoundError):
+                raise
+            raise DatasetError(f"{path}: cannot be read as parquet: {err}") from err
+    elif path.endswith(".jsonl"):
+        with open(path, encoding="utf-8") as f:
+            # Blank lines are not rows, as in files.count_rows, so indices agree with the row count.
+            lines = (line for line in f if line.strip())
+            for index, line in enumerate(lines):
+                try:
+                    yield index, json.loads(line)
+                except json.JSONDecodeError as err:
+                    yield index, _BadRow(f"{path} row {index}: not valid JSON ({err.msg} at column {err.colno})")
+    else:
+        raise DatasetError(f"{path}: data files must end in {' or '.join(DATA_SUFFIXES)}")
+
+
+def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: str) -> PromptRow:
+    """Check one record and tokenize its prompt; a problem raises _BadRow naming the row."""
+    if isinstance(record, _BadRow):
+        raise record
+    problem = _row_problem(record, prompt_key)
+    if problem:
+        raise _BadRow(f"{path} row {index}: {problem}")
+    extra_info = record.get("extra_info") or {}
+    try:
+        text, add_special_tokens = render_prompt(record[prompt_key], tokenizer, extra_info)
+    except Exception as err:  # noqa: BLE001 - a user's Jinja template can raise anything; it is this row's fault
+        raise _BadRow(f"{path} row {index}: the tokenizer's chat template failed on this prompt "
+                      f"({type(err).__name__}: {' '.join(str(err).split())})") from err
+    return PromptRow(
+        input_ids=tokenizer.encode(text, add_special_tokens=add_special_tokens),
+        prompt_text=text,
+        data_source=record["data_source"],
+        ground_truth=record["reward_model"]["ground_truth"],
+        extra_info=extra_info,
+        file=path,
+        row_index=index,
+    )
+
+
+def _row_problem(record: Any, prompt_key: str) -> str | None:
+    if not isinstance(record, dict):
+        return f"row is {type(record).__name__}, expected a mapping of columns"
+    prompt = record.get(prompt_key)
+    if prompt is None:
+        return f"no '{prompt_key}' (data.prompt_key)"
+    if isinstance(prompt, list):
+        if problem := message_problem(prompt):
+            return problem
+    elif not isinstance(prompt, str):
+        return f"'{prompt_key}' is {type(prompt).__name__}, expected a chat list [{{role, content}}] or a string"
+    data_source = record.get("data_source")
+    if not data_source:
+        return "no data_source (it picks the reward function)"
+    if not isinstance(data_source, str):
+        return f"data_source is {type(data_source).__name__}, expected a string"
+    reward_model = record.get("reward_model")
+    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
+        return "no reward_model.ground_truth"
+    extra_info = record.get("extra_info")
+    if extra_info is not None and not isinstance(extra_info, dict):
+        return f"extra_info is {type(extra_info).__name__}, expected a mapping"
+    return None
+
+
+def _cut(row: PromptRow, length: int, side: str, tokenizer: Any) -> PromptRow:
+    if len(row.input_ids) <= length:
+        return row
+    ids = row.input_ids[-length:] if side == "left" else row.input_ids[:length]
+    # prompt_text keeps describing input_ids, so logs and samples show what the model saw.
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    return PromptRow(ids, text, row.data_source, row.ground_truth, row.extra_info, row.file, row.row_index)
+
+
+def collate_prompts(rows: Sequence[PromptRow], pad_id: int):
+    """A TensorDict of batch size [B]: left-padded prompt tensors plus the rows' other fields.
+
+    Tensors, all [B, P] with P the longest prompt in the batch:
+        input_ids       pad_id on the left, so every prompt ends at column P-1 and generation
+                        appends at the same position for the whole batch
+        attention_mask  1 on tokens, 0 on padding (int64, as verl)
+        position_ids    0, 1, ... from each prompt's first real token; 0 on padding
+    Non-tensor fields, one entry per row, as tensordict NonTensorStacks (so indexing, chunk,
+    cat and repeat_interleave keep them aligned with the tensors; `td["data_source"]` reads
+    back as a list): prompt_text, data_source, ground_truth, extra_info, file, row_index.
+    """
+    import torch
+    from tensordict import NonTensorStack, TensorDict
+
+    if not rows:
+        raise ValueError("collate_prompts needs at least one row")
+    width = max(len(r.input_ids) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r.input_ids:
+            input_ids[i, width - len(r.input_ids):] = torch.tensor(r.input_ids, dtype=torch.long)
+            attention_mask[i, width - len(r.input_ids):] = 1
+    position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+    batch = TensorDict({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
+                       batch_size=[len(rows)])
+    for name in ("prompt_text", "data_source", "ground_truth", "extra_info", "file", "row_index"):
+        batch[name] = NonTensorStack.from_list([getattr(r, name) for r in rows])
+    return batch

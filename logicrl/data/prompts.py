@@ -1,0 +1,53 @@
+"""A row's prompt as the text the model is given, and whether the tokenizer should add its specials.
+
+Three ways, picked per row:
+
+- chat template: the prompt is a chat list and the tokenizer has a template. A final
+  assistant message (the K&K templates open `<think>` there) is continued, not closed:
+  `continue_final_message=True`, no generation prompt; otherwise a generation prompt is added.
+- raw: the prompt is a plain string, or the row says `extra_info.template == "base"` (Logic-RL's
+  base-model prompt, stored as a one-message list whose content already ends in
+  "Assistant: <think>"). The text is used as it is; a list's contents are joined by newlines.
+  A chat template would wrap it in a second, conflicting turn structure.
+- plain: a chat list and a tokenizer without a template. Each message becomes "Role: content"
+  on its own line ("System: ...\\nUser: ...\\nAssistant: ..."), and a list that does not end with
+  the assistant gets a final "Assistant:" line to generate after; the space after the colon is
+  left to the model, as Logic-RL's base prompt leaves it in front of `<think>`.
+
+A chat template writes the model's special tokens itself, so its text is tokenized without
+adding any (as verl does; a BOS would otherwise come twice); raw and plain text get the
+tokenizer's usual specials (a BOS for Llama-like tokenizers, nothing for Qwen's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def message_problem(messages: list) -> str | None:
+    """What makes `messages` an invalid chat list, or None if it is a valid one."""
+    if not messages:
+        return "prompt is an empty chat list"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"prompt message {i} is {type(message).__name__}, expected a {{role, content}} mapping"
+        for field in ("role", "content"):
+            if not isinstance(message.get(field), str):
+                what = "has no" if message.get(field) is None else f"has a non-string ({type(message[field]).__name__})"
+                return f"prompt message {i} {what} '{field}'"
+    return None
+
+
+def render_prompt(prompt: str | list[dict], tokenizer: Any, extra_info: dict) -> tuple[str, bool]:
+    """(text, add_special_tokens) for a validated prompt; see the module docstring."""
+    if isinstance(prompt, str):
+        return prompt, True
+    if extra_info.get("template") == "base":
+        return "\n".join(m["content"] for m in prompt), True
+    continues = prompt[-1]["role"] == "assistant"
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(prompt, tokenize=False, continue_final_message=continues,
+                                             add_generation_prompt=not continues)
+        return text, False
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in prompt]
+    return "\n".join(lines if continues else [*lines, "Assistant:"]), True

@@ -1,0 +1,95 @@
+"""The embedded default's task: recall a stated role ("kk_role").
+
+A tiny model with random weights cannot solve Knights-and-Knaves puzzles, so `make train` needs a
+task it can learn on 2 CPU cores in minutes, with a verifiable reward and an unmistakable climb.
+Each prompt states the roles of a few islanders and the assistant turn is opened as
+"<Name> is a"; the right continuation is that person's role:
+
+    user:       Knights always tell the truth and knaves always lie. Zoey is a knave. Noah is a knight.
+                Which one is Noah?
+    assistant:  Noah is a            <- the prompt ends here; " knight" earns the reward
+
+The model must read the prompt (find the asked name's fact and copy its role word), so a policy
+that always says "knight" scores only half. Reward: logicrl/reward/role.py.
+
+    python -m logicrl.data.role_task --people 2 --train-size 2000 --test-size 200 --out data/kk_role
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from logicrl.data.kk.render import NAMES
+
+DATA_SOURCE = "kk_role"
+ROLES = ("knight", "knave")
+INTRO = "Knights always tell the truth and knaves always lie."
+
+
+def make_row(names: list[str], roles: list[str], asked: int, split: str, index: int) -> dict:
+    facts = " ".join(f"{n} is a {r}." for n, r in zip(names, roles))
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": f"{INTRO} {facts} Which one is {names[asked]}?"},
+                   {"role": "assistant", "content": f"{names[asked]} is a"}],
+        "ability": "recall",
+        "reward_model": {"style": "rule", "ground_truth": {"name": names[asked], "role": roles[asked]}},
+        "extra_info": {"split": split, "index": index, "n_people": len(names)},
+    }
+
+
+def generate(people: int, train_size: int, test_size: int, seed: int = 0) -> dict[str, list[dict]]:
+    """Train and test rows that never share a (names, roles, asked) triple."""
+    rng = np.random.default_rng(seed)
+    seen: set[tuple] = set()
+    splits: dict[str, list[dict]] = {"test": [], "train": []}
+    for split, size in (("test", test_size), ("train", train_size)):
+        for _ in range(100 * size):
+            if len(splits[split]) == size:
+                break
+            names = [NAMES[i] for i in rng.choice(len(NAMES), size=people, replace=False)]
+            roles = [ROLES[i] for i in rng.integers(0, 2, size=people)]
+            asked = int(rng.integers(0, people))
+            key = (tuple(names), tuple(roles), asked)
+            if key not in seen:
+                seen.add(key)
+                splits[split].append(make_row(names, roles, asked, split, len(splits[split])))
+        if len(splits[split]) < size:
+            raise ValueError(f"only {len(splits[split])} distinct {split} prompts for {people} people: ask for fewer")
+    return splits
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m logicrl.data.role_task", description=__doc__.splitlines()[0])
+    parser.add_argument("--people", type=int, default=2, help="facts per prompt (1 to 8)")
+    parser.add_argument("--train-size", type=int, default=2000)
+    parser.add_argument("--test-size", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if not 1 <= args.people <= 8 or args.train_size < 1 or args.test_size < 1:
+        print("error: --people must be 1..8 and the sizes positive", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    try:
+        splits = generate(args.people, args.train_size, args.test_size, args.seed)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    for split, rows in splits.items():
+        pq.write_table(pa.Table.from_pylist(rows), args.out / f"{split}.parquet")
+    print(f"kk_role: {args.train_size} train + {args.test_size} test prompts of {args.people} people "
+          f"in {time.perf_counter() - start:.1f}s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
