@@ -1,5 +1,5 @@
 # logicrl: two commands set everything up.
-#   make train   build .venv on first use, then run the main job on the embedded default
+#   make train   build .venv and the data on first use, then train the embedded default (GRPO, tiny model, CPU)
 #   make test    build .venv on first use, then run the default test tiers (unit + integration)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -33,23 +33,22 @@ data: $(KK_SETS) data/kk_role/train.parquet
 
 # The embedded default's task (logicrl/data/role_task.py): learnable by the tiny model in minutes.
 data/kk_role/train.parquet: | $(STAMP)
-	$(PY) -m logicrl.data.role_task --people 2 --train-size 2000 --test-size 200 --out data/kk_role
+	$(PY) -m logicrl.data.role_task --people 3 --train-size 2000 --test-size 200 --out data/kk_role
 
 data/kk/instruct/%ppl/train.parquet: | $(STAMP)
 	$(PY) -m logicrl.data.kk --people $* --train-size 900 --test-size 100 --template qwen-instruct --out data/kk/instruct/$*ppl
 
 train: $(STAMP) data
-	@echo "make train: the trainer is not built yet, so this runs the preflight (dry run) on the embedded default."
-	$(PY) main_ppo.py trainer.dry_run=true
+	$(PY) main_ppo.py
 
 dry-run: $(STAMP)
 	$(PY) main_ppo.py trainer.dry_run=true $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) data
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Every tier that can run here: unit, integration and slow (gpu tests skip without CUDA).
-test-all: $(STAMP)
+test-all: $(STAMP) data
 	$(PY) -m pytest -m "" $(PYTEST_ARGS)
 
 clean:

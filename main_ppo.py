@@ -1,6 +1,6 @@
 """logicrl entry point: compose -> validate -> preflight -> run.
 
-    python main_ppo.py                                   # the embedded default (tiny model, CPU)
+    python main_ppo.py                                   # the embedded default: GRPO on a tiny model, CPU
     python main_ppo.py +recipe=stage1 trainer.n_gpus=4   # a Logic-RL phase
     python main_ppo.py trainer.dry_run=true              # validate and print the plan, load nothing
 
@@ -8,6 +8,7 @@ A config error is one line on stderr and exit code 2, before Ray or any model is
 """
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -32,11 +33,20 @@ def main(cfg: DictConfig) -> None:
     if cfg.trainer.dry_run:
         print(OmegaConf.to_yaml(cfg))
     print(summarize(cfg, spec, plan))
-    if not cfg.trainer.dry_run:
-        # The trainer lands with the Ray/FSDP2 issue; until then say so rather than pretend.
-        print("error: the trainer is not built yet; only the preflight ran (use trainer.dry_run=true)",
-              file=sys.stderr)
-        sys.exit(1)
+    if cfg.trainer.dry_run:
+        return
+    # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
+    import ray
+    from hydra.core.hydra_config import HydraConfig
+
+    from logicrl.trainer.ppo import PPOTrainer
+
+    try:
+        PPOTrainer(cfg, plan, Path(HydraConfig.get().runtime.output_dir)).fit()
+    finally:
+        # Multirun jobs share this process: each must start its own Ray cluster from scratch.
+        if ray.is_initialized():
+            ray.shutdown()
 
 
 if __name__ == "__main__":

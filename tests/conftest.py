@@ -35,12 +35,20 @@ def write_jsonl(path: Path, rows: int) -> Path:
     return path
 
 
+# The batch the config tests' hand-computed numbers assume, pinned so that retuning the embedded
+# default does not change them: 8 prompts x 4 responses, mini-batches of 4 prompts, micro 4.
+BASE_BATCH = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+              "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8"]
+
+
 @pytest.fixture
 def data_files(tmp_path) -> list[str]:
-    """Overrides pointing data.train_files/val_files at small jsonl sets (20 train rows, 4 val rows)."""
+    """Overrides pointing data.train_files/val_files at small jsonl sets (20 train rows, 4 val rows),
+    with BASE_BATCH (later overrides of the same keys win)."""
     train = write_jsonl(tmp_path / "data" / "train.jsonl", 20)
     val = write_jsonl(tmp_path / "data" / "test.jsonl", 4)
-    return [f"data.train_files={train}", f"data.val_files={val}"]
+    return [f"data.train_files={train}", f"data.val_files={val}", *BASE_BATCH]
 
 
 def run_main(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

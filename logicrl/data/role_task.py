@@ -1,18 +1,20 @@
 """The embedded default's task: recall a stated role ("kk_role").
 
-A tiny model with random weights cannot solve Knights-and-Knaves puzzles, so `make train` needs a
-task it can learn on 2 CPU cores in minutes, with a verifiable reward and an unmistakable climb.
-Each prompt states the roles of a few islanders and the assistant turn is opened as
-"<Name> is a"; the right continuation is that person's role:
+A tiny model cannot solve Knights-and-Knaves puzzles, so `make train` needs a task it can learn
+on 2 CPU cores in minutes, with a verifiable reward and an unmistakable climb. Each prompt
+names a few islanders, states the role of one of them, and opens the assistant turn as
+"<Name> is a"; the right continuation is the stated role:
 
-    user:       Knights always tell the truth and knaves always lie. Zoey is a knave. Noah is a knight.
-                Which one is Noah?
+    user:       Knights always tell the truth and knaves always lie. You meet Zoey, Noah and Liam.
+                Noah is a knight. Which one is Noah?
     assistant:  Noah is a            <- the prompt ends here; " knight" earns the reward
 
-The model must read the prompt (find the asked name's fact and copy its role word), so a policy
-that always says "knight" scores only half. Reward: logicrl/reward/role.py.
+The model must read the prompt and copy the stated role, so a policy that always says
+"knight" scores only half. (With every islander's role stated, the tiny model settles at 75%
+by copying the nearest role word instead of matching names: a plateau, not a climb.)
+Reward: logicrl/reward/role.py.
 
-    python -m logicrl.data.role_task --people 2 --train-size 2000 --test-size 200 --out data/kk_role
+    python -m logicrl.data.role_task --people 3 --train-size 2000 --test-size 200 --out data/kk_role
 """
 
 from __future__ import annotations
@@ -33,20 +35,25 @@ ROLES = ("knight", "knave")
 INTRO = "Knights always tell the truth and knaves always lie."
 
 
-def make_row(names: list[str], roles: list[str], asked: int, split: str, index: int) -> dict:
-    facts = " ".join(f"{n} is a {r}." for n, r in zip(names, roles))
+def _listing(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
+def make_row(names: list[str], role: str, asked: int, split: str, index: int) -> dict:
+    who = names[asked]
     return {
         "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"{INTRO} {facts} Which one is {names[asked]}?"},
-                   {"role": "assistant", "content": f"{names[asked]} is a"}],
+        "prompt": [{"role": "user",
+                    "content": f"{INTRO} You meet {_listing(names)}. {who} is a {role}. Which one is {who}?"},
+                   {"role": "assistant", "content": f"{who} is a"}],
         "ability": "recall",
-        "reward_model": {"style": "rule", "ground_truth": {"name": names[asked], "role": roles[asked]}},
+        "reward_model": {"style": "rule", "ground_truth": {"name": who, "role": role}},
         "extra_info": {"split": split, "index": index, "n_people": len(names)},
     }
 
 
 def generate(people: int, train_size: int, test_size: int, seed: int = 0) -> dict[str, list[dict]]:
-    """Train and test rows that never share a (names, roles, asked) triple."""
+    """Train and test rows that never share a (names, role, asked) triple."""
     rng = np.random.default_rng(seed)
     seen: set[tuple] = set()
     splits: dict[str, list[dict]] = {"test": [], "train": []}
@@ -55,12 +62,12 @@ def generate(people: int, train_size: int, test_size: int, seed: int = 0) -> dic
             if len(splits[split]) == size:
                 break
             names = [NAMES[i] for i in rng.choice(len(NAMES), size=people, replace=False)]
-            roles = [ROLES[i] for i in rng.integers(0, 2, size=people)]
+            role = ROLES[int(rng.integers(0, 2))]
             asked = int(rng.integers(0, people))
-            key = (tuple(names), tuple(roles), asked)
+            key = (tuple(names), role, asked)
             if key not in seen:
                 seen.add(key)
-                splits[split].append(make_row(names, roles, asked, split, len(splits[split])))
+                splits[split].append(make_row(names, role, asked, split, len(splits[split])))
         if len(splits[split]) < size:
             raise ValueError(f"only {len(splits[split])} distinct {split} prompts for {people} people: ask for fewer")
     return splits
@@ -68,7 +75,7 @@ def generate(people: int, train_size: int, test_size: int, seed: int = 0) -> dic
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m logicrl.data.role_task", description=__doc__.splitlines()[0])
-    parser.add_argument("--people", type=int, default=2, help="facts per prompt (1 to 8)")
+    parser.add_argument("--people", type=int, default=3, help="islanders named per prompt (1 to 8)")
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--test-size", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)

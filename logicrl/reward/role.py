@@ -1,14 +1,15 @@
 """Reward of the embedded default's recall task (logicrl/data/role_task.py).
 
-The response continues "<Name> is a". Its words are scored one by one: +1 for the right role
-word, -1 for the other role word, 0 for anything else, averaged over the words, so
+The response continues "<Name> is a"; its first word is the answer:
 
-    score   in [-1, 1]: 1 for a response that is only the right role ("knave" then EOS), about 0
-            for random text (chance: a role word is 2 of the tiny tokenizer's 763 tokens)
-    acc     1 when the first word is the right role, else 0 (the answer as a reader sees it)
+    score   +1 the right role, 0 the other role, -1 anything else (no answer)
+    acc     1 for the right role, else 0
 
-Averaging rather than counting keeps long random responses from scoring by volume. Total: any
-string gives a score.
+A guess must pay better than silence, as in Logic-RL's reward (wrong -1.5 > unparsed -2):
+with wrong and silent scored alike, a policy that cannot yet tell the roles apart drifts to
+saying neither. Chance, for a model that says a role word without reading the prompt: acc
+0.5, score 0.5. Maximum: acc 1, score 1. What follows the first word is not scored. Total:
+any string gives a score.
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ _WORD = re.compile(r"[a-z]+")
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> dict:
     role = ground_truth["role"]
-    other = ROLES[1 - ROLES.index(role)]
-    words = _WORD.findall(str(solution_str).lower())
-    if not words:
-        return {"score": 0.0, "acc": 0.0}
-    score = (words.count(role) - words.count(other)) / len(words)
-    return {"score": score, "acc": float(words[0] == role)}
+    match = _WORD.search(str(solution_str).lower())
+    first = match.group(0) if match else ""
+    score = 1.0 if first == role else 0.0 if first in ROLES else -1.0
+    return {"score": score, "acc": float(first == role)}

@@ -27,20 +27,26 @@ def test_every_group_option_composes(group, data_files):
         assert OmegaConf.is_config(typed[group])
 
 
+@pytest.fixture
+def files_only(data_files):
+    """Just the data paths: recipes set their own batch sizes, and the command line would win."""
+    return data_files[:2]
+
+
 def test_recipes_are_found_nested_too():
     assert {"stage1", "stage2", "ablation/grpo_stage1"} <= set(recipe_names())
 
 
 @pytest.mark.parametrize("recipe", recipe_names())
-def test_every_recipe_composes_and_validates(recipe, data_files):
-    typed, _, plan = validate(compose([f"+recipe={recipe}", *data_files]))
+def test_every_recipe_composes_and_validates(recipe, files_only):
+    typed, _, plan = validate(compose([f"+recipe={recipe}", *files_only]))
     assert typed.algorithm.adv_estimator in ("reinforce_plus_plus", "grpo")
     assert plan.responses == typed.data.train_batch_size * typed.actor_rollout_ref.rollout.n
 
 
-def test_recipes_carry_logic_rl_published_settings(data_files):
-    s1, _, _ = validate(compose(["+recipe=stage1", *data_files]))
-    s2, _, _ = validate(compose(["+recipe=stage2", *data_files]))
+def test_recipes_carry_logic_rl_published_settings(files_only):
+    s1, _, _ = validate(compose(["+recipe=stage1", *files_only]))
+    s2, _, _ = validate(compose(["+recipe=stage2", *files_only]))
     assert (s1.data.train_batch_size, s1.actor_rollout_ref.rollout.n) == (8, 32)
     assert (s2.data.train_batch_size, s2.actor_rollout_ref.rollout.n) == (4, 64)
     for s in (s1, s2):
@@ -53,14 +59,14 @@ def test_recipes_carry_logic_rl_published_settings(data_files):
         assert arr.actor.ppo_mini_batch_size == s.data.train_batch_size
 
 
-def test_nested_recipe_overlays_its_parent(data_files):
-    typed, _, _ = validate(compose(["+recipe=ablation/grpo_stage1", *data_files]))
+def test_nested_recipe_overlays_its_parent(files_only):
+    typed, _, _ = validate(compose(["+recipe=ablation/grpo_stage1", *files_only]))
     assert typed.algorithm.adv_estimator == "grpo"
     assert typed.actor_rollout_ref.rollout.n == 32  # from stage1
 
 
-def test_command_line_beats_recipe(data_files):
-    typed, _, _ = validate(compose(["+recipe=stage1", "actor_rollout_ref.rollout.n=16", *data_files]))
+def test_command_line_beats_recipe(files_only):
+    typed, _, _ = validate(compose(["+recipe=stage1", "actor_rollout_ref.rollout.n=16", *files_only]))
     assert typed.actor_rollout_ref.rollout.n == 16
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import run_main, write_jsonl
+from tests.conftest import BASE_BATCH, run_main, write_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -15,7 +15,7 @@ def dry_run(tmp_path):
     val = write_jsonl(tmp_path / "val.jsonl", 4)
 
     def run(*overrides):
-        result = run_main(f"data.train_files={train}", f"data.val_files={val}", "trainer.dry_run=true",
+        result = run_main(f"data.train_files={train}", f"data.val_files={val}", *BASE_BATCH, "trainer.dry_run=true",
                           *overrides, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         return result.stdout
@@ -43,7 +43,7 @@ def test_summary_numbers(dry_run):
 def test_summary_with_reference_and_critic(dry_run):
     # gae brings the critic; the KL loss brings the reference. 8 x 2 = 16 responses on 1 rank;
     # critic mini 2 prompts -> 4 mini-batches of 4 responses, micro 2 -> accumulation 2; ref micro 5 -> 4 forwards.
-    out = dry_run("algorithm.adv_estimator=gae", f"{ARR}.rollout.n=2", f"{ARR}.actor.use_kl_loss=true",
+    out = dry_run("algorithm.adv_estimator=gae", "data.train_batch_size=8", f"{ARR}.rollout.n=2", f"{ARR}.actor.use_kl_loss=true",
                   "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
                   f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=5", "trainer.total_training_steps=7")
     assert "critic yes, reference yes" in out
@@ -67,15 +67,8 @@ def test_dynamic_batching_is_described(dry_run):
 
 def test_multirun_dry_run_runs_each_combination(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", 20)
-    result = run_main("-m", f"data.train_files={train}", f"data.val_files={train}", "trainer.dry_run=true",
+    result = run_main("-m", f"data.train_files={train}", f"data.val_files={train}", *BASE_BATCH, "trainer.dry_run=true",
                       f"{ARR}.rollout.n=2,4", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "8 prompts x n=2 = 16 responses" in result.stdout
     assert "8 prompts x n=4 = 32 responses" in result.stdout
-
-
-def test_without_dry_run_it_does_not_pretend_to_train(tmp_path):
-    train = write_jsonl(tmp_path / "train.jsonl", 20)
-    result = run_main(f"data.train_files={train}", f"data.val_files={train}", cwd=tmp_path)
-    assert result.returncode == 1
-    assert "trainer is not built yet" in result.stderr

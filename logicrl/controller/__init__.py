@@ -1,0 +1,1 @@
+"""The single controller's side: Ray placement and worker groups."""

@@ -1,0 +1,116 @@
+"""Loading the policy and critic from a local HF checkpoint (or the embedded tiny model).
+
+Every rank loads the same full weights on CPU, then FSDP2 shards them (workers/fsdp.py). The
+embedded tiny model is built once: random weights from a fixed seed, briefly pre-trained on the
+project's own K&K text (models/tiny_pretrain.py), saved beside its config and tokenizer, so
+every rank and every run starts from the same model.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from logicrl.config.schema import EMBEDDED_TINY
+
+TINY_WEIGHTS_SEED = 0
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    rank: int
+    alpha: float
+    target_modules: str | list[str]
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        # bf16 on CPU is emulated and slow, and fp32 keeps the engine/trainer log-prob checks tight.
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+def _quiet_transformers() -> None:
+    # One "Loading weights" bar per model per rank drowns the step log; load errors still raise.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def checkpoint_dir(path: str) -> Path:
+    """The directory to load from: `path` itself, or the embedded tiny model's cache (built once)."""
+    if path != EMBEDDED_TINY:
+        return Path(path)
+    from logicrl.models.tiny import tiny_checkpoint_dir
+
+    directory = tiny_checkpoint_dir()
+    if not (directory / WEIGHTS_FILE).is_file():
+        _write_tiny_weights(directory)
+    return directory
+
+
+def _write_tiny_weights(directory: Path) -> None:
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from logicrl.models.tiny_pretrain import pretrain
+
+    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    torch.manual_seed(TINY_WEIGHTS_SEED)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    pretrain(model, AutoTokenizer.from_pretrained(directory, local_files_only=True))
+    # Tied lm_head shares storage with the embedding; safetensors refuses shared tensors, and
+    # from_pretrained re-ties them from config.tie_word_embeddings anyway.
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight" or
+             not config.tie_word_embeddings}
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    os.close(fd)
+    save_file(state, tmp, metadata={"format": "pt"})
+    os.replace(tmp, directory / WEIGHTS_FILE)  # atomic: concurrent ranks see all of it or none
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir(path), local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool = False,
+                   lora: LoraSpec | None = None) -> torch.nn.Module:
+    """The policy on CPU in `dtype`; with `lora`, wrapped by peft (only adapter weights train)."""
+    from transformers import AutoModelForCausalLM
+
+    _quiet_transformers()
+    model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True)
+    return _prepare(model, gradient_checkpointing, lora)
+
+
+def load_value_model(path: str, dtype: torch.dtype, gradient_checkpointing: bool = False) -> torch.nn.Module:
+    """The critic: the checkpoint's decoder with a fresh one-output token head (verl's choice)."""
+    from transformers import AutoModelForTokenClassification
+
+    _quiet_transformers()
+    model = AutoModelForTokenClassification.from_pretrained(checkpoint_dir(path), num_labels=1, dtype=dtype,
+                                                            local_files_only=True)
+    return _prepare(model, gradient_checkpointing, None)
+
+
+def _prepare(model: torch.nn.Module, gradient_checkpointing: bool, lora: LoraSpec | None) -> torch.nn.Module:
+    model.config.use_cache = False  # training forwards never reuse a KV cache
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        targets = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
+        model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=targets,
+                                                 lora_dropout=0.0, bias="none", task_type="CAUSAL_LM"))
+    return model

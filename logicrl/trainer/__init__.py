@@ -1,0 +1,1 @@
+"""The step loop, metrics, validation and (later) checkpoints."""

@@ -1,0 +1,200 @@
+"""The single controller's step loop.
+
+    generate -> reward -> old_log_prob -> ref -> values -> adv -> update_critic -> update_actor
+    -> update_weights -> metrics / validation
+
+Each phase is timed (`timing_s/<phase>`) and, on the workers, memory-measured
+(`perf/memory/<phase>/peak_gb`). The controller holds prompts, scores and advantages; the
+workers hold the models, and rank r always works on responses [r*S, (r+1)*S) of the step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
+from logicrl.config.batching import ARR, BatchPlan, uses_critic, uses_ref
+from logicrl.controller.worker_group import WorkerGroup
+from logicrl.data.dataset import load_prompts
+from logicrl.models.loading import load_tokenizer
+from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
+from logicrl.trainer.batch import build_batch, gather, merge_rank_metrics, shards
+from logicrl.trainer.curves import plot_curves
+from logicrl.trainer.rewards import RewardManager
+from logicrl.trainer.sampler import EpochSampler
+from logicrl.trainer.tracking import Tracker
+from logicrl.trainer.validation import validate_generations
+from logicrl.workers.hybrid import HybridWorker
+
+log = logging.getLogger("logicrl.trainer")
+
+
+@contextmanager
+def timed(name: str, metrics: dict):
+    start = time.perf_counter()
+    yield
+    metrics[f"timing_s/{name}"] = time.perf_counter() - start
+
+
+class PPOTrainer:
+    def __init__(self, cfg: DictConfig, plan: BatchPlan, run_dir: Path):
+        self.cfg, self.plan, self.run_dir = cfg, plan, run_dir
+        data, arr = cfg.data, cfg[ARR]
+        self.tokenizer = load_tokenizer(arr.model.path)
+        load = dict(prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
+                    truncation=data.truncation, skip_bad_rows=data.skip_bad_rows)
+        self.train_set = load_prompts(data.train_files, self.tokenizer, **load)
+        self.val_set = load_prompts(data.val_files, self.tokenizer, **load)
+        self.sampler = EpochSampler(len(self.train_set), data.train_batch_size, data.shuffle, data.seed)
+        per_epoch = self.sampler.steps_per_epoch * cfg.trainer.total_epochs
+        self.total_steps = min(per_epoch, cfg.trainer.total_training_steps or per_epoch)
+        custom = cfg.reward.custom
+        custom_fn = wrap_custom_reward(load_custom_reward(custom.path, custom.name), custom.name) \
+            if custom.path else None
+        overlong = cfg.reward.overlong_buffer
+        self.rewards = RewardManager(self.tokenizer, custom_fn,
+                                     dict(overlong) if overlong.enable else None)
+        self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, kl_coef=cfg.algorithm.kl_ctrl.kl_coef,
+                                          target_kl=cfg.algorithm.kl_ctrl.target_kl,
+                                          horizon=cfg.algorithm.kl_ctrl.horizon)
+        # The old-log-prob pass is skipped when each step makes exactly one optimizer step and no
+        # reward term needs it: the policy that sampled is then the policy being updated.
+        self.skip_old_log_prob = plan.actor.optimizer_steps == 1 and not cfg.algorithm.use_kl_in_reward
+        if arr.rollout.name == "vllm":
+            log.warning("actor_rollout_ref.rollout.name=vllm: the vLLM engine is not built yet; generating with hf")
+        use_cuda = torch.cuda.is_available() and cfg.trainer.device != "cpu"
+        log.info(f"starting {plan.ranks} rank(s) on {'cuda' if use_cuda else 'cpu'}; "
+                 f"{len(self.train_set)} train prompts, {self.total_steps} steps; old-log-prob pass "
+                 f"{'skipped (on-policy)' if self.skip_old_log_prob else 'on'}")
+        self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda,
+                                   config=OmegaConf.to_container(cfg, resolve=True), total_steps=self.total_steps)
+
+    def sampling(self, step: int) -> dict:
+        r = self.cfg[ARR].rollout
+        return dict(n=1, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                    max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed * 100_003 + step)
+
+    def fit(self) -> dict:
+        tracker = Tracker(self.run_dir, list(self.cfg.trainer.logger), self.total_steps,
+                          OmegaConf.to_container(self.cfg, resolve=True), self.cfg.trainer.project_name,
+                          self.cfg.trainer.experiment_name)
+        last: dict = {}
+        try:
+            if self.cfg.trainer.val_before_train:
+                tracker.log(self.validate(0), 0)
+            for step in range(1, self.total_steps + 1):
+                metrics = self.step(step)
+                test_freq = self.cfg.trainer.test_freq
+                if test_freq > 0 and (step % test_freq == 0 or step == self.total_steps):
+                    metrics.update(self.validate(step))
+                tracker.log(metrics, step)
+                last = metrics
+        finally:
+            tracker.close()
+            self.workers.shutdown()
+        png = plot_curves(self.run_dir)
+        log.info(f"curves: {png}")
+        print(f"logicrl: {self.total_steps} steps done; metrics in {self.run_dir / 'metrics.jsonl'}, curves in {png}")
+        return last
+
+    def step(self, step: int) -> dict:
+        cfg, plan, workers = self.cfg, self.plan, self.workers
+        metrics: dict = {}
+        start = time.perf_counter()
+        rows = [self.train_set[i] for i in self.sampler.batch(step - 1)]
+        n = cfg[ARR].rollout.n
+        pairs = [row for row in rows for _ in range(n)]  # prompt-major: response i answers pairs[i]
+        uids = torch.arange(len(rows)).repeat_interleave(n)  # [B*n] the group of each response
+
+        with timed("gen", metrics):
+            prompt_shards = [[row.input_ids for row in part] for part in _split(pairs, plan.ranks)]
+            outs = workers.dispatch("generate", prompt_shards, params=self.sampling(step))
+            rank_metrics = [m for _, m in outs]
+            responses = gather([o["responses"] for o, _ in outs])
+            response_mask = gather([o["response_mask"] for o, _ in outs])
+        batch = build_batch([row.input_ids for row in pairs], responses, response_mask, self.tokenizer.pad_token_id)
+
+        with timed("reward", metrics):
+            token_scores, reward_metrics, _, _ = self.rewards(responses, response_mask, pairs)
+        metrics.update(reward_metrics)
+
+        if not self.skip_old_log_prob:
+            with timed("old_log_prob", metrics):
+                outs = workers.dispatch("compute_log_prob", shards(batch, plan.ranks))
+                batch["old_log_probs"] = gather([o for o, _ in outs])
+                rank_metrics += [m for _, m in outs]
+        if uses_ref(cfg):
+            with timed("ref", metrics):
+                outs = workers.dispatch("compute_ref_log_prob", shards(batch, plan.ranks))
+                batch["ref_log_probs"] = gather([o for o, _ in outs])
+                rank_metrics += [m for _, m in outs]
+        if uses_critic(cfg):
+            with timed("values", metrics):
+                outs = workers.dispatch("compute_values", shards(batch, plan.ranks))
+                batch["values"] = gather([o for o, _ in outs])
+                rank_metrics += [m for _, m in outs]
+
+        with timed("adv", metrics):
+            rewards = token_scores
+            if cfg.algorithm.use_kl_in_reward:
+                rewards, kl_metrics = self._kl_in_reward(batch, token_scores)
+                metrics.update(kl_metrics)
+            a = cfg.algorithm
+            advantages, returns = compute_advantage(
+                a.adv_estimator, rewards, batch["response_mask"], index=uids,
+                values=batch.get("values", None), gamma=a.gamma, lam=a.lam,
+                norm_adv_by_std_in_grpo=a.norm_adv_by_std_in_grpo)
+            batch["advantages"], batch["returns"] = advantages, returns
+            metrics.update({k: float(v) for k, v in advantage_metrics(advantages, returns, batch["response_mask"]).items()})
+
+        if uses_critic(cfg):
+            with timed("update_critic", metrics):
+                rank_metrics += workers.dispatch("update_critic", shards(batch, plan.ranks),
+                                                 per_rank_mini=plan.critic.per_rank_mini)
+        if step > cfg.trainer.critic_warmup:
+            with timed("update_actor", metrics):
+                rank_metrics += workers.dispatch("update_actor", shards(batch, plan.ranks),
+                                                 per_rank_mini=plan.actor.per_rank_mini)
+            with timed("update_weights", metrics):
+                rank_metrics += workers.call("sync_weights")
+
+        worker_metrics = merge_rank_metrics(rank_metrics)
+        # The controller's wall times above include Ray transfers; the workers' own go under perf/.
+        metrics.update({k if not k.startswith("timing_s/") else "perf/worker_" + k: v
+                        for k, v in worker_metrics.items()})
+        metrics.update(length_metrics(response_mask, cfg.data.max_response_length))
+        metrics["timing_s/step"] = time.perf_counter() - start
+        metrics["perf/rollout_tokens_per_s"] = float(response_mask.sum()) / max(metrics["timing_s/gen"], 1e-9)
+        return metrics
+
+    def _kl_in_reward(self, batch, token_scores):
+        old = batch.get("old_log_probs", None)
+        rewards, kl = apply_kl_penalty(token_scores, old, batch["ref_log_probs"], batch["response_mask"],
+                                       self.kl_ctrl.value, self.cfg.algorithm.kl_penalty)
+        current = float(kl)
+        self.kl_ctrl.update(current, n_steps=len(token_scores))
+        return rewards, {"actor/reward_kl_penalty": current, "actor/reward_kl_coef": self.kl_ctrl.value}
+
+    def validate(self, step: int) -> dict:
+        vk = self.cfg[ARR].rollout.val_kwargs
+        params = dict(n=vk.n, temperature=vk.temperature, top_p=vk.top_p, top_k=vk.top_k, do_sample=vk.do_sample,
+                      max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed)
+        return validate_generations(self.workers, self.val_set, self.rewards, params, self.run_dir, step)
+
+
+def _split(items: list, parts: int) -> list[list]:
+    size = len(items) // parts
+    return [items[i * size:(i + 1) * size] for i in range(parts)]
+
+
+def length_metrics(response_mask: torch.Tensor, max_len: int) -> dict[str, float]:
+    lengths = response_mask.sum(-1).float()
+    return {"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
+            "response_length/min": float(lengths.min()),
+            "response_length/clip_ratio": float((lengths >= max_len).float().mean())}

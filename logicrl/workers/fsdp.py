@@ -1,0 +1,95 @@
+"""FSDP2 plumbing shared by the actor, reference and critic: process group, sharding, optimizer.
+
+FSDP2 (`fully_shard`) shards each decoder layer and then the root, so only one layer's full
+parameters exist at a time during forward and backward. On CUDA it runs over NCCL; without CUDA
+the same code runs on CPU ranks over gloo (the CI path).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+
+def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int,
+                     device: torch.device) -> DeviceMesh:
+    """Join the process group (once per process) and return the 1-D data-parallel mesh."""
+    if not dist.is_initialized():
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(minutes=30))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return init_device_mesh(device.type, (world_size,))
+
+
+def _layer_classes(model: torch.nn.Module) -> set[str]:
+    """HF names the blocks that must not be split (e.g. Qwen2DecoderLayer): one FSDP unit each."""
+    for module in model.modules():
+        names = getattr(module, "_no_split_modules", None)
+        if names:
+            return set(names)
+    return set()
+
+
+def shard_model(model: torch.nn.Module, mesh: DeviceMesh, device: torch.device,
+                param_offload: bool = False) -> torch.nn.Module:
+    """Shard `model` in place with fully_shard (per decoder layer, then the root) and return it."""
+    # Parameter offload only means something with an accelerator: CPU ranks already hold them on CPU.
+    offload = CPUOffloadPolicy() if param_offload and device.type == "cuda" else None
+    kwargs = {"mesh": mesh, **({"offload_policy": offload} if offload else {})}
+    if offload is None:
+        model.to(device)
+    layers = _layer_classes(model)
+    for module in model.modules():
+        if type(module).__name__ in layers:
+            fully_shard(module, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, total_steps: int,
+                    warmup_ratio: float, schedule: str):
+    """AdamW over the trainable parameters with linear warm-up, then constant or cosine decay."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.999))
+    warmup = int(warmup_ratio * total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if schedule == "cosine":
+            progress = (step - warmup) / max(1, total_steps - warmup)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> float:
+    """Clip the global gradient norm (over all shards) and return it, taken before clipping."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+    return float(norm)
+
+
+def all_reduce_sum(value: float | int, device: torch.device) -> float:
+    """Sum a number over ranks (e.g. a mini-batch's valid tokens, for the loss normaliser)."""
+    t = torch.tensor(float(value), dtype=torch.float64, device=device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t)
+    return float(t)
+
+
+def iter_full_params(model: torch.nn.Module):
+    """(name, full tensor) one parameter at a time: all-gathers a shard, never the whole state dict."""
+    for name, param in model.named_parameters():
+        full = param.full_tensor() if hasattr(param, "full_tensor") else param
+        yield name, full.detach()

@@ -1,0 +1,147 @@
+"""One worker per rank: the FSDP2 actor, the reference, the critic and the rollout engine.
+
+This is the hybrid engine of DESIGN.md: every rank generates for its own shard of prompts with
+its engine, trains its shard of the actor, and after each update streams the new weights into
+its engine. A plain class: tests build it directly; Ray only places it (controller/).
+
+Tensors cross the Ray boundary on CPU; each method moves its batch to the rank's device.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tensordict import TensorDict
+
+from logicrl.config.batching import uses_critic, uses_ref
+from logicrl.memory.telemetry import measure
+from logicrl.models.loading import LoraSpec, load_causal_lm, load_tokenizer, load_value_model, resolve_dtype
+from logicrl.workers.actor import Actor, forward_logprobs
+from logicrl.workers.critic import Critic
+from logicrl.workers.fsdp import build_optimizer, init_distributed, shard_model
+from logicrl.workers.rollout import SamplingParams
+from logicrl.workers.rollout.hf import HFRolloutEngine
+from logicrl.workers.weight_sync import iter_engine_weights
+
+
+def pick_device(kind: str, rank: int) -> torch.device:
+    cuda = torch.cuda.is_available()
+    if kind == "cuda" and not cuda:
+        raise RuntimeError("trainer.device=cuda but CUDA is not available here: use trainer.device=auto or cpu")
+    if kind == "cpu" or not cuda:
+        return torch.device("cpu")
+    # Ray gives each rank one GPU and makes it cuda:0 through CUDA_VISIBLE_DEVICES.
+    return torch.device("cuda", 0 if "CUDA_VISIBLE_DEVICES" in os.environ else rank % torch.cuda.device_count())
+
+
+class HybridWorker:
+    def __init__(self, config: dict, rank: int, world_size: int, master_addr: str, master_port: int,
+                 total_steps: int):
+        cfg: DictConfig = OmegaConf.create(config)
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        threads = os.environ.get("LOGICRL_TORCH_THREADS")
+        if threads:
+            torch.set_num_threads(int(threads))
+        self.device = pick_device(cfg.trainer.device, rank)
+        self.mesh = init_distributed(rank, world_size, master_addr, master_port, self.device)
+        torch.manual_seed(cfg.trainer.seed)
+        arr, model_cfg = cfg.actor_rollout_ref, cfg.actor_rollout_ref.model
+        self.dtype = resolve_dtype(model_cfg.dtype, self.device)
+        self.temperature = arr.rollout.temperature
+        tokenizer = load_tokenizer(model_cfg.path)
+        self.lora = model_cfg.lora_rank > 0
+
+        lora = LoraSpec(model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.target_modules) if self.lora else None
+        actor_model = load_causal_lm(model_cfg.path, self.dtype, model_cfg.enable_gradient_checkpointing, lora)
+        shard_model(actor_model, self.mesh, self.device, arr.actor.fsdp_config.param_offload)
+        optim = arr.actor.optim
+        self.actor = Actor(actor_model, *build_optimizer(actor_model, optim.lr, optim.weight_decay, total_steps,
+                                                         optim.lr_warmup_steps_ratio, optim.lr_scheduler_type),
+                           arr.actor, self.temperature, self.device, world_size)
+
+        # With LoRA the reference is the actor with its adapter switched off: no second copy.
+        self.ref_model = None
+        if uses_ref(cfg) and not self.lora:
+            self.ref_model = load_causal_lm(model_cfg.path, self.dtype)
+            self.ref_model.requires_grad_(False)
+            shard_model(self.ref_model, self.mesh, self.device, arr.ref.fsdp_config.param_offload)
+
+        self.critic = None
+        if uses_critic(cfg):
+            c = cfg.critic
+            critic_model = load_value_model(c.model.path, self.dtype, c.model.enable_gradient_checkpointing)
+            shard_model(critic_model, self.mesh, self.device, c.fsdp_config.param_offload)
+            self.critic = Critic(critic_model, *build_optimizer(critic_model, c.optim.lr, c.optim.weight_decay,
+                                                                total_steps, c.optim.lr_warmup_steps_ratio,
+                                                                c.optim.lr_scheduler_type),
+                                 c, self.device, world_size)
+
+        # The engine holds its own full copy of the policy: generation lengths differ per rank,
+        # and a sharded model would need every rank in lock-step for each decode step.
+        engine_model = load_causal_lm(model_cfg.path, self.dtype).to(self.device).eval().requires_grad_(False)
+        self.engine = HFRolloutEngine(engine_model, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
+                                      micro_batch_size=arr.rollout.max_num_seqs)
+
+    # ---------------------------------------------------------------- phases
+    def generate(self, prompt_ids: list[list[int]], params: dict) -> tuple[dict, dict]:
+        metrics: dict = {}
+        with measure("gen", metrics, self.device):
+            sampling = SamplingParams(**{**params, "seed": params.get("seed", 0) * 1009 + self.rank})
+            out = self.engine.generate(prompt_ids, sampling)
+        return {"responses": out.responses.cpu(), "response_mask": out.response_mask.cpu(),
+                "rollout_log_probs": out.log_probs.cpu(), "prompt_index": out.prompt_index.cpu()}, metrics
+
+    def compute_log_prob(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
+        metrics: dict = {}
+        with measure("old_log_prob", metrics, self.device):
+            out = self.actor.compute_log_prob(batch.to(self.device),
+                                              self.cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu)
+        return out.cpu(), metrics
+
+    def compute_ref_log_prob(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
+        metrics: dict = {}
+        micro = self.cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
+        with measure("ref", metrics, self.device):
+            batch = batch.to(self.device)
+            if self.ref_model is None:
+                with self.actor.model.disable_adapter():
+                    out = forward_logprobs(self.actor.model, batch, micro, self.temperature)
+            else:
+                out = forward_logprobs(self.ref_model, batch, micro, self.temperature)
+        return out.cpu(), metrics
+
+    def compute_values(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
+        metrics: dict = {}
+        with measure("values", metrics, self.device):
+            out = self.critic.compute_values(batch.to(self.device), self.cfg.critic.ppo_micro_batch_size_per_gpu)
+        return out.cpu(), metrics
+
+    def update_actor(self, batch: TensorDict, per_rank_mini: int) -> dict:
+        metrics: dict = {}
+        with measure("update_actor", metrics, self.device):
+            metrics.update(self.actor.update(batch.to(self.device), per_rank_mini))
+        return metrics
+
+    def update_critic(self, batch: TensorDict, per_rank_mini: int) -> dict:
+        metrics: dict = {}
+        with measure("update_critic", metrics, self.device):
+            metrics.update(self.critic.update(batch.to(self.device), per_rank_mini,
+                                              self.cfg.actor_rollout_ref.actor.loss_agg_mode))
+        return metrics
+
+    def sync_weights(self) -> dict:
+        metrics: dict = {}
+        with measure("update_weights", metrics, self.device):
+            self.engine.sync_weights(iter_engine_weights(self.actor.model))
+        return metrics
+
+    # ---------------------------------------------------------------- for tests
+    def actor_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.cpu().clone() for k, v in iter_engine_weights(self.actor.model)}
+
+    def ref_state(self) -> dict[str, torch.Tensor]:
+        if self.ref_model is None:
+            return {}
+        return {k: v.cpu().clone() for k, v in iter_engine_weights(self.ref_model)}

@@ -1,0 +1,98 @@
+"""The rollout interface: sampling parameters, what an engine returns, and the engine Protocol.
+
+Every engine (HF here, vLLM in issue 6) satisfies `RolloutEngine`, so the step loop never knows
+which one it drives. The contract that matters most is the log-prob definition below: the
+trainer recomputes exactly this quantity for the same tokens, and the two must agree (that
+test is what proves weight sync and the sampler are right).
+
+Log-prob of a sampled token, for every engine:
+    log_softmax(logits / T)[token]      logits: the model's raw fp32 logits at that step
+                                        T: SamplingParams.logprob_temperature
+computed BEFORE top-k / top-p filtering. Filtering only decides which tokens may be drawn; the
+policy the trainer optimises (logicrl.models.logprob) is the unfiltered tempered softmax, so
+that is what the engine reports. (vLLM's default sample log-probs are taken before temperature
+is applied; the vLLM engine must produce the tempered, unfiltered value to honour this.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample; the names follow vLLM's SamplingParams and verl's rollout config."""
+
+    n: int = 1  # responses per prompt
+    temperature: float = 1.0  # 0 means greedy, as in vLLM
+    top_p: float = 1.0  # nucleus mass kept; 1.0 = off
+    top_k: int = -1  # most likely tokens kept; -1 = off
+    max_tokens: int = 256  # response length cap, and the width R of every returned tensor
+    seed: int | None = None  # None: draw from the global RNG (not reproducible)
+    do_sample: bool = True  # False: greedy whatever the temperature (verl's val_kwargs.do_sample)
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"rollout n={self.n} must be >= 1")
+        if self.max_tokens < 1:
+            raise ValueError(f"rollout max_tokens={self.max_tokens} must be >= 1")
+        if self.temperature < 0:
+            raise ValueError(f"rollout temperature={self.temperature} must be >= 0 (0 = greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"rollout top_p={self.top_p} must be in (0, 1]; 1.0 turns it off")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"rollout top_k={self.top_k} must be >= 1, or -1 to turn it off")
+
+    @property
+    def greedy(self) -> bool:
+        return not self.do_sample or self.temperature == 0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The T of the reported log-probs: the sampling temperature, or 1 when it is 0 (greedy)."""
+        return self.temperature if self.temperature > 0 else 1.0
+
+
+@dataclass
+class RolloutOutput:
+    """B*n responses, prompt-major: rows [i*n, (i+1)*n) are the n samples of prompt i.
+
+    R is always SamplingParams.max_tokens, whatever lengths were generated: every rank and every
+    step then produces the same shapes, which the memory plan and batch concatenation rely on.
+    """
+
+    responses: torch.Tensor  # [B*n, R] int64, right-padded with the engine's pad_id
+    response_mask: torch.Tensor  # [B*n, R] int64, 1 for generated tokens (the EOS included), 0 after
+    log_probs: torch.Tensor  # [B*n, R] float32, the engine's log-probs (module docstring); 0 where masked
+    prompt_index: torch.Tensor  # [B*n] int64, which input prompt each row answers
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        return self.response_mask.sum(-1)  # [B*n]
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """What the step loop needs from a rollout engine. Each rank calls it for its own prompt shard."""
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> RolloutOutput:
+        """Sample params.n responses for each prompt (unpadded token ids), returned prompt-major."""
+        ...
+
+    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load the actor's new weights, one (name, full tensor) at a time, so a caller can stream
+        them bucket by bucket without ever holding a whole state dict. Names are the engine
+        model's own parameter names (HF `named_parameters()` names)."""
+        ...
+
+    def sleep(self) -> None:
+        """Release what the engine holds between rollouts (KV cache, its own weight copy)."""
+        ...
+
+    def wake(self) -> None:
+        """Re-acquire what sleep() released, before the next generate()."""
+        ...

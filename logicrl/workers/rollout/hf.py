@@ -1,0 +1,160 @@
+"""Rollout with the HF model itself: a manual KV-cached sampling loop, micro-batched.
+
+The fallback engine where vLLM is absent, and the reference the vLLM engine is checked
+against. It shares the module the actor trains (or a copy it is given), so it owns no weights:
+sleep()/wake() have nothing to release, and sync_weights() only copies when handed tensors that
+are not already its own.
+
+Why not `model.generate`: it draws from the global RNG (no per-call generator, so no
+reproducible rollouts without touching global state), its `scores` are taken after its logits
+processors, and getting the unfiltered tempered log-prob (base.py) would mean keeping every
+step's raw [b, V] logits and re-scoring them. The loop below is short and does exactly that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from logicrl.workers.rollout.base import RolloutOutput, SamplingParams
+
+
+def sample_tokens(logits: torch.Tensor, params: SamplingParams,
+                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row and report its log-prob (base.py's definition).
+
+    logits [b, V] raw model logits -> tokens [b] int64, log_probs [b] float32
+    top-k then top-p, as vLLM applies them; greedy takes the argmax of the raw logits.
+    """
+    logits = logits.float()
+    log_probs = torch.log_softmax(logits / params.logprob_temperature, dim=-1)  # [b, V], before filtering
+    if params.greedy:
+        tokens = logits.argmax(dim=-1)
+    else:
+        z = logits / params.temperature  # [b, V]
+        if params.top_k > 0 and params.top_k < z.shape[-1]:
+            kth = torch.topk(z, params.top_k, dim=-1).values[:, -1:]  # [b, 1]
+            z = z.masked_fill(z < kth, float("-inf"))
+        if params.top_p < 1.0:
+            sorted_z, order = torch.sort(z, dim=-1, descending=True)  # [b, V]
+            sorted_p = torch.softmax(sorted_z, dim=-1)
+            # Drop a token when the mass strictly before it already reaches top_p; the most
+            # likely token has nothing before it, so at least one token always survives.
+            drop_sorted = (sorted_p.cumsum(dim=-1) - sorted_p) >= params.top_p
+            drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+            z = z.masked_fill(drop, float("-inf"))
+        tokens = torch.multinomial(torch.softmax(z, dim=-1), 1, generator=generator).squeeze(-1)
+    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class HFRolloutEngine:
+    """RolloutEngine over a HF *ForCausalLM (or a peft wrapper of one).
+
+    micro_batch_size caps the sequences decoded together (prompts repeated n times), so the KV
+    cache and the [b, V] logits of a step stay bounded whatever B*n is.
+    """
+
+    def __init__(self, model: nn.Module, pad_id: int, eos_ids: Sequence[int], micro_batch_size: int):
+        if micro_batch_size < 1:
+            raise ValueError(f"rollout micro_batch_size={micro_batch_size} must be >= 1")
+        self.model = model
+        self.pad_id = int(pad_id)
+        self.eos_ids = [int(t) for t in eos_ids]  # may be empty: then only max_tokens stops a response
+        self.micro_batch_size = micro_batch_size
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> RolloutOutput:
+        if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("generate needs at least one prompt, and every prompt at least one token")
+        rows = [list(p) for p in prompt_ids for _ in range(params.n)]  # prompt-major
+        device = next(self.model.parameters()).device
+        # One generator for the whole call, consumed micro-batch after micro-batch: the same seed
+        # and micro_batch_size give the same samples; another micro_batch_size gives other
+        # (equally valid) samples, as batching does in vLLM.
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=device).manual_seed(params.seed)
+
+        chunks = []
+        was_training = self.model.training
+        self.model.eval()  # dropout off; HF also skips gradient checkpointing in eval mode
+        try:
+            # no_grad, not inference_mode: the returned ids feed the trainer's forward, where
+            # inference tensors cannot be saved for backward (the embedding saves its indices).
+            with torch.no_grad():
+                for start in range(0, len(rows), self.micro_batch_size):
+                    chunks.append(self._generate_micro_batch(rows[start:start + self.micro_batch_size],
+                                                             params, generator, device))
+        finally:
+            self.model.train(was_training)
+        responses, response_mask, log_probs = (torch.cat(parts) for parts in zip(*chunks, strict=True))
+        prompt_index = torch.arange(len(prompt_ids), device=device).repeat_interleave(params.n)  # [B*n]
+        return RolloutOutput(responses=responses, response_mask=response_mask, log_probs=log_probs,
+                             prompt_index=prompt_index)
+
+    def _generate_micro_batch(self, prompts: list[list[int]], params: SamplingParams,
+                              generator: torch.Generator | None, device: torch.device):
+        b, width, steps = len(prompts), max(map(len, prompts)), params.max_tokens
+        input_ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=device)  # [b, P]
+        attention_mask = torch.zeros((b, width), dtype=torch.long, device=device)  # [b, P]
+        for i, prompt in enumerate(prompts):  # left padding: every row's next token is at column P
+            input_ids[i, width - len(prompt):] = torch.tensor(prompt, device=device)
+            attention_mask[i, width - len(prompt):] = 1
+        # Positions count real tokens only, so a padded prompt sees the positions it would alone.
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [b, P]
+        next_position = position_ids[:, -1:] + 1  # [b, 1]
+
+        responses = torch.full((b, steps), self.pad_id, dtype=torch.long, device=device)  # [b, R]
+        response_mask = torch.zeros((b, steps), dtype=torch.long, device=device)  # [b, R]
+        log_probs = torch.zeros((b, steps), dtype=torch.float32, device=device)  # [b, R]
+        eos = torch.tensor(self.eos_ids, dtype=torch.long, device=device)
+        finished = torch.zeros(b, dtype=torch.bool, device=device)  # [b]
+
+        cache = DynamicCache(config=self.model.config)
+        # logits_to_keep=1: the prefill only needs the last position's logits, not [b, P, V].
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]  # [b, V]
+        for step in range(steps):
+            tokens, token_log_probs = sample_tokens(logits, params, generator)  # [b], [b]
+            alive = ~finished
+            responses[:, step] = torch.where(alive, tokens, self.pad_id)
+            response_mask[:, step] = alive.long()
+            log_probs[:, step] = torch.where(alive, token_log_probs, 0.0)
+            finished |= alive & torch.isin(tokens, eos)
+            if step == steps - 1 or bool(finished.all()):
+                break
+            # Finished rows keep decoding (a batch moves together) but their tokens are discarded
+            # above; their attention stays 1 so no row ever has an all-masked query.
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(b, 1)], dim=-1)  # [b, P+step+1]
+            logits = self.model(input_ids=responses[:, step:step + 1], attention_mask=attention_mask,
+                                position_ids=next_position, past_key_values=cache, use_cache=True).logits[:, -1]
+            next_position = next_position + 1
+        return responses, response_mask, log_probs
+
+    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy (name, full tensor) pairs into the model, one at a time.
+
+        When the engine shares the actor's module (the usual HF set-up) every tensor is already
+        the engine's own and nothing is copied. A separate copy (e.g. the engine's model beside an
+        FSDP2 actor) receives the gathered tensors here; the caller must pass full tensors, not
+        DTensor shards. Tied parameters are listed under every name, so either name works.
+        """
+        own = dict(self.model.named_parameters(remove_duplicate=False))
+        own.update(self.model.named_buffers(remove_duplicate=False))
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in own:
+                    raise KeyError(f"sync_weights: {name!r} is not a parameter or buffer of the rollout model "
+                                   f"{type(self.model).__name__}")
+                target = own[name]
+                if target.data_ptr() != tensor.data_ptr():
+                    target.copy_(tensor)
+
+    def sleep(self) -> None:
+        """Nothing to release: the KV cache lives only inside one generate() call and the weights
+        belong to the trainer."""
+
+    def wake(self) -> None:
+        """Nothing to re-acquire (see sleep)."""

@@ -1,0 +1,25 @@
+"""A tiny random Qwen2 (the embedded model's shape), built offline with a fixed seed."""
+
+import pytest
+import torch
+import transformers
+
+
+def build_tiny_qwen2(seed: int = 0):
+    torch.manual_seed(seed)
+    config = transformers.Qwen2Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                      num_key_value_heads=1, head_dim=64, intermediate_size=352,
+                                      vocab_size=2048, tie_word_embeddings=True)
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+@pytest.fixture
+def make_tiny_qwen2():
+    """For tests that change a model's weights or mode: a fresh model per call."""
+    return build_tiny_qwen2
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2():
+    """Shared by a module's tests; tests that change weights or mode build their own."""
+    return build_tiny_qwen2().eval()

@@ -1,0 +1,76 @@
+"""Two FSDP2 ranks over gloo give the same update as one rank on the same batch.
+
+Each rank holds half the responses (micro-batches of unequal valid tokens); with the
+mini-batch normaliser summed over ranks and FSDP2's gradient averaging undone, the gradient
+must equal the full batch's.
+"""
+
+import torch
+import torch.multiprocessing as mp
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+
+from logicrl.controller.worker_group import free_port
+
+ACTOR_CFG = dict(use_dynamic_bsz=False, ppo_micro_batch_size_per_gpu=2, ppo_max_token_len_per_gpu=64, ppo_epochs=1,
+                 loss_agg_mode="token-mean", policy_loss={"loss_mode": "vanilla"}, clip_ratio_low=0.2,
+                 clip_ratio_high=0.2, clip_ratio_c=3.0, entropy_coeff=0.01, use_kl_loss=False, grad_clip=1e9)
+
+
+def make_batch(n: int = 8, prompt: int = 5, response: int = 6) -> TensorDict:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 2048, (n, prompt + response), generator=g)
+    lengths = torch.randint(1, response + 1, (n,), generator=g)  # unequal valid tokens per response
+    response_mask = (torch.arange(response)[None] < lengths[:, None]).long()
+    attention_mask = torch.cat([torch.ones(n, prompt, dtype=torch.long), response_mask], 1)
+    return TensorDict({
+        "input_ids": ids, "attention_mask": attention_mask,
+        "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+        "responses": ids[:, prompt:], "response_mask": response_mask,
+        "advantages": torch.randn(n, response, generator=g) * response_mask,
+    }, batch_size=[n])
+
+
+def _rank(rank: int, world: int, port: int, out: str):
+    from tests.workers.conftest import build_tiny_qwen2
+    from logicrl.workers.actor import Actor
+    from logicrl.workers.fsdp import build_optimizer, init_distributed, iter_full_params, shard_model
+
+    torch.set_num_threads(1)
+    device = torch.device("cpu")
+    mesh = init_distributed(rank, world, "127.0.0.1", port, device)
+    model = shard_model(build_tiny_qwen2(seed=0), mesh, device)
+    _, scheduler = build_optimizer(model, 1e-2, 0.0, 10, 0.0, "constant")
+    # Plain SGD with lr 1: the step is exactly minus the gradient, so comparing parameters
+    # compares gradients (Adam's first step, ~lr * sign(g), would magnify float noise in tiny g).
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    actor = Actor(model, optimizer, scheduler, OmegaConf.create(ACTOR_CFG), 1.0, device, world)
+    shard = make_batch().chunk(world)[rank]
+    metrics = actor.update(shard, per_rank_mini=len(shard))
+    params = {name: t.clone() for name, t in iter_full_params(model)}
+    if rank == 0:
+        torch.save({"grad_norm": metrics["actor/grad_norm"], "params": params}, out)
+    torch.distributed.destroy_process_group()
+
+
+def run(world: int, tmp_path) -> dict:
+    out = str(tmp_path / f"world{world}.pt")
+    mp.spawn(_rank, args=(world, free_port(), out), nprocs=world)
+    return torch.load(out)
+
+
+def test_two_ranks_match_one_rank(tmp_path):
+    one, two = run(1, tmp_path), run(2, tmp_path)
+    assert abs(one["grad_norm"] - two["grad_norm"]) < 1e-5 * max(1.0, one["grad_norm"])
+    initial = dict(build_params())
+    moved = 0
+    for name, p1 in one["params"].items():
+        torch.testing.assert_close(two["params"][name] - initial[name], p1 - initial[name], atol=1e-7, rtol=1e-4)
+        moved += int(not torch.equal(p1, initial[name]))
+    assert moved == len(initial)  # the step changed every parameter, on both sides alike
+
+
+def build_params():
+    from tests.workers.conftest import build_tiny_qwen2
+
+    return [(n, p.detach()) for n, p in build_tiny_qwen2(seed=0).named_parameters()]
