@@ -60,6 +60,8 @@ def _write_tiny_weights(directory: Path) -> None:
 
     from logicrl.models.tiny_pretrain import pretrain
 
+    print(f"logicrl: building the embedded tiny model in {directory} (first run only: ~20 s of pre-training)",
+          flush=True)
     config = AutoConfig.from_pretrained(directory, local_files_only=True)
     torch.manual_seed(TINY_WEIGHTS_SEED)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

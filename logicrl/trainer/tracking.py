@@ -1,8 +1,8 @@
 """Where metrics go: the console, a JSONL file in the run directory, TensorBoard, wandb.
 
-`trainer.logger` lists the sinks. The console line is compact (reward, accuracy, lengths, step
-time) and sits under a tqdm bar with an ETA; the JSONL file gets every metric of every step, so
-curves can be redrawn without any logging service.
+The JSONL file (every metric of every step, so curves can be redrawn without any service) and
+TensorBoard are always written to the run directory; `trainer.logger` adds the console (one
+compact line per step under a tqdm bar with an ETA) and wandb (when installed).
 """
 
 from __future__ import annotations
@@ -36,11 +36,9 @@ class Tracker:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total_steps, desc="steps", unit="step", dynamic_ncols=True)
-        self.tb = None
-        if "tensorboard" in loggers:
-            from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+        self.tb = SummaryWriter(str(run_dir / "tensorboard"))
         self.wandb = None
         if "wandb" in loggers:
             try:
@@ -54,9 +52,8 @@ class Tracker:
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
         self.jsonl.flush()
-        if self.tb is not None:
-            for key, value in clean.items():
-                self.tb.add_scalar(key, value, step)
+        for key, value in clean.items():
+            self.tb.add_scalar(key, value, step)
         if self.wandb is not None:
             self.wandb.log(clean, step=step)
         if self.bar is not None:
@@ -68,7 +65,6 @@ class Tracker:
         self.jsonl.close()
         if self.bar is not None:
             self.bar.close()
-        if self.tb is not None:
-            self.tb.close()
+        self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()

@@ -38,11 +38,12 @@ def test_grpo_two_cpu_ranks(tmp_path):
     # one optimizer step per step: the old-log-prob pass is provably redundant and skipped
     assert "timing_s/old_log_prob" not in rows[-1]
     assert (tmp_path / "run" / "curves.png").stat().st_size > 0
+    assert list((tmp_path / "run" / "tensorboard").iterdir())
 
 
-def test_ppo_with_critic_and_two_mini_batches(tmp_path):
+def test_ppo_with_critic_two_mini_batches_and_gradient_checkpointing(tmp_path):
     rows = train(tmp_path, "algorithm.adv_estimator=gae", f"{ARR}.actor.ppo_mini_batch_size=2",
-                 "critic.ppo_micro_batch_size_per_gpu=2")
+                 "critic.ppo_micro_batch_size_per_gpu=2", f"{ARR}.model.enable_gradient_checkpointing=true")
     last = rows[-1]
     for key in ("critic/vf_loss", "timing_s/values", "timing_s/update_critic", "timing_s/old_log_prob"):
         assert key in last, key
@@ -67,3 +68,11 @@ def test_multirun_two_jobs(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     for job in ("0", "1"):
         assert (sweep / job / "metrics.jsonl").read_text().strip()
+
+
+def test_reinforce_plus_plus_with_separate_reference_and_old_log_probs(tmp_path):
+    rows = train(tmp_path, "algorithm.adv_estimator=reinforce_plus_plus", f"{ARR}.actor.use_kl_loss=true",
+                 f"{ARR}.actor.ppo_epochs=2")
+    # two optimizer steps per step: the old-log-prob pass must run
+    assert "timing_s/old_log_prob" in rows[-1] and "timing_s/ref" in rows[-1] and "actor/kl_loss" in rows[-1]
+    assert rows[-1]["actor/ppo_kl"] != 0.0  # the second epoch sees a moved policy
