@@ -66,8 +66,6 @@ class PPOTrainer:
         # The old-log-prob pass is skipped when each step makes exactly one optimizer step and no
         # reward term needs it: the policy that sampled is then the policy being updated.
         self.skip_old_log_prob = plan.actor.optimizer_steps == 1 and not cfg.algorithm.use_kl_in_reward
-        if arr.rollout.name == "vllm":
-            log.warning("actor_rollout_ref.rollout.name=vllm: the vLLM engine is not built yet; generating with hf")
         use_cuda = torch.cuda.is_available() and cfg.trainer.device != "cpu"
         log.info(f"starting {plan.ranks} rank(s) on {'cuda' if use_cuda else 'cpu'}; "
                  f"{len(self.train_set)} train prompts, {self.total_steps} steps; old-log-prob pass "

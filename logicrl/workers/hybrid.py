@@ -22,7 +22,7 @@ from logicrl.workers.actor import Actor, forward_logprobs
 from logicrl.workers.critic import Critic
 from logicrl.workers.fsdp import build_optimizer, init_distributed, shard_model
 from logicrl.workers.rollout import SamplingParams
-from logicrl.workers.rollout.hf import HFRolloutEngine
+from logicrl.workers.rollout.engines import build_engine
 from logicrl.workers.weight_sync import iter_engine_weights
 
 
@@ -80,9 +80,7 @@ class HybridWorker:
 
         # The engine holds its own full copy of the policy: generation lengths differ per rank,
         # and a sharded model would need every rank in lock-step for each decode step.
-        engine_model = load_causal_lm(model_cfg.path, self.dtype).to(self.device).eval().requires_grad_(False)
-        self.engine = HFRolloutEngine(engine_model, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
-                                      micro_batch_size=arr.rollout.max_num_seqs)
+        self.engine = build_engine(cfg, tokenizer, self.dtype, self.device)
 
     # ---------------------------------------------------------------- phases
     def generate(self, prompt_ids: list[list[int]], params: dict) -> tuple[dict, dict]:
@@ -90,6 +88,10 @@ class HybridWorker:
         with measure("gen", metrics, self.device):
             sampling = SamplingParams(**{**params, "seed": params.get("seed", 0) * 1009 + self.rank})
             out = self.engine.generate(prompt_ids, sampling)
+            if self.cfg.actor_rollout_ref.rollout.free_cache_engine:
+                # Training gets the engine's memory back until the next generate (vLLM sleep mode on
+                # CUDA; on CPU only the prefix cache is dropped, see rollout/vllm.py).
+                self.engine.sleep()
         return {"responses": out.responses.cpu(), "response_mask": out.response_mask.cpu(),
                 "rollout_log_probs": out.log_probs.cpu(), "prompt_index": out.prompt_index.cpu()}, metrics
 

@@ -23,3 +23,11 @@ def make_tiny_qwen2():
 def tiny_qwen2():
     """Shared by a module's tests; tests that change weights or mode build their own."""
     return build_tiny_qwen2().eval()
+
+
+def trainer_inputs(prompts, out, pad_id):
+    """The trainer's view of a rollout (logicrl.trainer.batch.build_batch): [B*n, P+R] ids, mask, positions."""
+    from logicrl.trainer.batch import build_batch
+
+    batch = build_batch([prompts[i] for i in out.prompt_index.tolist()], out.responses, out.response_mask, pad_id)
+    return batch["input_ids"], batch["attention_mask"], batch["position_ids"]

@@ -7,6 +7,7 @@ import torch
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.workers.rollout import RolloutEngine, SamplingParams
 from logicrl.workers.rollout.hf import HFRolloutEngine, sample_tokens
+from tests.workers.conftest import trainer_inputs
 
 PAD = 0
 PROMPTS = [[17, 250, 3, 999], [5, 6, 7, 8, 9, 10, 11], [42]]  # different lengths: left padding is exercised
@@ -18,15 +19,7 @@ def engine(model, eos_ids=(), micro_batch_size=8):
 
 
 def trainer_batch(prompts, out):
-    """The trainer's view of a rollout: left-padded prompts + right-padded responses, [B*n, P+R]."""
-    rows = [prompts[i] for i in out.prompt_index.tolist()]
-    width = max(map(len, rows))
-    prompt_ids = torch.tensor([[PAD] * (width - len(p)) + p for p in rows])  # [B*n, P]
-    prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows])  # [B*n, P]
-    input_ids = torch.cat([prompt_ids, out.responses], dim=1)  # [B*n, P+R]
-    attention_mask = torch.cat([prompt_mask, out.response_mask], dim=1)  # [B*n, P+R]
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return input_ids, attention_mask, position_ids
+    return trainer_inputs(prompts, out, PAD)
 
 
 def test_engine_satisfies_the_protocol(tiny_qwen2):

@@ -1,0 +1,73 @@
+"""`actor_rollout_ref.rollout.name` -> the engine a rank builds: the one registry for that switch.
+
+Each builder takes the resolved config, the rank's tokenizer, dtype and device, and returns a
+RolloutEngine holding its own copy of the policy (synced from the actor after each update).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+
+import torch
+from omegaconf import DictConfig
+
+log = logging.getLogger("logicrl.rollout")
+
+
+def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device):
+    from logicrl.models.loading import load_causal_lm
+    from logicrl.workers.rollout.hf import HFRolloutEngine
+
+    arr = cfg.actor_rollout_ref
+    model = load_causal_lm(arr.model.path, dtype).to(device).eval().requires_grad_(False)
+    return HFRolloutEngine(model, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
+                           micro_batch_size=arr.rollout.max_num_seqs)
+
+
+# vLLM needs a few blocks of headroom beyond the sequences it schedules at once.
+MIN_KV_CACHE_GB = 0.0625
+
+
+def kv_cache_gb(cfg: DictConfig, dtype: torch.dtype, device: torch.device) -> float | None:
+    """The engine's KV cache budget: the configured one, else on CPU what max_num_seqs full sequences need."""
+    from logicrl.models.spec import load_model_spec
+
+    r = cfg.actor_rollout_ref.rollout
+    if r.kv_cache_gb is not None or device.type == "cuda":
+        return r.kv_cache_gb
+    spec = load_model_spec(cfg.actor_rollout_ref.model.path)
+    per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * torch.finfo(dtype).bits // 8
+    tokens = r.max_num_seqs * (cfg.data.max_prompt_length + cfg.data.max_response_length)
+    return max(MIN_KV_CACHE_GB, per_token * tokens / 2**30)
+
+
+def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device):
+    from logicrl.models.loading import checkpoint_dir
+    from logicrl.workers.rollout.vllm import VLLMRolloutEngine
+
+    r = cfg.actor_rollout_ref.rollout
+    return VLLMRolloutEngine(
+        str(checkpoint_dir(cfg.actor_rollout_ref.model.path)), pad_id=tokenizer.pad_token_id,
+        eos_ids=[tokenizer.eos_token_id], max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
+        dtype=str(dtype).removeprefix("torch."), seed=cfg.trainer.seed,
+        gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_gb=kv_cache_gb(cfg, dtype, device),
+        max_num_seqs=r.max_num_seqs,
+        max_num_batched_tokens=r.max_num_batched_tokens, enforce_eager=r.enforce_eager,
+        enable_prefix_caching=r.enable_prefix_caching, free_cache_engine=r.free_cache_engine,
+        tensor_model_parallel_size=r.tensor_model_parallel_size)
+
+
+ENGINES = {"hf": _hf, "vllm": _vllm}
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def build_engine(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device):
+    name = cfg.actor_rollout_ref.rollout.name
+    if name == "vllm" and not vllm_available():
+        log.warning("actor_rollout_ref.rollout.name=vllm but vLLM is not installed: generating with hf")
+        name = "hf"
+    return ENGINES[name](cfg, tokenizer, dtype, device)

@@ -1,0 +1,210 @@
+"""Rollout with vLLM, created once per rank, in this process, beside the actor (the hybrid engine).
+
+In-process: vLLM's engine core normally runs in a child process (and on CPU always uses the
+multiprocessing executor). VLLM_ENABLE_V1_MULTIPROCESSING=0 with distributed_executor_backend="uni"
+keeps the engine core, the executor and the one worker in this process, so weight sync hands
+tensors over by reference and no second copy of the weights crosses a process boundary.
+
+Three places where vLLM does not do what base.py needs on its own, and what this file does:
+
+1. Log-probs. vLLM 0.32's `logprobs_mode` offers `raw_logprobs` (log_softmax of the raw logits:
+   no temperature) and `processed_logprobs` (log_softmax after temperature AND after top-k/top-p,
+   so renormalised over the kept tokens). base.py wants log_softmax(logits / T) before filtering,
+   which neither gives once top-k or top-p is on. We run with `processed_logprobs` and replace the
+   sampler's top-k/top-p step, in the worker, by one that first takes the log_softmax of the
+   tempered logits it receives and then filters and samples exactly as vLLM does
+   (`_report_unfiltered_logprobs`). Without filtering this equals plain `processed_logprobs`.
+   Greedy requests (temperature 0) take vLLM's greedy path, whose processed log-probs are
+   log_softmax(raw logits), i.e. T = 1 as base.py says; greedy at another logprob temperature is
+   sent as top_k=1 at that temperature, so the report stays tempered.
+
+2. Weight sync. On CPU vLLM packs every linear weight into a oneDNN handle after loading and
+   replaces the parameter by an empty tensor, so copying into `named_parameters()` changes
+   nothing. The supported way is the worker's `reload_weights` (layer-wise in-place reload: each
+   layer is re-materialised, loaded and re-packed as soon as all of its tensors have arrived).
+   A tied lm_head is not re-packed by it (its weight arrives under the embedding's name and the
+   reload reports "ParallelLMHead: Failed to load weights"), so the vocabulary layers are re-packed
+   here afterwards. The prefix cache is then reset: cached KV blocks were computed with the old
+   weights and would otherwise be reused for any repeated prompt prefix.
+
+3. Sleep. vLLM's sleep mode needs CUDA's memory pool; the CPU worker logs "sleep mode is not
+   supported on CPU" and does nothing. On CPU sleep() therefore only drops the prefix cache: the KV
+   cache (VLLM_CPU_KVCACHE_SPACE / kv_cache_gb) and the engine's weight copy stay allocated while
+   the actor trains.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from logicrl.workers.rollout.base import RolloutOutput, SamplingParams
+
+
+def _report_unfiltered_logprobs(worker) -> None:
+    """Run inside vLLM's worker: make the sampler report log_softmax(logits / T) before top-k/top-p.
+
+    vLLM's Sampler divides the logits by the temperature, then calls `topk_topp_sampler(logits,
+    generators, k, p)`, which filters, samples and (in a processed mode) returns the log-probs of
+    the filtered logits. We take the log-softmax of what it receives, i.e. the tempered unfiltered
+    logits, and let vLLM's own forward do the filtering and sampling with its mode set to raw so it
+    does not compute a second [b, V] log-softmax that would be thrown away.
+    """
+    topk_topp = worker.model_runner.sampler.topk_topp_sampler
+    vllm_forward = topk_topp.forward
+    topk_topp.logprobs_mode = "raw_logprobs"  # only read by that inner forward
+
+    def forward(logits, generators, k, p):
+        log_probs = logits.log_softmax(dim=-1, dtype=torch.float32)  # [b, V], before filtering
+        sampled, _ = vllm_forward(logits, generators, k, p)  # may filter `logits` in place
+        return sampled, log_probs
+
+    topk_topp.forward = forward
+
+
+def _reload_weights(worker, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Run inside vLLM's worker: load HF-named full tensors in place, then re-pack the vocab layers."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    worker.reload_weights(weights_iterator=iter(named_tensors), is_checkpoint_format=True)
+    for module in worker.get_model().modules():
+        if isinstance(getattr(module, "quant_method", None), UnquantizedEmbeddingMethod):
+            # Re-creates the packed GEMM handle of the (possibly tied) lm_head from the new weight;
+            # cheap: one [V, H] pack. A no-op on platforms that do not pack.
+            module.quant_method.process_weights_after_loading(module)
+
+
+class VLLMRolloutEngine:
+    """RolloutEngine over an in-process vllm.LLM loaded from a local HF checkpoint directory.
+
+    kv_cache_gb: KV cache size in GiB; None sizes it from gpu_memory_utilization, which on CPU is
+    the fraction of the memory node the whole process may use (minus what it already uses).
+    The environment variable VLLM_CPU_KVCACHE_SPACE, when set, overrides both on CPU.
+    """
+
+    def __init__(self, model_path: str, *, pad_id: int, eos_ids: Sequence[int], max_model_len: int,
+                 dtype: str = "float32", seed: int = 0, gpu_memory_utilization: float = 0.5,
+                 kv_cache_gb: float | None = None, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+                 enforce_eager: bool = True, enable_prefix_caching: bool = True, free_cache_engine: bool = True,
+                 tensor_model_parallel_size: int = 1):
+        if tensor_model_parallel_size != 1:
+            raise ValueError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tensor_model_parallel_size}: "
+                             "only 1 is supported (one engine per rank); set it to 1")
+        # Must be set before vLLM reads it at engine creation; "0" keeps the engine core in-process.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        import vllm
+
+        self.pad_id = int(pad_id)
+        self.eos_ids = [int(t) for t in eos_ids]
+        self.max_model_len = max_model_len
+        self.free_cache_engine = free_cache_engine
+        self.asleep = False
+        # vLLM's CPU worker replaces torch.set_num_threads by a no-op for the whole process (it has
+        # bound its OpenMP threads); the trainer shares this process, so the original comes back.
+        set_num_threads = torch.set_num_threads
+        try:
+            self.llm = vllm.LLM(
+                model=str(model_path), dtype=dtype, seed=seed, max_model_len=max_model_len,
+                gpu_memory_utilization=gpu_memory_utilization,
+                kv_cache_memory_bytes=None if kv_cache_gb is None else int(kv_cache_gb * 2**30),
+                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                enforce_eager=enforce_eager, enable_prefix_caching=enable_prefix_caching,
+                tensor_parallel_size=1, distributed_executor_backend="uni",
+                logprobs_mode="processed_logprobs",
+                # Sleep mode (CUDA only) must be chosen at creation; on CPU the worker ignores sleep.
+                enable_sleep_mode=free_cache_engine and torch.cuda.is_available(),
+            )
+        finally:
+            torch.set_num_threads = set_num_threads
+        self.llm.collective_rpc(_report_unfiltered_logprobs)
+
+    def _vllm_params(self, params: SamplingParams, seed: int | None):
+        import vllm
+
+        # vLLM refuses n > 1 with greedy sampling; generate() sends greedy prompts n times instead.
+        common = dict(n=1 if params.greedy else params.n, max_tokens=params.max_tokens, seed=seed, logprobs=0,
+                      detokenize=False,
+                      # Stop exactly at our eos_ids, not at whatever generation_config.json lists.
+                      ignore_eos=True, stop_token_ids=self.eos_ids)
+        if params.greedy and params.logprob_temperature == 1.0:
+            return vllm.SamplingParams(temperature=0.0, **common)
+        if params.greedy:  # argmax, but log-probs at the sampling temperature (see module docstring)
+            return vllm.SamplingParams(temperature=params.logprob_temperature, top_k=1, **common)
+        return vllm.SamplingParams(temperature=params.temperature, top_p=params.top_p,
+                                   top_k=params.top_k if params.top_k > 0 else 0, **common)
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> RolloutOutput:
+        if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("generate needs at least one prompt, and every prompt at least one token")
+        longest = max(map(len, prompt_ids))
+        if longest + params.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt of {longest} tokens + max_tokens={params.max_tokens} exceeds the engine's "
+                             f"max_model_len={self.max_model_len}: raise data.max_prompt_length + "
+                             "data.max_response_length or shorten the prompts")
+        if self.asleep:
+            self.wake()
+        copies = params.n if params.greedy else 1  # requests per prompt; vLLM's own n covers the rest
+        requests = [list(p) for p in prompt_ids for _ in range(copies)]  # prompt-major
+        # vLLM gives the k-th of a request's n samples seed + k, so one seed for every prompt would
+        # reuse the same noise across prompts: each request gets its own seed, drawn from params.seed.
+        seeds: list[int | None] = [None] * len(requests)
+        if params.seed is not None:
+            g = torch.Generator().manual_seed(params.seed)
+            seeds = torch.randint(0, 2**62, (len(requests),), generator=g).tolist()
+        from vllm.inputs import TokensPrompt
+
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in requests],
+                                    [self._vllm_params(params, s) for s in seeds], use_tqdm=False)
+        # LLM.generate returns requests in input order; a request's samples are ordered by index.
+        samples = [sample for request in outputs for sample in sorted(request.outputs, key=lambda c: c.index)]
+
+        rows, width = len(prompt_ids) * params.n, params.max_tokens
+        assert len(samples) == rows, f"vLLM returned {len(samples)} samples for {rows} rows"
+        responses = torch.full((rows, width), self.pad_id, dtype=torch.long)  # [B*n, R]
+        response_mask = torch.zeros((rows, width), dtype=torch.long)  # [B*n, R]
+        log_probs = torch.zeros((rows, width), dtype=torch.float32)  # [B*n, R]
+        for row, sample in enumerate(samples):
+            tokens = list(sample.token_ids)
+            responses[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            response_mask[row, :len(tokens)] = 1
+            # logprobs=0: each step's dict holds just the sampled token's entry.
+            log_probs[row, :len(tokens)] = torch.tensor(
+                [step[t].logprob for step, t in zip(sample.logprobs, tokens, strict=True)])
+        prompt_index = torch.arange(len(prompt_ids)).repeat_interleave(params.n)  # [B*n]
+        return RolloutOutput(responses=responses, response_mask=response_mask, log_probs=log_probs,
+                             prompt_index=prompt_index)
+
+    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load (HF name, full tensor) pairs into the running engine, consuming them as a stream.
+
+        The iterator is handed to vLLM's layer-wise reload in this process, unbuffered: vLLM keeps a
+        reference to each tensor only until every tensor of its layer has arrived (q/k/v for
+        qkv_proj, gate/up for gate_up_proj), then packs that layer and drops them. With tensors in
+        module order (named_parameters order, as weight_sync.iter_engine_weights yields them) the
+        extra memory is about one layer, never a state dict. In-process there is no transfer to
+        amortise, so no larger buckets are formed. Unknown names raise vLLM's error.
+        """
+        if self.asleep and torch.cuda.is_available():
+            self.llm.wake_up(tags=["weights"])  # the reload writes into the weights' memory
+        self.llm.collective_rpc(_reload_weights, args=(named_tensors,))
+        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+
+    def sleep(self) -> None:
+        """CUDA: vLLM sleep level 1 (KV cache freed, weights offloaded). CPU: drop the prefix cache
+        only; the KV cache and the weights stay allocated (vLLM has no sleep mode on CPU)."""
+        if not self.free_cache_engine or self.asleep:
+            return
+        if torch.cuda.is_available():
+            self.llm.sleep(level=1)
+        else:
+            self.llm.reset_prefix_cache()
+        self.asleep = True
+
+    def wake(self) -> None:
+        if not self.asleep:
+            return
+        if torch.cuda.is_available():
+            self.llm.wake_up()
+        self.asleep = False

@@ -1,0 +1,175 @@
+"""VLLMRolloutEngine on CPU: shapes and order, EOS masks, greedy determinism, and log-probs that the
+trainer's recomputation (models/logprob.py) reproduces with the HF model on the same weights, before
+and after a weight sync. One engine per module: starting vLLM costs several seconds."""
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from logicrl.models.loading import checkpoint_dir, load_causal_lm  # noqa: E402
+from logicrl.models.logprob import causal_lm_logprobs  # noqa: E402
+from logicrl.workers.rollout import RolloutEngine, SamplingParams  # noqa: E402
+from logicrl.workers.rollout.vllm import VLLMRolloutEngine  # noqa: E402
+from tests.workers.conftest import trainer_inputs
+
+PAD = 0
+PROMPTS = [[17, 250, 3, 99], [5, 6, 7, 8, 9, 10, 11], [42]]  # different lengths
+GREEDY = SamplingParams(n=2, do_sample=False, max_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return checkpoint_dir("embedded:tiny")
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    return VLLMRolloutEngine(str(model_dir), pad_id=PAD, eos_ids=[], max_model_len=320, kv_cache_gb=0.25,
+                             max_num_seqs=16, max_num_batched_tokens=512, seed=0)
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_dir):
+    return load_causal_lm(str(model_dir), torch.float32).eval()
+
+
+@pytest.fixture
+def synced(engine, hf_model):
+    """Lets a test sync other weights into the shared engine, and puts the original ones back."""
+    yield engine
+    engine.sync_weights(hf_model.named_parameters())
+
+
+def trainer_batch(prompts, out):
+    return trainer_inputs(prompts, out, PAD)
+
+
+def assert_trainer_agrees(model, out, params):
+    input_ids, attention_mask, position_ids = trainer_batch(PROMPTS, out)
+    with torch.no_grad():
+        recomputed, _ = causal_lm_logprobs(model, input_ids, attention_mask, position_ids, params.max_tokens,
+                                           temperature=params.logprob_temperature, chunk_tokens=16)
+    mask = out.response_mask.bool()
+    torch.testing.assert_close(out.log_probs[mask], recomputed[mask], atol=1e-4, rtol=0)
+    assert (out.log_probs[~mask] == 0).all()
+
+
+def test_engine_satisfies_the_protocol(engine):
+    assert isinstance(engine, RolloutEngine)
+
+
+def test_shapes_masks_and_prompt_major_order(engine):
+    out = engine.generate(PROMPTS, SamplingParams(n=2, max_tokens=6, seed=0))
+    assert out.responses.shape == out.response_mask.shape == out.log_probs.shape == (6, 6)
+    assert out.prompt_index.tolist() == [0, 0, 1, 1, 2, 2]
+    assert out.responses.dtype == torch.long and out.log_probs.dtype == torch.float32
+    assert out.response_mask.all()  # no EOS configured: every response runs to max_tokens
+    # Content follows the index: greedy rows 2i and 2i+1 are prompt i's answer alone.
+    greedy = engine.generate(PROMPTS, GREEDY)
+    for i, prompt in enumerate(PROMPTS):
+        alone = engine.generate([prompt], SamplingParams(do_sample=False, max_tokens=8))
+        assert torch.equal(greedy.responses[2 * i], alone.responses[0])
+        assert torch.equal(greedy.responses[2 * i + 1], alone.responses[0])
+
+
+def test_masks_stop_right_after_eos(engine, monkeypatch):
+    free = engine.generate(PROMPTS, GREEDY)
+    eos = free.responses[0, 3].item()  # a token greedy decoding is known to emit, at step 3 or earlier
+    monkeypatch.setattr(engine, "eos_ids", [eos])
+    out = engine.generate(PROMPTS, GREEDY)
+    for row in range(6):
+        hits = (free.responses[row] == eos).nonzero()
+        length = hits[0].item() + 1 if len(hits) else 8  # up to and including the first EOS
+        assert out.response_mask[row].tolist() == [1] * length + [0] * (8 - length)
+        assert torch.equal(out.responses[row, :length], free.responses[row, :length])
+        assert (out.responses[row, length:] == PAD).all()
+    assert out.response_lengths[0] <= 4  # the stop really happened
+
+
+def test_greedy_is_deterministic_and_the_hf_argmax(engine, hf_model):
+    first, second = engine.generate(PROMPTS, GREEDY), engine.generate(PROMPTS, GREEDY)
+    assert torch.equal(first.responses, second.responses)
+    torch.testing.assert_close(first.log_probs, second.log_probs, atol=0, rtol=0)
+    input_ids, attention_mask, position_ids = trainer_batch(PROMPTS, first)
+    with torch.no_grad():
+        logits = hf_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    width = input_ids.shape[1] - 8
+    assert torch.equal(logits[:, width - 1:-1].argmax(-1), first.responses)
+
+
+def test_same_seed_same_samples_other_seed_other_samples(engine):
+    def sample(seed):
+        return engine.generate(PROMPTS, SamplingParams(n=2, max_tokens=8, seed=seed)).responses
+
+    assert torch.equal(sample(7), sample(7))
+    assert not torch.equal(sample(7), sample(8))
+
+
+PARAMS = [
+    SamplingParams(n=2, temperature=0.7, top_p=0.9, top_k=50, max_tokens=10, seed=3),
+    SamplingParams(n=2, temperature=1.3, max_tokens=10, seed=4),
+    SamplingParams(n=1, temperature=0.0, max_tokens=10),  # greedy, scored at T=1
+    SamplingParams(n=1, temperature=0.6, do_sample=False, max_tokens=10),  # greedy, scored at T=0.6
+]
+PARAM_IDS = ["filtered", "hot", "greedy", "greedy-tempered"]
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=PARAM_IDS)
+def test_engine_log_probs_equal_the_trainers_recomputation(engine, hf_model, params):
+    # "filtered" is the case vLLM's own logprobs modes get wrong (processed_logprobs renormalises
+    # over the kept tokens, raw_logprobs ignores the temperature).
+    assert_trainer_agrees(hf_model, engine.generate(PROMPTS, params), params)
+
+
+def perturbed_copy(seed=0):
+    actor = load_causal_lm(str(checkpoint_dir("embedded:tiny")), torch.float32).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in actor.parameters():
+            param.add_(0.1 * param.std() * torch.randn(param.shape, generator=g))
+    return actor
+
+
+def test_log_probs_agree_after_syncing_perturbed_weights(synced, hf_model):
+    actor = perturbed_copy()
+    before = synced.generate(PROMPTS, GREEDY)
+    synced.sleep()
+    synced.sync_weights(actor.named_parameters())  # a generator: one tensor at a time
+    synced.wake()
+    for params in PARAMS:
+        out = synced.generate(PROMPTS, params)  # same prompts: the prefix cache must not serve old KV
+        assert_trainer_agrees(actor, out, params)
+    assert not torch.equal(synced.generate(PROMPTS, GREEDY).responses, before.responses)
+
+
+def test_a_sync_that_makes_one_token_dominate_changes_what_is_generated(synced, hf_model):
+    token = 700
+    before = synced.generate(PROMPTS, GREEDY)
+    assert (before.responses == token).float().mean() < 0.2
+    # Tied embeddings: lm_head row `token` is its embedding row. Aligned with the mean final hidden
+    # state and scaled up, its logit beats every other token at every position.
+    with torch.no_grad():
+        hidden = hf_model.model(input_ids=torch.tensor([PROMPTS[1]])).last_hidden_state[0]  # [P, H]
+    direction = hidden.mean(0) / hidden.mean(0).norm()
+    embed = hf_model.get_input_embeddings().weight
+    new_embed = embed.detach().clone()
+    new_embed[token] = 50 * direction
+    synced.sync_weights((name, new_embed if name == "model.embed_tokens.weight" else p)
+                        for name, p in hf_model.named_parameters())
+    after = synced.generate(PROMPTS, GREEDY)
+    assert (after.responses == token).float().mean() > 0.9
+
+
+def test_sync_drops_prefix_cache_computed_with_old_weights(synced):
+    # CPU blocks hold 128 tokens and only full blocks are cached, so the prompt spans two.
+    long_prompt = [[(7 * i) % 700 + 3 for i in range(260)]]
+    params = SamplingParams(do_sample=False, max_tokens=8)
+    synced.generate(long_prompt, params)  # fills the prefix cache with the old weights' KV
+    actor = perturbed_copy(seed=1)
+    synced.sync_weights(actor.named_parameters())
+    out = synced.generate(long_prompt, params)
+    ids = torch.cat([torch.tensor(long_prompt), out.responses], dim=1)  # [1, P+R]
+    with torch.no_grad():
+        recomputed, _ = causal_lm_logprobs(actor, ids, torch.ones_like(ids), torch.arange(ids.shape[1])[None], 8)
+    torch.testing.assert_close(out.log_probs, recomputed, atol=1e-4, rtol=0)
