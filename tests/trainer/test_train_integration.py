@@ -76,3 +76,11 @@ def test_reinforce_plus_plus_with_separate_reference_and_old_log_probs(tmp_path)
     # two optimizer steps per step: the old-log-prob pass must run
     assert "timing_s/old_log_prob" in rows[-1] and "timing_s/ref" in rows[-1] and "actor/kl_loss" in rows[-1]
     assert rows[-1]["actor/ppo_kl"] != 0.0  # the second epoch sees a moved policy
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_grpo_with_the_vllm_engine(tmp_path, ranks):
+    pytest.importorskip("vllm")
+    rows = train(tmp_path, f"{ARR}.rollout.name=vllm", f"trainer.n_gpus={ranks}")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert "timing_s/update_weights" in rows[-1] and rows[-1]["response_length/mean"] > 0
