@@ -54,5 +54,5 @@ def data_files(tmp_path) -> list[str]:
 def run_main(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real entry point as a user would; Hydra's run dir goes under cwd (a tmp dir)."""
     return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *args], cwd=cwd or ROOT,
-                          capture_output=True, text=True, timeout=120,
+                          capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HYDRA_FULL_ERROR": "0"})
