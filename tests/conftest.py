@@ -25,6 +25,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A fresh tiny-model cache directory (tokenizer built from scratch) per test module."""
+    return tmp_path_factory.mktemp("logicrl-cache")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(cache):
+    from logicrl.models.tiny import load_tiny_tokenizer
+
+    return load_tiny_tokenizer(cache)
+
+
 def write_jsonl(path: Path, rows: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:

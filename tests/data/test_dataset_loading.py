@@ -15,15 +15,6 @@ from logicrl.models.tiny import load_tiny_tokenizer
 GROUND_TRUTH = {"reward_model": {"style": "rule", "ground_truth": "42"}}
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("logicrl-cache")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(cache):
-    return load_tiny_tokenizer(cache)
-
 
 @pytest.fixture
 def plain_tokenizer(cache):

@@ -14,15 +14,6 @@ from logicrl.models.tiny import TINY_CONFIG, cache_root, load_tiny_tokenizer, ti
 from logicrl.models.tiny_tokenizer import SPECIAL_TOKENS, TAG_TOKENS, train_tiny_tokenizer
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("logicrl-cache")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(cache):
-    return load_tiny_tokenizer(cache)
-
 
 def puzzle_texts(n_people, count, seed):
     """Puzzles and solutions from a seed the tokenizer's corpus does not use."""

@@ -31,3 +31,16 @@ def trainer_inputs(prompts, out, pad_id):
 
     batch = build_batch([prompts[i] for i in out.prompt_index.tolist()], out.responses, out.response_mask, pad_id)
     return batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+
+
+def assert_engine_logprobs_match(model, prompts, out, params, pad_id):
+    """The engine's log-probs of its sampled tokens equal the trainer's recomputation (fp32), 0 where masked."""
+    from logicrl.models.logprob import causal_lm_logprobs
+
+    input_ids, attention_mask, position_ids = trainer_inputs(prompts, out, pad_id)
+    with torch.no_grad():
+        recomputed, _ = causal_lm_logprobs(model, input_ids, attention_mask, position_ids, params.max_tokens,
+                                           temperature=params.logprob_temperature, chunk_tokens=16)
+    mask = out.response_mask.bool()
+    torch.testing.assert_close(out.log_probs[mask], recomputed[mask], atol=1e-4, rtol=0)
+    assert (out.log_probs[~mask] == 0).all()

@@ -7,7 +7,7 @@ import torch
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.workers.rollout import RolloutEngine, SamplingParams
 from logicrl.workers.rollout.hf import HFRolloutEngine, sample_tokens
-from tests.workers.conftest import trainer_inputs
+from tests.workers.conftest import assert_engine_logprobs_match, trainer_inputs
 
 PAD = 0
 PROMPTS = [[17, 250, 3, 999], [5, 6, 7, 8, 9, 10, 11], [42]]  # different lengths: left padding is exercised
@@ -97,13 +97,7 @@ def test_greedy_is_the_argmax_of_a_full_forward(tiny_qwen2):
 def test_engine_log_probs_equal_the_trainers_recomputation(tiny_qwen2, params):
     eos = engine(tiny_qwen2).generate(PROMPTS, GREEDY).responses[1, 2].item()  # makes lengths differ
     out = engine(tiny_qwen2, eos_ids=[eos], micro_batch_size=4).generate(PROMPTS, params)
-    input_ids, attention_mask, position_ids = trainer_batch(PROMPTS, out)
-    with torch.no_grad():
-        recomputed, _ = causal_lm_logprobs(tiny_qwen2, input_ids, attention_mask, position_ids, params.max_tokens,
-                                           temperature=params.logprob_temperature, chunk_tokens=16)
-    mask = out.response_mask.bool()
-    torch.testing.assert_close(out.log_probs[mask], recomputed[mask], atol=1e-4, rtol=0)
-    assert (out.log_probs[~mask] == 0).all()
+    assert_engine_logprobs_match(tiny_qwen2, PROMPTS, out, params, PAD)
 
 
 def test_same_seed_same_samples_other_seed_other_samples(tiny_qwen2):

@@ -11,7 +11,7 @@ from logicrl.models.loading import checkpoint_dir, load_causal_lm  # noqa: E402
 from logicrl.models.logprob import causal_lm_logprobs  # noqa: E402
 from logicrl.workers.rollout import RolloutEngine, SamplingParams  # noqa: E402
 from logicrl.workers.rollout.vllm import VLLMRolloutEngine  # noqa: E402
-from tests.workers.conftest import trainer_inputs
+from tests.workers.conftest import assert_engine_logprobs_match, trainer_inputs
 
 PAD = 0
 PROMPTS = [[17, 250, 3, 99], [5, 6, 7, 8, 9, 10, 11], [42]]  # different lengths
@@ -46,13 +46,7 @@ def trainer_batch(prompts, out):
 
 
 def assert_trainer_agrees(model, out, params):
-    input_ids, attention_mask, position_ids = trainer_batch(PROMPTS, out)
-    with torch.no_grad():
-        recomputed, _ = causal_lm_logprobs(model, input_ids, attention_mask, position_ids, params.max_tokens,
-                                           temperature=params.logprob_temperature, chunk_tokens=16)
-    mask = out.response_mask.bool()
-    torch.testing.assert_close(out.log_probs[mask], recomputed[mask], atol=1e-4, rtol=0)
-    assert (out.log_probs[~mask] == 0).all()
+    assert_engine_logprobs_match(model, PROMPTS, out, params, PAD)
 
 
 def test_engine_satisfies_the_protocol(engine):
