@@ -3,6 +3,7 @@
     python main_ppo.py                                   # the embedded default: GRPO on a tiny model, CPU
     python main_ppo.py +recipe=stage1 trainer.n_gpus=4   # a Logic-RL phase
     python main_ppo.py trainer.dry_run=true              # validate and print the plan, load nothing
+    python main_ppo.py +recipe=logic_rl                  # a staged curriculum (3 to 7 people), resumable
 
 A config error is one line on stderr and exit code 2, before Ray or any model is touched.
 """
@@ -14,6 +15,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config import ConfigError, check_overrides, validate
+from logicrl.config.stages import build_stages, has_stages
 from logicrl.config.summary import summarize
 
 EXIT_CONFIG = 2
@@ -26,23 +28,44 @@ def fail(err: ConfigError) -> None:
 
 @hydra.main(config_path="conf", config_name="ppo_trainer", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
     try:
-        cfg, spec, plan = validate(cfg)
+        if has_stages(cfg):
+            # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
+            stages = build_stages(cfg, list(hydra_cfg.overrides.task))
+            runs = [(f"stage {s.index + 1}/{len(stages)}: {s.name}", s.cfg, s.spec, s.plan) for s in stages]
+        else:
+            stages = None
+            runs = [("", *validate(cfg))]
     except ConfigError as err:
         fail(err)
-    if cfg.trainer.dry_run:
-        print(OmegaConf.to_yaml(cfg))
-    print(summarize(cfg, spec, plan))
-    if cfg.trainer.dry_run:
+    dry_run = runs[0][1].trainer.dry_run
+    for title, stage_cfg, spec, plan in runs:
+        if title:
+            print(f"==== {title}")
+        if dry_run:
+            print(OmegaConf.to_yaml(stage_cfg))
+        print(summarize(stage_cfg, spec, plan))
+    if dry_run:
         return
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
     import ray
-    from hydra.core.hydra_config import HydraConfig
 
-    from logicrl.trainer.ppo import PPOTrainer
-
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        PPOTrainer(cfg, plan, Path(HydraConfig.get().runtime.output_dir)).fit()
+        if stages:
+            from logicrl.trainer.curriculum import run_curriculum
+
+            run_curriculum(stages, Path(cfg.trainer.default_local_dir), run_dir,
+                           carry_optimizer=cfg.curriculum.carry_optimizer,
+                           resume=cfg.trainer.resume_mode != "disable")
+        else:
+            from logicrl.trainer.ppo import PPOTrainer
+
+            _, typed, _, plan = runs[0]
+            PPOTrainer(typed, plan, run_dir).fit()
     finally:
         # Multirun jobs share this process: each must start its own Ray cluster from scratch.
         if ray.is_initialized():

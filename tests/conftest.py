@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,10 @@ def data_files(tmp_path) -> list[str]:
 
 def run_main(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real entry point as a user would; Hydra's run dir goes under cwd (a tmp dir)."""
+    if not any(a.startswith("trainer.default_local_dir=") for a in args):
+        # Checkpoints are on by default and resume_mode=auto: a shared directory would make one
+        # test resume from another's run.
+        args = (*args, f"trainer.default_local_dir={tempfile.mkdtemp(prefix='logicrl-ckpt-')}")
     return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *args], cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HYDRA_FULL_ERROR": "0"})

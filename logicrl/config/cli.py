@@ -61,6 +61,10 @@ def check_overrides(argv: list[str]) -> None:
                                       f"(available: {', '.join(recipe_names())})")
             continue
         # +key / ++key may add keys; the schema merge catches unknown ones with the same message.
+        # A stage's overlay (curriculum.stages.1.overrides.data.train_batch_size=4) is checked with
+        # its stage (config/stages.py), where the stage is named in the error.
+        if key.startswith("curriculum.stages."):
+            continue
         if not (o.is_add() or o.is_force_add() or o.is_delete()) and key not in valid:
             raise unknown_key(key)
 

@@ -149,6 +149,7 @@ class RolloutConfig:
     enforce_eager: bool = key()
     enable_prefix_caching: bool = key()
     free_cache_engine: bool = key()
+    update_weights_bucket_mb: int = key(ge=1)
     val_kwargs: ValKwargs = group(ValKwargs)
 
 
@@ -247,8 +248,18 @@ class TrainerConfig:
     resume_mode: str = key()  # auto | disable | a checkpoint path
     default_local_dir: str = key()
     default_hdfs_dir: Optional[str] = key()
+    max_actor_ckpt_to_keep: Optional[int] = key(ge=-1)  # null or -1 keeps all
+    save_hf_model: bool = key()
+    save_merged_lora: bool = key()
     seed: int = key()
     dry_run: bool = key()
+
+
+# ---------------------------------------------------------------- curriculum
+@dataclass
+class CurriculumConfig:
+    stages: Any = key()  # list of {name, overrides}; checked by trainer/curriculum.py
+    carry_optimizer: bool = key()
 
 
 # ---------------------------------------------------------------- root
@@ -268,6 +279,7 @@ class RootConfig:
     algorithm: AlgorithmConfig = group(AlgorithmConfig)
     reward: RewardConfig = group(RewardConfig)
     trainer: TrainerConfig = group(TrainerConfig)
+    curriculum: CurriculumConfig = group(CurriculumConfig)
     custom_reward_function: CustomRewardFunctionAlias = group(CustomRewardFunctionAlias)
 
 

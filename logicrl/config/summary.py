@@ -36,7 +36,8 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: BatchPlan) -> str:
     ref = f"ref log-prob: {plan.forwards(plan.ref_micro)} forwards of <= {plan.ref_micro}" if plan.ref_micro else \
         "no reference (no KL term)"
     lines = [
-        "logicrl dry run: the config is valid; no model was loaded and no Ray worker was started.",
+        "logicrl dry run: the config is valid; no model was loaded and no Ray worker was started."
+        if trainer.dry_run else "logicrl: the config is valid; the plan:",
         f"{'model':<10} {spec.describe()}, dtype {cfg[ARR].model.dtype}",
         f"{'data':<10} train {train_rows} prompts ({_files(data.train_files)}), val {val_rows} prompts "
         f"({_files(data.val_files)})",

@@ -100,7 +100,7 @@ def restore_rng_state(state: dict) -> None:
 
 
 def write_trainer_state(directory: str | Path, state: TrainerState) -> None:
-    _write_durably(Path(directory) / STATE_FILE, json.dumps({"format": STATE_FORMAT, **asdict(state)}))
+    write_durably(Path(directory) / STATE_FILE, json.dumps({"format": STATE_FORMAT, **asdict(state)}))
 
 
 def read_trainer_state(directory: str | Path) -> TrainerState:
@@ -132,7 +132,7 @@ def commit(tmp: str | Path) -> Path:
         raise ValueError(f"{tmp} is not a directory made by checkpoint.begin")
     step = int(match.group(1))
     _fsync_tree(tmp)  # the ranks' files must be on disk before the marker claims they are
-    _write_durably(tmp / COMPLETE_MARKER, f"{step}\n")
+    write_durably(tmp / COMPLETE_MARKER, f"{step}\n")
     final = step_dir(tmp.parent, step)
     if final.exists():
         # Re-saving a step (e.g. the end-of-stage save landing on a save_freq step): move the old one
@@ -145,7 +145,7 @@ def commit(tmp: str | Path) -> Path:
     else:
         os.rename(tmp, final)
     _fsync_dir(tmp.parent)
-    _write_durably(tmp.parent / LATEST_FILE, f"{step}\n")
+    write_durably(tmp.parent / LATEST_FILE, f"{step}\n")
     return final
 
 
@@ -168,7 +168,7 @@ def saving(root: str | Path, step: int) -> Iterator[Path]:
     commit(tmp)
 
 
-def _write_durably(path: Path, text: str) -> None:
+def write_durably(path: Path, text: str) -> None:
     """Write `path` via a sibling tmp file + fsync + os.replace: readers see the old or the new file."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     with open(tmp, "w") as f:

@@ -24,6 +24,18 @@ from logicrl.controller.worker_group import WorkerGroup
 from logicrl.data.dataset import load_prompts
 from logicrl.models.loading import load_tokenizer
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
+from logicrl.trainer.checkpoint import (
+    TrainerState,
+    capture_rng_state,
+    find_resume_point,
+    prune,
+    read_trainer_state,
+    restore_rng_state,
+    saving,
+    step_dir,
+    write_trainer_state,
+)
+from logicrl.trainer.faults import maybe_fail
 from logicrl.trainer.batch import build_batch, gather, merge_rank_metrics, shards
 from logicrl.trainer.curves import plot_curves
 from logicrl.trainer.rewards import RewardManager
@@ -36,15 +48,26 @@ log = logging.getLogger("logicrl.trainer")
 
 
 @contextmanager
-def timed(name: str, metrics: dict):
+def timed(name: str, metrics: dict, step: int | None = None, stage: int | None = None):
+    if step is not None:
+        maybe_fail(name, step, stage)  # fault injection for the crash tests; a no-op unless asked for
     start = time.perf_counter()
     yield
     metrics[f"timing_s/{name}"] = time.perf_counter() - start
 
 
 class PPOTrainer:
-    def __init__(self, cfg: DictConfig, plan: BatchPlan, run_dir: Path):
-        self.cfg, self.plan, self.run_dir = cfg, plan, run_dir
+    """One run (or one curriculum stage): its workers, its step loop, its checkpoints.
+
+    `init_from` (a curriculum stage's start) is the previous stage's final checkpoint: the models
+    start from its weights (and its optimizer state with `carry_optimizer`). A complete checkpoint
+    of this run under trainer.default_local_dir (resume_mode=auto), or the one resume_mode names,
+    then takes over: the run continues after its step with the same data order, as if never stopped.
+    """
+
+    def __init__(self, cfg: DictConfig, plan: BatchPlan, run_dir: Path, init_from: Path | None = None,
+                 carry_optimizer: bool = False, stage: int | None = None):
+        self.cfg, self.plan, self.run_dir, self.stage = cfg, plan, run_dir, stage
         data, arr = cfg.data, cfg[ARR]
         self.tokenizer = load_tokenizer(arr.model.path)
         load = dict(prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
@@ -70,8 +93,16 @@ class PPOTrainer:
         log.info(f"starting {plan.ranks} rank(s) on {'cuda' if use_cuda else 'cpu'}; "
                  f"{len(self.train_set)} train prompts, {self.total_steps} steps; old-log-prob pass "
                  f"{'skipped (on-policy)' if self.skip_old_log_prob else 'on'}")
+        self.ckpt_root = Path(cfg.trainer.default_local_dir)
+        resume = find_resume_point(self.ckpt_root, cfg.trainer.resume_mode)
         self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda,
                                    config=OmegaConf.to_container(cfg, resolve=True), total_steps=self.total_steps)
+        self.start_step, self.history, self.elapsed_s = 0, [], 0.0
+        if init_from is not None:
+            log.info(f"starting from {init_from} (optimizer state {'carried' if carry_optimizer else 'fresh'})")
+            self.workers.call("start_from", str(init_from), carry_optimizer)
+        if resume is not None:
+            self._resume(resume)
 
     def sampling(self, step: int) -> dict:
         r = self.cfg[ARR].rollout
@@ -83,14 +114,21 @@ class PPOTrainer:
                           OmegaConf.to_container(self.cfg, resolve=True), self.cfg.trainer.project_name,
                           self.cfg.trainer.experiment_name)
         last: dict = {}
+        save_freq, test_freq = self.cfg.trainer.save_freq, self.cfg.trainer.test_freq
         try:
-            if self.cfg.trainer.val_before_train:
-                tracker.log(self.validate(0), 0)
-            for step in range(1, self.total_steps + 1):
+            if self.cfg.trainer.val_before_train and self.start_step == 0:
+                val = self.validate(0)
+                self.history.append(history_row(0, val))
+                tracker.log(val, 0)
+            for step in range(self.start_step + 1, self.total_steps + 1):
+                start = time.perf_counter()
                 metrics = self.step(step)
-                test_freq = self.cfg.trainer.test_freq
                 if test_freq > 0 and (step % test_freq == 0 or step == self.total_steps):
                     metrics.update(self.validate(step))
+                self.elapsed_s += time.perf_counter() - start
+                self.history.append(history_row(step, metrics))
+                if step == self.total_steps or (save_freq > 0 and step % save_freq == 0):
+                    metrics.update(self.save(step))
                 tracker.log(metrics, step)
                 last = metrics
         finally:
@@ -101,6 +139,43 @@ class PPOTrainer:
         print(f"logicrl: {self.total_steps} steps done; metrics in {self.run_dir / 'metrics.jsonl'}, curves in {png}")
         return last
 
+    # ---------------------------------------------------------------- checkpoints
+    def save(self, step: int) -> dict:
+        """global_step_N/ under the checkpoint root, committed atomically, then old ones pruned."""
+        t = self.cfg.trainer
+        start = time.perf_counter()
+        with saving(self.ckpt_root, step) as tmp:
+            rank_metrics = self.workers.call("save_checkpoint", str(tmp), t.save_hf_model, t.save_merged_lora)
+            state = TrainerState(step=step, sampler_position=step, kl_coef=float(self.kl_ctrl.value),
+                                 curriculum_stage=self.stage, rng=capture_rng_state(),
+                                 extra={"history": self.history, "elapsed_s": self.elapsed_s,
+                                        "train_batch_size": self.cfg.data.train_batch_size,
+                                        "train_rows": len(self.train_set)})
+            write_trainer_state(tmp, state)
+            maybe_fail("save", step, self.stage)
+        pruned = prune(self.ckpt_root, t.max_actor_ckpt_to_keep)
+        log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
+        metrics = merge_rank_metrics(rank_metrics)
+        return {"perf/worker_" + k if k.startswith("timing_s/") else k: v for k, v in metrics.items()} | \
+            {"timing_s/save": time.perf_counter() - start}
+
+    def _resume(self, path: Path) -> None:
+        state = read_trainer_state(path)
+        saved = (state.extra.get("train_batch_size"), state.extra.get("train_rows"))
+        if saved != (self.cfg.data.train_batch_size, len(self.train_set)):
+            log.warning(f"{path} was saved with train_batch_size, rows = {saved}, this run has "
+                        f"{(self.cfg.data.train_batch_size, len(self.train_set))}: the data order will differ")
+        self.workers.call("resume_from", str(path))
+        self.start_step, self.history = state.step, list(state.extra.get("history", []))
+        self.elapsed_s = float(state.extra.get("elapsed_s", 0.0))
+        if state.kl_coef is not None:
+            self.kl_ctrl.value = state.kl_coef
+        restore_rng_state(state.rng)
+        left = self.total_steps - state.step
+        log.info(f"resumed from {path} at step {state.step}; " +
+                 (f"{left} steps to go" if left > 0 else "nothing left to train (use trainer.resume_mode=disable "
+                                                         "to start over)"))
+
     def step(self, step: int) -> dict:
         cfg, plan, workers = self.cfg, self.plan, self.workers
         metrics: dict = {}
@@ -110,7 +185,7 @@ class PPOTrainer:
         pairs = [row for row in rows for _ in range(n)]  # prompt-major: response i answers pairs[i]
         uids = torch.arange(len(rows)).repeat_interleave(n)  # [B*n] the group of each response
 
-        with timed("gen", metrics):
+        with timed("gen", metrics, step, self.stage):
             prompt_shards = [[row.input_ids for row in part] for part in _split(pairs, plan.ranks)]
             outs = workers.dispatch("generate", prompt_shards, params=self.sampling(step))
             rank_metrics = [m for _, m in outs]
@@ -118,27 +193,27 @@ class PPOTrainer:
             response_mask = gather([o["response_mask"] for o, _ in outs])
         batch = build_batch([row.input_ids for row in pairs], responses, response_mask, self.tokenizer.pad_token_id)
 
-        with timed("reward", metrics):
+        with timed("reward", metrics, step, self.stage):
             token_scores, reward_metrics, _, _ = self.rewards(responses, response_mask, pairs)
         metrics.update(reward_metrics)
 
         if not self.skip_old_log_prob:
-            with timed("old_log_prob", metrics):
+            with timed("old_log_prob", metrics, step, self.stage):
                 outs = workers.dispatch("compute_log_prob", shards(batch, plan.ranks))
                 batch["old_log_probs"] = gather([o for o, _ in outs])
                 rank_metrics += [m for _, m in outs]
         if uses_ref(cfg):
-            with timed("ref", metrics):
+            with timed("ref", metrics, step, self.stage):
                 outs = workers.dispatch("compute_ref_log_prob", shards(batch, plan.ranks))
                 batch["ref_log_probs"] = gather([o for o, _ in outs])
                 rank_metrics += [m for _, m in outs]
         if uses_critic(cfg):
-            with timed("values", metrics):
+            with timed("values", metrics, step, self.stage):
                 outs = workers.dispatch("compute_values", shards(batch, plan.ranks))
                 batch["values"] = gather([o for o, _ in outs])
                 rank_metrics += [m for _, m in outs]
 
-        with timed("adv", metrics):
+        with timed("adv", metrics, step, self.stage):
             rewards = token_scores
             if cfg.algorithm.use_kl_in_reward:
                 rewards, kl_metrics = self._kl_in_reward(batch, token_scores)
@@ -152,14 +227,14 @@ class PPOTrainer:
             metrics.update({k: float(v) for k, v in advantage_metrics(advantages, returns, batch["response_mask"]).items()})
 
         if uses_critic(cfg):
-            with timed("update_critic", metrics):
+            with timed("update_critic", metrics, step, self.stage):
                 rank_metrics += workers.dispatch("update_critic", shards(batch, plan.ranks),
                                                  per_rank_mini=plan.critic.per_rank_mini)
         if step > cfg.trainer.critic_warmup:
-            with timed("update_actor", metrics):
+            with timed("update_actor", metrics, step, self.stage):
                 rank_metrics += workers.dispatch("update_actor", shards(batch, plan.ranks),
                                                  per_rank_mini=plan.actor.per_rank_mini)
-            with timed("update_weights", metrics):
+            with timed("update_weights", metrics, step, self.stage):
                 rank_metrics += workers.call("sync_weights")
 
         worker_metrics = merge_rank_metrics(rank_metrics)
@@ -167,6 +242,8 @@ class PPOTrainer:
         metrics.update({k if not k.startswith("timing_s/") else "perf/worker_" + k: v
                         for k, v in worker_metrics.items()})
         metrics.update(length_metrics(response_mask, cfg.data.max_response_length))
+        # What this step really ran (a curriculum stage's batch size and rollout.n show here).
+        metrics["batch/prompts"], metrics["batch/responses"] = float(len(rows)), float(responses.shape[0])
         metrics["timing_s/step"] = time.perf_counter() - start
         metrics["perf/rollout_tokens_per_s"] = float(response_mask.sum()) / max(metrics["timing_s/gen"], 1e-9)
         return metrics
@@ -184,6 +261,15 @@ class PPOTrainer:
         params = dict(n=vk.n, temperature=vk.temperature, top_p=vk.top_p, top_k=vk.top_k, do_sample=vk.do_sample,
                       max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed)
         return validate_generations(self.workers, self.val_set, self.rewards, params, self.run_dir, step)
+
+
+def history_row(step: int, metrics: dict) -> dict:
+    """What a checkpoint keeps of each step, for stage summaries and resume checks (small, JSON)."""
+    row = {"step": step}
+    for key, name in (("critic/score/mean", "reward"), ("reward/acc/mean", "acc"), ("val/acc", "val_acc")):
+        if key in metrics:
+            row[name] = float(metrics[key])
+    return row
 
 
 def _split(items: list, parts: int) -> list[list]:

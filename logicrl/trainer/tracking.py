@@ -29,6 +29,7 @@ class Tracker:
     def __init__(self, run_dir: Path, loggers: list[str], total_steps: int, config: dict, project: str,
                  experiment: str):
         self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)  # a curriculum stage's sub-directory is new
         self.jsonl = (run_dir / "metrics.jsonl").open("a")
         self.console = "console" in loggers
         self.bar = None

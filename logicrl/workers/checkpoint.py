@@ -26,7 +26,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 
 from logicrl.models.loading import checkpoint_dir
 from logicrl.trainer.checkpoint import capture_rng_state, restore_rng_state
@@ -112,22 +118,31 @@ def save_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch
     _barrier()  # the controller commits after this returns on every rank: all files are written
 
 
-def load_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 scheduler, restore_rng: bool = True) -> None:
+def load_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                 scheduler=None, restore_rng: bool = True) -> None:
     """Every rank: load what `save_sharded` wrote into the already sharded `model`, `optimizer`, `scheduler`.
 
     The optimizer must be built over the same parameters (same config); the world size may differ.
+    `optimizer=None` loads the model weights alone (a curriculum stage's start, the reference model);
+    `scheduler=None` leaves the scheduler as built (a new stage restarts its schedule).
     """
     directory = Path(directory)
     meta = json.loads((directory / META_FILE).read_text())
     options = StateDictOptions(ignore_frozen_params=meta["trainable_only"])
-    # get_state_dict gives correctly sharded targets (and initialises empty optimizer state) to load into.
-    model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
-    state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, storage_reader=_SafeFileSystemReader(directory))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                   options=StateDictOptions(strict=not meta["trainable_only"]))
-    scheduler.load_state_dict(json.loads((directory / SCHEDULER_FILE).read_text()))
+    if optimizer is None:
+        model_sd = get_model_state_dict(model, options=options)
+        state = {"model": model_sd}
+        dcp.load(state, storage_reader=_SafeFileSystemReader(directory))  # reads only the keys asked for
+        set_model_state_dict(model, state["model"], options=StateDictOptions(strict=not meta["trainable_only"]))
+    else:
+        # get_state_dict gives correctly sharded targets (and initialises empty optimizer state) to load into.
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, storage_reader=_SafeFileSystemReader(directory))
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=StateDictOptions(strict=not meta["trainable_only"]))
+    if scheduler is not None:
+        scheduler.load_state_dict(json.loads((directory / SCHEDULER_FILE).read_text()))
     rng = directory / f"rng_rank{_rank()}.json"
     if restore_rng and rng.is_file():  # absent when resuming on more ranks than saved: keep the seeded state
         restore_rng_state(json.loads(rng.read_text()))

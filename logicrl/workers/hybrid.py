@@ -10,6 +10,7 @@ Tensors cross the Ray boundary on CPU; each method moves its batch to the rank's
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -19,6 +20,7 @@ from logicrl.config.batching import uses_critic, uses_ref
 from logicrl.memory.telemetry import measure
 from logicrl.models.loading import LoraSpec, load_causal_lm, load_tokenizer, load_value_model, resolve_dtype
 from logicrl.workers.actor import Actor, forward_logprobs
+from logicrl.workers.checkpoint import export_hf, load_sharded, save_sharded
 from logicrl.workers.critic import Critic
 from logicrl.workers.fsdp import build_optimizer, init_distributed, shard_model
 from logicrl.workers.rollout import SamplingParams
@@ -135,9 +137,61 @@ class HybridWorker:
 
     def sync_weights(self) -> dict:
         metrics: dict = {}
+        stream: dict = {}
+        bucket_mb = self.cfg.actor_rollout_ref.rollout.update_weights_bucket_mb
         with measure("update_weights", metrics, self.device):
-            self.engine.sync_weights(iter_engine_weights(self.actor.model))
+            self.engine.sync_weights(iter_engine_weights(self.actor.model, bucket_mb, stream))
+        # The gathered bytes the stream held at once (its largest bucket), counted as it goes: free,
+        # unlike an allocation tracker; the engine's own share shows in perf/memory/update_weights/.
+        metrics["perf/update_weights/bucket_peak_mb"] = stream["peak_bucket_bytes"] / 2**20
+        metrics["perf/update_weights/buckets"] = stream["buckets"]
         return metrics
+
+    # ---------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, directory: str, save_hf: bool, merge_lora: bool) -> dict:
+        """Every rank writes its shards into `directory` (the controller's tmp dir, committed after)."""
+        metrics: dict = {}
+        with measure("save", metrics, self.device):
+            directory = Path(directory)
+            # With LoRA only the adapter trains: the base comes back from model.path on load.
+            save_sharded(directory / "actor", self.actor.model, self.actor.optimizer, self.actor.scheduler,
+                         trainable_only=self.lora)
+            if self.critic is not None:
+                save_sharded(directory / "critic", self.critic.model, self.critic.optimizer, self.critic.scheduler)
+            if save_hf:
+                export_hf(self.actor.model, directory / "huggingface", self.cfg.actor_rollout_ref.model.path,
+                          merge_lora=merge_lora)
+        return metrics
+
+    def resume_from(self, directory: str) -> None:
+        """Continue a run: weights, optimizer, scheduler and RNG of actor (and critic), engine re-synced."""
+        directory = Path(directory)
+        load_sharded(directory / "actor", self.actor.model, self.actor.optimizer, self.actor.scheduler)
+        if self.critic is not None:
+            load_sharded(directory / "critic", self.critic.model, self.critic.optimizer, self.critic.scheduler,
+                         restore_rng=False)
+        self.sync_weights()  # the engine still holds the weights it was built with
+
+    def start_from(self, directory: str, carry_optimizer: bool) -> None:
+        """Start a curriculum stage from the previous stage's final checkpoint.
+
+        The actor (and, when both stages have one, the critic) takes its weights; so does the
+        reference model, as in Logic-RL, where each stage is a new run from the last stage's
+        weights (with LoRA the reference stays the base model: the adapter switched off). The lr
+        schedule restarts; the Adam moments come along only with `carry_optimizer`.
+        """
+        directory = Path(directory)
+        models = [(self.actor, directory / "actor")]
+        if self.critic is not None and (directory / "critic").is_dir():
+            models.append((self.critic, directory / "critic"))
+        for part, path in models:
+            load_sharded(path, part.model, part.optimizer if carry_optimizer else None, restore_rng=False)
+            # The loaded param groups carry the previous stage's lr; this stage's schedule decides.
+            for group, lr in zip(part.optimizer.param_groups, part.scheduler.get_last_lr()):
+                group["lr"] = lr
+        if self.ref_model is not None:
+            load_sharded(directory / "actor", self.ref_model, None, restore_rng=False)
+        self.sync_weights()
 
     # ---------------------------------------------------------------- for tests
     def actor_state(self) -> dict[str, torch.Tensor]:

@@ -1,16 +1,32 @@
-"""The actor's weights as the rollout engine names them, gathered one tensor at a time.
+"""The actor's weights as the rollout engine names them, gathered bucket by bucket.
 
-FSDP2 keeps each parameter sharded; `full_tensor()` all-gathers just that parameter, so the extra
-memory at any moment is one parameter's full size, never a full state dict. With LoRA the engine
-holds a plain model: each adapted Linear is sent merged (W + scale * B @ A), computed from the
-gathered base weight and the two small adapter matrices, and nothing else is copied.
+FSDP2 keeps each parameter sharded; `full_tensor()` all-gathers just that parameter. The stream
+gathers parameters (in module order) until the next one would take the bucket past
+`bucket_mb`, hands that bucket over one tensor at a time and drops each tensor as it goes, and
+only then gathers the next bucket. The gathered memory the stream holds is therefore at most one
+bucket (a single parameter larger than the bucket forms a bucket of its own), never a full state
+dict; what the engine keeps while it loads (vLLM's layer-wise reload holds a layer's tensors
+until the layer is complete) comes on top.
+
+Why buckets at all when the engine runs in this process and takes tensors by reference: the
+bucket is the unit a transfer to an engine in another process would move (verl's
+`update_weights_bucket_mb`, CUDA IPC handles per bucket), and the cap bounds memory whatever the
+gather order. In-process, a bucket of one tensor (bucket_mb=None) is the leanest choice; a large
+bucket only costs memory, which the test on the peak measures.
+
+With LoRA the engine holds a plain model: each adapted Linear is sent merged (W + scale * B @ A),
+computed from the gathered base weight and the two small adapter matrices; the merged tensor
+replaces the base one in the bucket, so nothing else is copied.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 
 import torch
+
+MB = 2**20
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -22,23 +38,54 @@ def _plain_name(name: str) -> str:
     return name.removeprefix("base_model.model.").replace(".base_layer.", ".")
 
 
-def iter_engine_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) pairs for every parameter of the plain HF model; LoRA merged in."""
+def _merged(param: torch.Tensor, layer) -> torch.Tensor:
+    """The gathered parameter, with its LoRA layer's active adapters folded in when it has one."""
+    tensor = _full(param)
+    if layer is not None:
+        for adapter in layer.active_adapters:
+            a = _full(layer.lora_A[adapter].weight)  # [r, in]
+            b = _full(layer.lora_B[adapter].weight)  # [out, r]
+            tensor = tensor + layer.scaling[adapter] * (b @ a).to(tensor.dtype)
+    return tensor
+
+
+def iter_engine_weights(model: torch.nn.Module, bucket_mb: float | None = None,
+                        stats: dict | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) for every parameter of the plain HF model, LoRA merged in, gathered in
+    buckets of at most `bucket_mb` MiB (None: one tensor at a time).
+
+    stats, when given, receives `peak_bucket_bytes` (the largest bucket gathered, i.e. the most
+    gathered bytes this stream held at once) and `buckets` (how many were gathered).
+    """
     try:
         from peft.tuners.lora import LoraLayer
     except ImportError:  # peft is a dependency; this only keeps the function usable without it
         LoraLayer = ()
     adapted = {name: m for name, m in model.named_modules() if LoraLayer and isinstance(m, LoraLayer)}
+    limit = 0 if bucket_mb is None else bucket_mb * MB
+    stats = {} if stats is None else stats
+    stats.update(peak_bucket_bytes=0, buckets=0)
+    bucket: deque[tuple[str, torch.Tensor]] = deque()
+    held = 0
+
+    def hand_over() -> Iterator[tuple[str, torch.Tensor]]:
+        nonlocal held
+        stats["peak_bucket_bytes"] = max(stats["peak_bucket_bytes"], held)
+        stats["buckets"] += 1
+        held = 0
+        while bucket:  # popped, not iterated: a tensor the consumer is done with is freed at once
+            yield bucket.popleft()
+
     with torch.no_grad():
         for name, param in model.named_parameters():
             if ".lora_" in name:
-                continue  # folded into its base weight below
+                continue  # folded into its base weight by _merged
             owner = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
-            tensor = _full(param)
-            if owner in adapted and name.endswith(".weight"):
-                layer = adapted[owner]
-                for adapter in layer.active_adapters:
-                    a = _full(layer.lora_A[adapter].weight)  # [r, in]
-                    b = _full(layer.lora_B[adapter].weight)  # [out, r]
-                    tensor = tensor + layer.scaling[adapter] * (b @ a).to(tensor.dtype)
-            yield _plain_name(name), tensor
+            layer = adapted.get(owner) if name.endswith(".weight") else None
+            size = param.numel() * param.element_size()  # the full size: a DTensor's shape is global
+            if bucket and held + size > limit:
+                yield from hand_over()  # before gathering: never a full bucket plus one more tensor
+            bucket.append((_plain_name(name), _merged(param, layer)))
+            held += size
+        if bucket:
+            yield from hand_over()

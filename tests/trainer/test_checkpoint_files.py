@@ -57,14 +57,14 @@ def test_exception_mid_save_keeps_previous(tmp_path):
 def test_crash_between_rename_and_pointer_still_resumes_newest(tmp_path, monkeypatch):
     """The renamed dir carries COMPLETE, so it is resumable even if the pointer never moved."""
     save(tmp_path, 1)
-    real = ckpt._write_durably
+    real = ckpt.write_durably
 
     def die_on_pointer(path, text):
         if path.name == ckpt.LATEST_FILE:
             raise KeyboardInterrupt  # the process is gone before the pointer moves
         real(path, text)
 
-    monkeypatch.setattr(ckpt, "_write_durably", die_on_pointer)
+    monkeypatch.setattr(ckpt, "write_durably", die_on_pointer)
     with pytest.raises(KeyboardInterrupt):
         save(tmp_path, 2)
     monkeypatch.undo()

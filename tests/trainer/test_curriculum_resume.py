@@ -1,0 +1,136 @@
+"""The tiny curriculum end to end, and crash-safety: SIGKILL mid-save and mid-step, then resume.
+
+One uninterrupted run is the reference; the killed-and-resumed run must reproduce its per-step
+rewards and its final weights exactly (same seed, same data order, restored RNG and optimizer).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+ARR = "actor_rollout_ref"
+STEPS = 3
+RUN = ["+recipe=tiny_curriculum", f"trainer.total_training_steps={STEPS}", "trainer.save_freq=2",
+       "trainer.logger=[jsonl]", "trainer.val_before_train=false",
+       # Stage 2 trains the critic only (there is none: its actor is frozen), so its final weights
+       # must be exactly stage 1's final weights: the proof that it started from them.
+       "+curriculum.stages.1.overrides.trainer.critic_warmup=10"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def role_data():
+    for name in ("kk_role", "kk_role_5ppl"):
+        if not (ROOT / f"data/{name}/train.parquet").is_file():
+            pytest.skip(f"data/{name} is missing: run `make data`")
+
+
+def launch(ckpt: Path, run_dir: Path, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    env.pop("LOGICRL_INJECT_FAULT", None)
+    if fault:
+        env["LOGICRL_INJECT_FAULT"] = fault
+    # start_new_session: a SIGKILLed controller's Ray processes are reaped by Ray, not by us.
+    return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, f"trainer.default_local_dir={ckpt}",
+                           f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env=env, start_new_session=True)
+
+
+def histories(ckpt: Path) -> dict[str, list[dict]]:
+    done = json.loads((ckpt / "curriculum.json").read_text())["done"]
+    return {name: row["history"] for name, row in done.items()}
+
+
+def final_weights(ckpt: Path, stage: str) -> dict[str, torch.Tensor]:
+    return load_file(ckpt / stage / f"global_step_{STEPS}" / "huggingface" / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reference")
+    result = launch(root / "ckpt", root / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_stages_apply_their_sizes_and_stage_two_starts_from_stage_one(reference):
+    ckpt, run = reference / "ckpt", reference / "run"
+    s1, s2 = metrics(run / "01_3ppl"), metrics(run / "02_5ppl")
+    assert [m["step"] for m in s1] == [m["step"] for m in s2] == [1, 2, 3]
+    assert {(m["batch/prompts"], m["batch/responses"]) for m in s1} == {(16, 128)}  # 16 prompts x n=8
+    assert {(m["batch/prompts"], m["batch/responses"]) for m in s2} == {(8, 128)}  # 8 prompts x n=16
+
+    base = load_file(ckpt / "01_3ppl" / "global_step_2" / "huggingface" / "model.safetensors")
+    w1, w2 = final_weights(ckpt, "01_3ppl"), final_weights(ckpt, "02_5ppl")
+    assert any(not torch.equal(base[k], w1[k]) for k in w1)  # stage 1 trained
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=0)  # stage 2 began at stage 1's end
+
+    # The summary holds each stage's real numbers, recomputed here from the step metrics.
+    table = (run / "curriculum_summary.md").read_text()
+    assert (run / "curriculum_curves.png").stat().st_size > 10_000
+    for stage, rows in (("3ppl", s1), ("5ppl", s2)):
+        line = next(line for line in table.splitlines() if f"| {stage} |" in line)
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        reward = sum(m["critic/score/mean"] for m in rows) / len(rows)
+        val = rows[-1]["val/acc"]  # test_freq also validates at a stage's last step
+        assert cells[2] == str(STEPS) and cells[5] == f"{reward:.3f}" and cells[6] == f"{val:.3f}", line
+    assert "| 16 x 8 |" in table and "| 8 x 16 |" in table
+
+
+def test_hf_export_loads_with_from_pretrained_and_generates(reference):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = reference / "ckpt" / "02_5ppl" / f"global_step_{STEPS}" / "huggingface"
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    ids = tokenizer("Knights always tell the truth.", return_tensors="pt").input_ids
+    out = model.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert out.shape[1] > ids.shape[1]
+    w = final_weights(reference / "ckpt", "02_5ppl")
+    torch.testing.assert_close(model.state_dict()["model.norm.weight"], w["model.norm.weight"])
+
+
+def test_sigkill_mid_save_and_mid_step_then_rerun_reproduces_the_uninterrupted_run(reference, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    # 1. Killed while writing stage 1's final checkpoint: its tmp dir is debris, step 2 stays the latest.
+    first = launch(ckpt, tmp_path / "run1", fault="sigkill@save:3#1")
+    assert first.returncode == -9, first.stderr[-3000:]
+    stage1 = ckpt / "01_3ppl"
+    assert (stage1 / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert any(re.fullmatch(r"global_step_3\.tmp-[0-9a-f]+", p.name) for p in stage1.iterdir())
+    assert not (stage1 / "global_step_3").exists() and not (ckpt / "curriculum.json").exists()
+
+    # 2. Re-run: resumes stage 1 from step 2, then is killed mid-step in stage 2 (after its step-2 save).
+    second = launch(ckpt, tmp_path / "run2", fault="sigkill@gen:3#2")
+    assert second.returncode == -9, second.stderr[-3000:]
+    assert f"resumed from {stage1 / 'global_step_2'} at step 2" in second.stdout + second.stderr
+    assert not any(".tmp-" in p.name for p in stage1.iterdir())  # the debris was cleaned
+    assert list(histories(ckpt)) == ["3ppl"]
+
+    # 3. Re-run: stage 1 is skipped as finished, stage 2 continues after its step 2.
+    third = launch(ckpt, tmp_path / "run3")
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "stage 1/2 (3ppl) already finished" in third.stdout + third.stderr
+    assert f"resumed from {ckpt / '02_5ppl' / 'global_step_2'} at step 2" in third.stdout + third.stderr
+
+    assert histories(ckpt) == histories(reference / "ckpt")  # every step's reward, none lost or repeated
+    for stage in ("01_3ppl", "02_5ppl"):
+        ours, theirs = final_weights(ckpt, stage), final_weights(reference / "ckpt", stage)
+        for k in theirs:
+            torch.testing.assert_close(ours[k], theirs[k], rtol=0, atol=0)
+    # The last launch's summary still covers both stages.
+    assert "| 1 | 3ppl | 3 |" in (tmp_path / "run3" / "curriculum_summary.md").read_text()
