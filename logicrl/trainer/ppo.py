@@ -95,14 +95,21 @@ class PPOTrainer:
                  f"{'skipped (on-policy)' if self.skip_old_log_prob else 'on'}")
         self.ckpt_root = Path(cfg.trainer.default_local_dir)
         resume = find_resume_point(self.ckpt_root, cfg.trainer.resume_mode)
+        state = read_trainer_state(resume) if resume is not None else None
+        self.start_step, self.history, self.elapsed_s = 0, [], 0.0
+        self.workers = None
+        if state is not None and state.step >= self.total_steps:
+            self._adopt(state)
+            log.info(f"{resume} is at step {state.step} of {self.total_steps}: nothing left to train "
+                     "(trainer.resume_mode=disable starts over)")
+            return
         self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda,
                                    config=OmegaConf.to_container(cfg, resolve=True), total_steps=self.total_steps)
-        self.start_step, self.history, self.elapsed_s = 0, [], 0.0
         if init_from is not None:
             log.info(f"starting from {init_from} (optimizer state {'carried' if carry_optimizer else 'fresh'})")
             self.workers.call("start_from", str(init_from), carry_optimizer)
-        if resume is not None:
-            self._resume(resume)
+        if state is not None:
+            self._resume(resume, state)
 
     def sampling(self, step: int) -> dict:
         r = self.cfg[ARR].rollout
@@ -110,6 +117,10 @@ class PPOTrainer:
                     max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed * 100_003 + step)
 
     def fit(self) -> dict:
+        if self.workers is None:
+            print(f"logicrl: {self.ckpt_root} already holds step {self.start_step} of {self.total_steps}: "
+                  "nothing to train (trainer.resume_mode=disable starts over)")
+            return {}
         tracker = Tracker(self.run_dir, list(self.cfg.trainer.logger), self.total_steps,
                           OmegaConf.to_container(self.cfg, resolve=True), self.cfg.trainer.project_name,
                           self.cfg.trainer.experiment_name)
@@ -159,22 +170,22 @@ class PPOTrainer:
         return {"perf/worker_" + k if k.startswith("timing_s/") else k: v for k, v in metrics.items()} | \
             {"timing_s/save": time.perf_counter() - start}
 
-    def _resume(self, path: Path) -> None:
-        state = read_trainer_state(path)
-        saved = (state.extra.get("train_batch_size"), state.extra.get("train_rows"))
-        if saved != (self.cfg.data.train_batch_size, len(self.train_set)):
-            log.warning(f"{path} was saved with train_batch_size, rows = {saved}, this run has "
-                        f"{(self.cfg.data.train_batch_size, len(self.train_set))}: the data order will differ")
-        self.workers.call("resume_from", str(path))
+    def _adopt(self, state: TrainerState) -> None:
+        """The controller's side of a checkpoint: where the run is, its history, KL coef and RNG."""
         self.start_step, self.history = state.step, list(state.extra.get("history", []))
         self.elapsed_s = float(state.extra.get("elapsed_s", 0.0))
         if state.kl_coef is not None:
             self.kl_ctrl.value = state.kl_coef
         restore_rng_state(state.rng)
-        left = self.total_steps - state.step
-        log.info(f"resumed from {path} at step {state.step}; " +
-                 (f"{left} steps to go" if left > 0 else "nothing left to train (use trainer.resume_mode=disable "
-                                                         "to start over)"))
+
+    def _resume(self, path: Path, state: TrainerState) -> None:
+        saved = (state.extra.get("train_batch_size"), state.extra.get("train_rows"))
+        if saved != (self.cfg.data.train_batch_size, len(self.train_set)):
+            log.warning(f"{path} was saved with train_batch_size, rows = {saved}, this run has "
+                        f"{(self.cfg.data.train_batch_size, len(self.train_set))}: the data order will differ")
+        self.workers.call("resume_from", str(path))
+        self._adopt(state)
+        log.info(f"resumed from {path} at step {state.step}; {self.total_steps - state.step} steps to go")
 
     def step(self, step: int) -> dict:
         cfg, plan, workers = self.cfg, self.plan, self.workers
