@@ -1,13 +1,23 @@
-"""N training steps on a named configuration: time and peak memory per phase, rollout tokens/s.
+"""N training steps on a named configuration: time and peak memory per phase, rollout tokens/s;
+with --engines, the same run once per rollout engine and how they compare.
 
     .venv/bin/python benchmarks/step_time.py --steps 10 [override ...]
     .venv/bin/python benchmarks/step_time.py --steps 5 +recipe=stage1 actor_rollout_ref.model.path=/ckpt/...
+    .venv/bin/python benchmarks/step_time.py --engines vllm,hf --bench-model --steps 4   # vLLM vs HF
 
 It runs main_ppo.py as a user would (validation off, JSONL metrics) and summarises its
 metrics.jsonl: the mean controller wall time of each phase (timing_s/*, Ray transfers included),
 the largest per-phase peak memory any rank reported (perf/memory/*/peak_gb: CUDA max allocated,
 or on CPU the sampled process RSS, see logicrl/memory/telemetry.py), and rollout tokens/s. The
 first step (worker start-up, caches) is left out of the means when there are more than two.
+
+--bench-model trains a 27M-parameter Qwen2 (BENCH_MODEL: hidden 512, 8 layers, head_dim 64 as
+vLLM's CPU attention needs) with random weights, built once from its config with the tiny
+tokenizer, on 4 prompts x 4 responses of up to 128 tokens (BENCH_RUN). Random weights spread
+their probability nearly evenly over the 2048-token vocabulary, so EOS (one token) ends a
+response early with probability ~1/2048 per token: ~94% of responses run the full 128 tokens,
+and the table reports the mean length actually generated. Both engines sample the same prompts
+with the same settings; only actor_rollout_ref.rollout.name differs between the runs.
 """
 
 import argparse
@@ -19,22 +29,48 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+ARR = "actor_rollout_ref"
+BENCH_MODEL = dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8, head_dim=64,
+                   intermediate_size=1408)
+BENCH_RUN = ["data.train_batch_size=4", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4",
+             f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=16",
+             "data.max_response_length=128", f"{ARR}.rollout.max_num_seqs=16"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+def bench_model_dir() -> Path:
+    """The --bench-model checkpoint (config.json, seeded random weights, the tiny tokenizer), built once."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
+
+    from logicrl.models.loading import checkpoint_dir
+    from logicrl.models.tiny import TINY_CONFIG, cache_root
+
+    directory = cache_root() / "bench-27m"
+    if (directory / "config.json").is_file():
+        return directory
+    config = {k: v for k, v in TINY_CONFIG.items() if k not in ("model_type", "architectures")}
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(Qwen2Config(**{**config, **BENCH_MODEL}), dtype=torch.float32)
+    with tempfile.TemporaryDirectory(dir=directory.parent) as tmp:
+        model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(checkpoint_dir("embedded:tiny")).save_pretrained(tmp)
+        Path(tmp).rename(directory)  # whole or absent: a failed build is not mistaken for a checkpoint
+    return directory
+
+
+def run(steps: int, overrides: list[str]) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, str(ROOT / "main_ppo.py"), f"trainer.total_training_steps={args.steps}",
+        cmd = [sys.executable, str(ROOT / "main_ppo.py"), f"trainer.total_training_steps={steps}",
                "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1",
-               *args.overrides, f"hydra.run.dir={run_dir}"]
+               *overrides, f"hydra.run.dir={run_dir}"]
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def summarize(rows: list[dict], label: str) -> dict[str, float]:
     steady = rows[1:] if len(rows) > 2 else rows
-    print(f"{len(rows)} steps ({len(steady)} averaged); overrides: {' '.join(args.overrides) or '(embedded default)'}")
+    print(f"{len(rows)} steps ({len(steady)} averaged); {label}")
     phases = sorted({k.split("/", 1)[1] for r in rows for k in r if k.startswith("timing_s/")})
     print(f"{'phase':<16}{'mean s':>10}{'peak GB':>10}")
     for phase in phases:
@@ -42,7 +78,43 @@ def main() -> None:
         peaks = [r[f"perf/memory/{phase}/peak_gb"] for r in rows if f"perf/memory/{phase}/peak_gb" in r]
         peak = f"{max(peaks):.3f}" if peaks else "-"
         print(f"{phase:<16}{statistics.mean(times):>10.3f}{peak:>10}")
-    print(f"rollout tokens/s: {statistics.mean(r['perf/rollout_tokens_per_s'] for r in steady):.0f}")
+
+    def mean(key):
+        values = [r[key] for r in steady if key in r]
+        return statistics.mean(values) if values else float("nan")
+
+    summary = {"gen s": mean("timing_s/gen"), "tokens/s": mean("perf/rollout_tokens_per_s"),
+               "update_weights s": mean("timing_s/update_weights"), "step s": mean("timing_s/step"),
+               "response len": mean("response_length/mean")}
+    print(f"rollout tokens/s: {summary['tokens/s']:.0f}; mean response length {summary['response len']:.1f}\n")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--engines", default="", help="comma-separated rollout engines to compare, e.g. vllm,hf")
+    parser.add_argument("--bench-model", action="store_true", help="the 27M-parameter model and BENCH_RUN batch")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    overrides = list(args.overrides)
+    if args.bench_model:
+        overrides = [f"{ARR}.model.path={bench_model_dir()}", *BENCH_RUN, *overrides]
+    engines = [e for e in args.engines.split(",") if e]
+    if not engines:
+        summarize(run(args.steps, overrides), f"overrides: {' '.join(overrides) or '(embedded default)'}")
+        return
+    print(f"overrides: {' '.join(overrides)}\n")
+    results = {e: summarize(run(args.steps, [*overrides, f"{ARR}.rollout.name={e}"]), f"rollout.name={e}")
+               for e in engines}
+    keys = list(next(iter(results.values())))
+    print(f"{'engine':<8}" + "".join(f"{k:>18}" for k in keys))
+    for engine, summary in results.items():
+        print(f"{engine:<8}" + "".join(f"{summary[k]:>18.3f}" for k in keys))
+    first, *others = engines
+    for other in others:
+        ratios = "  ".join(f"{k} x{results[first][k] / results[other][k]:.2f}" for k in keys[:4])
+        print(f"{first}/{other}: {ratios}")
 
 
 if __name__ == "__main__":

@@ -119,6 +119,8 @@ class RefFSDPConfig:
 @dataclass
 class RefConfig:
     log_prob_micro_batch_size_per_gpu: int = key(ge=1)
+    log_prob_use_dynamic_bsz: bool = key()
+    log_prob_max_token_len_per_gpu: int = key(ge=1)
     log_prob_micro_batch_size: Optional[int] = key(ge=1)
     fsdp_config: RefFSDPConfig = group(RefFSDPConfig)
 
@@ -143,6 +145,8 @@ class RolloutConfig:
     kv_cache_gb: Optional[float] = key(gt=0)
     tensor_model_parallel_size: int = key(ge=1)
     log_prob_micro_batch_size_per_gpu: int = key(ge=1)
+    log_prob_use_dynamic_bsz: bool = key()
+    log_prob_max_token_len_per_gpu: int = key(ge=1)
     log_prob_micro_batch_size: Optional[int] = key(ge=1)
     max_num_seqs: int = key(ge=1)
     max_num_batched_tokens: int = key(ge=1)
@@ -248,11 +252,14 @@ class TrainerConfig:
     resume_mode: str = key()  # auto | disable | a checkpoint path
     default_local_dir: str = key()
     default_hdfs_dir: Optional[str] = key()
+    balance_batch: bool = key()
     max_actor_ckpt_to_keep: Optional[int] = key(ge=-1)  # null or -1 keeps all
     save_hf_model: bool = key()
     save_merged_lora: bool = key()
     seed: int = key()
     dry_run: bool = key()
+    gpu_memory_gb: Optional[float] = key(gt=0)  # null: detect (logicrl/memory/preflight.py)
+    auto_micro_batch: bool = key()
 
 
 # ---------------------------------------------------------------- curriculum

@@ -28,7 +28,9 @@ def _update_lines(name: str, plan: BatchPlan, role: UpdatePlan) -> list[str]:
     ]
 
 
-def summarize(cfg: DictConfig, spec: ModelSpec, plan: BatchPlan) -> str:
+def summarize(cfg: DictConfig, spec: ModelSpec, plan: BatchPlan, memory: str | None = None) -> str:
+    """The dry-run summary; `memory` is the preflight's table when the caller already ran it
+    (logicrl.memory.preflight.preflight), else the plan is computed here without refusing."""
     data, trainer = cfg.data, cfg.trainer
     train_rows, val_rows = dataset_rows(data.train_files), dataset_rows(data.val_files)
     per_epoch = steps_per_epoch(train_rows, plan.prompts)
@@ -55,6 +57,12 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: BatchPlan) -> str:
     ]
     if uses_ref(cfg) and cfg[ARR].model.lora_rank > 0:
         lines.append(f"{'':<10} with LoRA the reference is the actor with its adapter disabled (no second copy)")
+    if memory is None:
+        # Imported here: logicrl.memory imports this package's batching module.
+        from logicrl.memory.preflight import memory_summary
+
+        memory = memory_summary(cfg, spec)
+    lines.append(memory)
     return "\n".join(lines)
 
 

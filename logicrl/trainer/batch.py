@@ -1,7 +1,9 @@
 """Assembling a step's batch on the controller: prompts + responses -> model inputs, and shards.
 
 Shards are contiguous and equal: rank r owns responses [r*S, (r+1)*S), S = B*n / W, for every
-phase of the step, so each rank trains on what it generated.
+phase after generation. With trainer.balance_batch the rows are first reordered so that every
+rank's shard holds about the same number of tokens (`balanced_order`): the ranks wait on each
+other at every collective, so the step runs at the pace of the rank with the most tokens.
 """
 
 from __future__ import annotations
@@ -33,6 +35,24 @@ def build_batch(prompt_ids: list[list[int]], responses: torch.Tensor, response_m
         "responses": responses,
         "response_mask": response_mask.long(),
     }, batch_size=[len(prompt_ids)])
+
+
+def balanced_order(lengths: list[int], parts: int) -> list[int]:
+    """A permutation of the rows such that its `parts` equal contiguous shards have near-equal token sums.
+
+    Longest first, each row goes to the lightest shard that still has room (every shard gets
+    exactly len/parts rows). Greedy's worst shard exceeds the best by at most one row's length.
+    Within a shard the rows keep their original order.
+    """
+    size = len(lengths) // parts
+    assert size * parts == len(lengths), f"{len(lengths)} rows do not split into {parts} equal shards"
+    bins: list[list[int]] = [[] for _ in range(parts)]
+    loads = [0] * parts
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        j = min((j for j in range(parts) if len(bins[j]) < size), key=lambda j: (loads[j], j))
+        bins[j].append(i)
+        loads[j] += lengths[i]
+    return [i for b in bins for i in sorted(b)]
 
 
 def shards(batch: TensorDict, n_ranks: int) -> list[TensorDict]:

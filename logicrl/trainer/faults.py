@@ -37,8 +37,17 @@ def _parse(spec: str) -> dict[tuple[str, int, int | None], str]:
     return faults
 
 
-def maybe_fail(point: str, step: int, stage: int | None = None) -> None:
-    """`stage` is the 0-based curriculum stage (None outside a curriculum)."""
+_fired: set[tuple[str, int]] = set()
+
+
+def maybe_fail(point: str, step: int, stage: int | None = None, kinds: tuple[str, ...] = ("sigkill", "oom")) -> None:
+    """`stage` is the 0-based curriculum stage (None outside a curriculum). `kinds` are the faults
+    this call site can raise: the controller kills (a crashed job), the workers run out of memory.
+
+    An `oom` fires once per (point, step) in a process, as a transient OOM would: the phase's
+    retry with a smaller micro-batch then goes through. On a worker, `step` is the phase's call
+    count on that rank (1 for its first call), which is the training step for once-a-step phases.
+    """
     spec = os.environ.get(ENV)
     if not spec:
         return
@@ -46,7 +55,10 @@ def maybe_fail(point: str, step: int, stage: int | None = None) -> None:
     kind = faults.get((point, step, None))
     if kind is None and stage is not None:
         kind = faults.get((point, step, stage + 1))
+    if kind not in kinds:
+        return
     if kind == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
-    elif kind == "oom":
+    elif kind == "oom" and (point, step) not in _fired:
+        _fired.add((point, step))
         raise torch.OutOfMemoryError(f"injected by {ENV} at {point}:{step}")

@@ -24,6 +24,7 @@ from logicrl.controller.worker_group import WorkerGroup
 from logicrl.data.dataset import load_prompts
 from logicrl.models.loading import load_tokenizer
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
+from logicrl.trainer.batch import balanced_order, build_batch, gather, merge_rank_metrics, shards
 from logicrl.trainer.checkpoint import (
     TrainerState,
     capture_rng_state,
@@ -35,9 +36,8 @@ from logicrl.trainer.checkpoint import (
     step_dir,
     write_trainer_state,
 )
-from logicrl.trainer.faults import maybe_fail
-from logicrl.trainer.batch import build_batch, gather, merge_rank_metrics, shards
 from logicrl.trainer.curves import plot_curves
+from logicrl.trainer.faults import maybe_fail
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
 from logicrl.trainer.tracking import Tracker
@@ -50,7 +50,7 @@ log = logging.getLogger("logicrl.trainer")
 @contextmanager
 def timed(name: str, metrics: dict, step: int | None = None, stage: int | None = None):
     if step is not None:
-        maybe_fail(name, step, stage)  # fault injection for the crash tests; a no-op unless asked for
+        maybe_fail(name, step, stage, kinds=("sigkill",))  # crash tests' fault injection; a no-op unless asked
     start = time.perf_counter()
     yield
     metrics[f"timing_s/{name}"] = time.perf_counter() - start
@@ -163,7 +163,7 @@ class PPOTrainer:
                                         "train_batch_size": self.cfg.data.train_batch_size,
                                         "train_rows": len(self.train_set)})
             write_trainer_state(tmp, state)
-            maybe_fail("save", step, self.stage)
+            maybe_fail("save", step, self.stage, kinds=("sigkill",))
         pruned = prune(self.ckpt_root, t.max_actor_ckpt_to_keep)
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
         metrics = merge_rank_metrics(rank_metrics)
@@ -203,6 +203,11 @@ class PPOTrainer:
             responses = gather([o["responses"] for o, _ in outs])
             response_mask = gather([o["response_mask"] for o, _ in outs])
         batch = build_batch([row.input_ids for row in pairs], responses, response_mask, self.tokenizer.pad_token_id)
+        if cfg.trainer.balance_batch and plan.ranks > 1:
+            order = balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.ranks)
+            index = torch.tensor(order)
+            batch, responses, response_mask, uids = batch[index], responses[index], response_mask[index], uids[index]
+            pairs = [pairs[i] for i in order]
 
         with timed("reward", metrics, step, self.stage):
             token_scores, reward_metrics, _, _ = self.rewards(responses, response_mask, pairs)

@@ -25,8 +25,10 @@ from logicrl.algos import (
     policy_clip_metrics,
 )
 from logicrl.models.logprob import causal_lm_logprobs
-from logicrl.workers.fsdp import all_reduce_sum, clip_grad_norm
+from logicrl.workers.fsdp import all_reduce_sum, clip_grad_norm, drop_unreduced_grads
+from logicrl.trainer.faults import maybe_fail
 from logicrl.workers.micro import split_by_tokens, split_fixed
+from logicrl.workers.oom import MicroSize, retry_on_oom
 
 # Tokens per chunk of the chunked lm_head: bounds the fp32 [chunk, V] logits alive at once.
 LOGPROB_CHUNK_TOKENS = 1024
@@ -40,11 +42,22 @@ def response_logprobs(model, batch: TensorDict, temperature: float, with_entropy
 
 
 @torch.no_grad()
-def forward_logprobs(model, batch: TensorDict, micro: int, temperature: float) -> torch.Tensor:
-    """Forward-only log-probs of a rank's batch in micro-batches of `micro` rows: [N, R]."""
+def forward_logprobs(model, batch: TensorDict, micro: int, temperature: float, max_tokens: int | None = None,
+                     phase: str = "log_prob", call: int = 0) -> torch.Tensor:
+    """Forward-only log-probs of a rank's batch [N, R], in micro-batches of `micro` rows, or packed
+    to `max_tokens` tokens each (rows come back in the batch's order either way)."""
     model.eval()
-    out = [response_logprobs(model, mb, temperature)[0] for mb in split_fixed(batch, micro)]
-    return torch.cat(out)
+    if max_tokens is None:
+        parts, order = split_fixed(batch, micro), None
+    else:
+        parts, order = split_by_tokens(batch, max_tokens, batch.device, with_index=True)
+    out = []
+    for i, mb in enumerate(parts):
+        if i == len(parts) - 1:
+            maybe_fail(phase, call, kinds=("oom",))  # fault injection (tests): an OOM at the last micro-batch
+        out.append(response_logprobs(model, mb, temperature)[0])
+    out = torch.cat(out)
+    return out if order is None else out[torch.argsort(order)]
 
 
 class Actor:
@@ -54,19 +67,24 @@ class Actor:
                  world_size: int):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.cfg, self.temperature, self.device, self.world_size = cfg, temperature, device, world_size
+        key = "actor_rollout_ref.actor." + ("ppo_max_token_len_per_gpu" if cfg.use_dynamic_bsz
+                                            else "ppo_micro_batch_size_per_gpu")
+        self.micro_size = MicroSize("update_actor", key, cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz
+                                    else cfg.ppo_micro_batch_size_per_gpu)
+        self.calls = 0  # update() calls: the step, for fault injection
 
-    def compute_log_prob(self, batch: TensorDict, micro: int) -> torch.Tensor:
-        return forward_logprobs(self.model, batch, micro, self.temperature)
-
-    def _micro_batches(self, mini: TensorDict) -> list[TensorDict]:
+    def _micro_batches(self, mini: TensorDict, size: int) -> list[TensorDict]:
         if self.cfg.use_dynamic_bsz:
-            return split_by_tokens(mini, self.cfg.ppo_max_token_len_per_gpu, self.device)
-        return split_fixed(mini, self.cfg.ppo_micro_batch_size_per_gpu)
+            # A row is never split: the budget cannot usefully go below the longest row.
+            self.micro_size.minimum = int(mini["attention_mask"].sum(-1).max())
+            return split_by_tokens(mini, size, self.device)
+        return split_fixed(mini, size)
 
     def update(self, batch: TensorDict, per_rank_mini: int) -> dict[str, float]:
         """ppo_epochs passes over `batch` in mini-batches of `per_rank_mini` rows, one optimizer step each."""
         cfg = self.cfg
         self.model.train()
+        self.calls += 1
         sums: dict[str, list[float]] = {}
         for _ in range(cfg.ppo_epochs):
             for mini in split_fixed(batch, per_rank_mini):
@@ -77,18 +95,40 @@ class Actor:
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         return metrics
 
+    def compute_log_prob(self, batch: TensorDict, micro: int, max_tokens: int | None = None) -> torch.Tensor:
+        return forward_logprobs(self.model, batch, micro, self.temperature, max_tokens)
+
     def _step(self, mini: TensorDict) -> dict[str, float]:
         cfg = self.cfg
         mode = cfg.loss_agg_mode
-        max_len = mini["responses"].shape[1]
         # One normaliser for the whole mini-batch across ranks, so micro-batch losses add up to the
         # mini-batch loss exactly (algos/aggregation.py). FSDP2 averages gradients over ranks,
         # hence the world_size factor.
         normalizer = all_reduce_sum(float(loss_normalizer(mini["response_mask"], mode)), self.device)
-        micro_batches = self._micro_batches(mini)
+        stats, count = retry_on_oom(self.micro_size, lambda size: self._accumulate(mini, size, normalizer),
+                                    self.device, reset=lambda: drop_unreduced_grads(self.model))
+        grad_norm = clip_grad_norm(self.model, cfg.grad_clip)
+        if torch.isfinite(torch.tensor(grad_norm)):
+            self.optimizer.step()
+        loss = stats.pop("actor/loss")  # a sum, not a mean: the mini-batch's loss however it was split
+        stats = {k: v / count for k, v in stats.items()}
+        stats["actor/loss"], stats["actor/grad_norm"] = loss, grad_norm
+        stats["perf/oom_retries/update_actor"] = self.micro_size.retries
+        stats["perf/micro_size/update_actor"] = self.micro_size.value
+        self.optimizer.zero_grad(set_to_none=True)
+        return stats
+
+    def _accumulate(self, mini: TensorDict, size: int, normalizer: float) -> tuple[dict[str, float], int]:
+        """Forward + backward of every micro-batch of `mini` (gradients add up); its stats summed."""
+        cfg = self.cfg
+        mode = cfg.loss_agg_mode
+        max_len = mini["responses"].shape[1]
+        micro_batches = self._micro_batches(mini, size)
         stats: dict[str, float] = {}
         for i, micro in enumerate(micro_batches):
             self.model.set_requires_gradient_sync(i == len(micro_batches) - 1)
+            if i == len(micro_batches) - 1:
+                maybe_fail("update_actor", self.calls, kinds=("oom",))  # fault injection: after earlier micro-batches' grads
             mask = micro["response_mask"]
             log_probs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
             # On-policy steps skip the old-log-prob pass: the policy that sampled the batch is the
@@ -104,6 +144,7 @@ class Actor:
                 _add(stats, "actor/kl_loss", masked_mean(kl.detach(), mask))
             loss = agg_loss(token_loss, mask, mode, normalizer=normalizer, max_response_length=max_len)
             (loss * self.world_size).backward()
+            _add(stats, "actor/loss", loss.detach())
             _add(stats, "actor/pg_loss", masked_mean(out.token_loss.detach(), mask))
             _add(stats, "actor/entropy", masked_mean(entropy.detach(), mask))
             for key, value in policy_clip_metrics(out.ratio.detach(), micro["advantages"], mask, cfg.clip_ratio_low,
@@ -111,13 +152,7 @@ class Actor:
                 _add(stats, key, value)
             for key, value in approx_kl_metrics(log_probs.detach(), old, mask).items():
                 _add(stats, key, value)
-        grad_norm = clip_grad_norm(self.model, cfg.grad_clip)
-        if torch.isfinite(torch.tensor(grad_norm)):
-            self.optimizer.step()
-        stats = {k: v / len(micro_batches) for k, v in stats.items()}
-        stats["actor/grad_norm"] = grad_norm
-        self.optimizer.zero_grad(set_to_none=True)
-        return stats
+        return stats, len(micro_batches)
 
 
 def _add(stats: dict[str, float], key: str, value) -> None:

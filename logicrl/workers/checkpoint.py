@@ -148,6 +148,17 @@ def load_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch
         restore_rng_state(json.loads(rng.read_text()))
 
 
+def load_stage_start(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+                     carry_optimizer: bool) -> None:
+    """A curriculum stage's start: the previous stage's weights (and, if asked, its Adam moments).
+
+    The lr comes from this stage's own schedule, not from the loaded param groups.
+    """
+    load_sharded(directory, model, optimizer if carry_optimizer else None, restore_rng=False)
+    for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
+        group["lr"] = lr
+
+
 # ---------------------------------------------------------------- HF export
 def _is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config")

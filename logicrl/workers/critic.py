@@ -11,8 +11,10 @@ from omegaconf import DictConfig
 from tensordict import TensorDict
 
 from logicrl.algos import agg_loss, loss_normalizer, masked_mean, value_loss
-from logicrl.workers.fsdp import all_reduce_sum, clip_grad_norm
+from logicrl.workers.fsdp import all_reduce_sum, clip_grad_norm, drop_unreduced_grads
+from logicrl.trainer.faults import maybe_fail
 from logicrl.workers.micro import split_by_tokens, split_fixed
+from logicrl.workers.oom import MicroSize, retry_on_oom
 
 
 def response_values(model, batch: TensorDict) -> torch.Tensor:
@@ -27,6 +29,10 @@ class Critic:
     def __init__(self, model, optimizer, scheduler, cfg: DictConfig, device: torch.device, world_size: int):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.cfg, self.device, self.world_size = cfg, device, world_size
+        key = "critic." + ("ppo_max_token_len_per_gpu" if cfg.use_dynamic_bsz else "ppo_micro_batch_size_per_gpu")
+        self.micro_size = MicroSize("update_critic", key, cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz
+                                    else cfg.ppo_micro_batch_size_per_gpu)
+        self.calls = 0  # update() calls, for fault injection
 
     @torch.no_grad()
     def compute_values(self, batch: TensorDict, micro: int) -> torch.Tensor:
@@ -36,27 +42,47 @@ class Critic:
     def update(self, batch: TensorDict, per_rank_mini: int, loss_agg_mode: str) -> dict[str, float]:
         cfg = self.cfg
         self.model.train()
+        self.calls += 1
         records: dict[str, list[float]] = {}
         for _ in range(cfg.ppo_epochs):
             for mini in split_fixed(batch, per_rank_mini):
                 normalizer = all_reduce_sum(float(loss_normalizer(mini["response_mask"], loss_agg_mode)),
                                             self.device)
-                micro_batches = (split_by_tokens(mini, cfg.ppo_max_token_len_per_gpu, self.device)
-                                 if cfg.use_dynamic_bsz else split_fixed(mini, cfg.ppo_micro_batch_size_per_gpu))
-                for i, micro in enumerate(micro_batches):
-                    self.model.set_requires_gradient_sync(i == len(micro_batches) - 1)
-                    mask = micro["response_mask"]
-                    values = response_values(self.model, micro)
-                    out = value_loss(values, micro["values"], micro["returns"], mask, cfg.cliprange_value)
-                    loss = agg_loss(out.token_loss, mask, loss_agg_mode, normalizer=normalizer,
-                                    max_response_length=mask.shape[1])
-                    (loss * self.world_size).backward()
-                    records.setdefault("critic/vf_loss", []).append(float(masked_mean(out.token_loss.detach(), mask)))
-                    records.setdefault("critic/vf_clipfrac", []).append(float(masked_mean(out.clipped.float(), mask)))
+                # An OOM drops the attempt's gradients and re-runs the mini-batch with half the split.
+                stats = retry_on_oom(self.micro_size, lambda size: self._accumulate(mini, size, normalizer,
+                                                                                    loss_agg_mode),
+                                     self.device, reset=lambda: drop_unreduced_grads(self.model))
+                for key, values in stats.items():
+                    records.setdefault(key, []).extend(values)
                 grad_norm = clip_grad_norm(self.model, cfg.grad_clip)
                 if torch.isfinite(torch.tensor(grad_norm)):
                     self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 records.setdefault("critic/grad_norm", []).append(grad_norm)
         self.scheduler.step()
-        return {k: sum(v) / len(v) for k, v in records.items()}
+        metrics = {k: sum(v) / len(v) for k, v in records.items()}
+        metrics["perf/oom_retries/update_critic"] = self.micro_size.retries
+        metrics["perf/micro_size/update_critic"] = self.micro_size.value
+        return metrics
+
+    def _accumulate(self, mini: TensorDict, size: int, normalizer: float, loss_agg_mode: str) -> dict[str, list]:
+        cfg = self.cfg
+        if cfg.use_dynamic_bsz:
+            self.micro_size.minimum = int(mini["attention_mask"].sum(-1).max())  # a row is never split
+            micro_batches = split_by_tokens(mini, size, self.device)
+        else:
+            micro_batches = split_fixed(mini, size)
+        records: dict[str, list[float]] = {}
+        for i, micro in enumerate(micro_batches):
+            self.model.set_requires_gradient_sync(i == len(micro_batches) - 1)
+            if i == len(micro_batches) - 1:
+                maybe_fail("update_critic", self.calls, kinds=("oom",))  # fault injection (tests)
+            mask = micro["response_mask"]
+            values = response_values(self.model, micro)
+            out = value_loss(values, micro["values"], micro["returns"], mask, cfg.cliprange_value)
+            loss = agg_loss(out.token_loss, mask, loss_agg_mode, normalizer=normalizer,
+                            max_response_length=mask.shape[1])
+            (loss * self.world_size).backward()
+            records.setdefault("critic/vf_loss", []).append(float(masked_mean(out.token_loss.detach(), mask)))
+            records.setdefault("critic/vf_clipfrac", []).append(float(masked_mean(out.clipped.float(), mask)))
+        return records

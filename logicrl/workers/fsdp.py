@@ -80,6 +80,30 @@ def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> float:
     return float(norm)
 
 
+def drop_unreduced_grads(model: torch.nn.Module) -> None:
+    """Forget gradients accumulated under set_requires_gradient_sync(False) and not yet reduced.
+
+    optimizer.zero_grad() clears the sharded .grad only; FSDP2 keeps the unreduced micro-batch
+    gradients on its unsharded parameters until the next synced backward reduce-scatters them.
+    An OOM retry (workers/oom.py) must drop those too, or the failed attempt's micro-batches
+    would count twice. FSDP2 has no public call for this, so this reaches into its parameter
+    groups; tests/workers/test_micro_oom.py fails if a torch upgrade moves them.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        for group in module._get_fsdp_state()._fsdp_param_groups:
+            for fsdp_param in group.fsdp_params:
+                fsdp_param.unsharded_accumulated_grad = None
+                unsharded = getattr(fsdp_param, "_unsharded_param", None)
+                if unsharded is not None:
+                    unsharded.grad = None
+    for p in model.parameters():
+        p.grad = None
+
+
 def all_reduce_sum(value: float | int, device: torch.device) -> float:
     """Sum a number over ranks (e.g. a mini-batch's valid tokens, for the loss normaliser)."""
     t = torch.tensor(float(value), dtype=torch.float64, device=device)

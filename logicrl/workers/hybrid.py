@@ -20,9 +20,10 @@ from logicrl.config.batching import uses_critic, uses_ref
 from logicrl.memory.telemetry import measure
 from logicrl.models.loading import LoraSpec, load_causal_lm, load_tokenizer, load_value_model, resolve_dtype
 from logicrl.workers.actor import Actor, forward_logprobs
-from logicrl.workers.checkpoint import export_hf, load_sharded, save_sharded
+from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
 from logicrl.workers.critic import Critic
 from logicrl.workers.fsdp import build_optimizer, init_distributed, shard_model
+from logicrl.workers.oom import MicroSize, retry_on_oom
 from logicrl.workers.rollout import SamplingParams
 from logicrl.workers.rollout.engines import build_engine
 from logicrl.workers.weight_sync import iter_engine_weights
@@ -83,44 +84,94 @@ class HybridWorker:
         # The engine holds its own full copy of the policy: generation lengths differ per rank,
         # and a sharded model would need every rank in lock-step for each decode step.
         self.engine = build_engine(cfg, tokenizer, self.dtype, self.device)
+        # Per-phase micro-batch sizes as they stand after any OOM halving, and call counts (the
+        # step, for once-a-step phases) for fault injection.
+        self.sizes: dict[str, MicroSize] = {}
+        self.calls: dict[str, int] = {}
 
     # ---------------------------------------------------------------- phases
     def generate(self, prompt_ids: list[list[int]], params: dict) -> tuple[dict, dict]:
         metrics: dict = {}
+        self.calls["gen"] = self.calls.get("gen", 0) + 1
         with measure("gen", metrics, self.device):
             sampling = SamplingParams(**{**params, "seed": params.get("seed", 0) * 1009 + self.rank})
-            out = self.engine.generate(prompt_ids, sampling)
+            out = self._generate(prompt_ids, sampling)
             if self.cfg.actor_rollout_ref.rollout.free_cache_engine:
                 # Training gets the engine's memory back until the next generate (vLLM sleep mode on
                 # CUDA; on CPU only the prefix cache is dropped, see rollout/vllm.py).
                 self.engine.sleep()
         return {"responses": out.responses.cpu(), "response_mask": out.response_mask.cpu(),
-                "rollout_log_probs": out.log_probs.cpu(), "prompt_index": out.prompt_index.cpu()}, metrics
+                "rollout_log_probs": out.log_probs.cpu(), "prompt_index": out.prompt_index.cpu()}, \
+            self._size_metrics("gen", metrics)
+
+    def _size_metrics(self, phase: str, metrics: dict) -> dict:
+        """The phase's micro-batch as it stands, and how often an OOM halved it (0 normally)."""
+        if phase in self.sizes:
+            metrics[f"perf/oom_retries/{phase}"] = self.sizes[phase].retries
+            metrics[f"perf/micro_size/{phase}"] = self.sizes[phase].value
+        return metrics
+
+    def _generate(self, prompt_ids: list[list[int]], sampling: SamplingParams):
+        """The engine's generate; with an engine that decodes in micro-batches (hf), an OOM halves
+        them and re-runs: rows are seeded one by one, so the responses come out the same."""
+        if not hasattr(self.engine, "micro_batch_size"):
+            return self.engine.generate(prompt_ids, sampling)
+        if "gen" not in self.sizes:
+            self.sizes["gen"] = MicroSize("gen", "actor_rollout_ref.rollout.max_num_seqs", self.engine.micro_batch_size)
+
+        def attempt(size: int):
+            self.engine.micro_batch_size, self.engine.calls = size, self.calls["gen"]
+            return self.engine.generate(prompt_ids, sampling)
+
+        return retry_on_oom(self.sizes["gen"], attempt, self.device)
+
+    def _forward_size(self, phase: str, prefix: str, micro: int, dynamic: bool, budget: int) -> MicroSize:
+        """The phase's micro-batch (or token budget): from the config, halved for good after an OOM."""
+        if phase not in self.sizes:
+            key = f"{prefix}.{'log_prob_max_token_len_per_gpu' if dynamic else 'log_prob_micro_batch_size_per_gpu'}"
+            self.sizes[phase] = MicroSize(phase, key, budget if dynamic else micro)
+        return self.sizes[phase]
+
+    def _forward(self, phase: str, model, batch: TensorDict, section) -> torch.Tensor:
+        """Forward-only log-probs of `batch` under `model`, re-run with half the micro-batch after an OOM."""
+        dynamic = section.log_prob_use_dynamic_bsz
+        prefix = "actor_rollout_ref.rollout" if phase == "old_log_prob" else "actor_rollout_ref.ref"
+        size = self._forward_size(phase, prefix, section.log_prob_micro_batch_size_per_gpu, dynamic,
+                                  section.log_prob_max_token_len_per_gpu)
+        self.calls[phase] = self.calls.get(phase, 0) + 1
+        if dynamic:
+            size.minimum = int(batch["attention_mask"].sum(-1).max())  # a row is never split
+        return retry_on_oom(size, lambda s: forward_logprobs(model, batch, s, self.temperature,
+                                                             max_tokens=s if dynamic else None, phase=phase,
+                                                             call=self.calls[phase]), self.device)
 
     def compute_log_prob(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
         metrics: dict = {}
         with measure("old_log_prob", metrics, self.device):
-            out = self.actor.compute_log_prob(batch.to(self.device),
-                                              self.cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu)
-        return out.cpu(), metrics
+            out = self._forward("old_log_prob", self.actor.model, batch.to(self.device),
+                                self.cfg.actor_rollout_ref.rollout)
+        return out.cpu(), self._size_metrics("old_log_prob", metrics)
 
     def compute_ref_log_prob(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
         metrics: dict = {}
-        micro = self.cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
         with measure("ref", metrics, self.device):
             batch = batch.to(self.device)
             if self.ref_model is None:
                 with self.actor.model.disable_adapter():
-                    out = forward_logprobs(self.actor.model, batch, micro, self.temperature)
+                    out = self._forward("ref", self.actor.model, batch, self.cfg.actor_rollout_ref.ref)
             else:
-                out = forward_logprobs(self.ref_model, batch, micro, self.temperature)
-        return out.cpu(), metrics
+                out = self._forward("ref", self.ref_model, batch, self.cfg.actor_rollout_ref.ref)
+        return out.cpu(), self._size_metrics("ref", metrics)
 
     def compute_values(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
         metrics: dict = {}
+        if "values" not in self.sizes:
+            self.sizes["values"] = MicroSize("values", "critic.ppo_micro_batch_size_per_gpu",
+                                             self.cfg.critic.ppo_micro_batch_size_per_gpu)
         with measure("values", metrics, self.device):
-            out = self.critic.compute_values(batch.to(self.device), self.cfg.critic.ppo_micro_batch_size_per_gpu)
-        return out.cpu(), metrics
+            batch = batch.to(self.device)
+            out = retry_on_oom(self.sizes["values"], lambda s: self.critic.compute_values(batch, s), self.device)
+        return out.cpu(), self._size_metrics("values", metrics)
 
     def update_actor(self, batch: TensorDict, per_rank_mini: int) -> dict:
         metrics: dict = {}
@@ -185,10 +236,7 @@ class HybridWorker:
         if self.critic is not None and (directory / "critic").is_dir():
             models.append((self.critic, directory / "critic"))
         for part, path in models:
-            load_sharded(path, part.model, part.optimizer if carry_optimizer else None, restore_rng=False)
-            # The loaded param groups carry the previous stage's lr; this stage's schedule decides.
-            for group, lr in zip(part.optimizer.param_groups, part.scheduler.get_last_lr()):
-                group["lr"] = lr
+            load_stage_start(path, part.model, part.optimizer, part.scheduler, carry_optimizer)
         if self.ref_model is not None:
             load_sharded(directory / "actor", self.ref_model, None, restore_rng=False)
         self.sync_weights()

@@ -28,11 +28,13 @@ def split_fixed(batch: TensorDict, size: int) -> list[TensorDict]:
     return list(batch.split(size))
 
 
-def split_by_tokens(batch: TensorDict, max_tokens: int, device: torch.device) -> list[TensorDict]:
+def split_by_tokens(batch: TensorDict, max_tokens: int, device: torch.device, with_index: bool = False):
     """Micro-batches of about `max_tokens` real tokens each, the same count on every rank.
 
     Rows are dealt longest first to the currently lightest micro-batch (greedy balancing), so
     each holds about the same number of tokens; a row longer than the budget gets its own.
+    With `with_index`, also returns the batch's row index of every row in the micro-batches'
+    concatenation, [N], so per-row outputs can be put back in order (out[argsort(index)]).
     """
     lengths = batch["attention_mask"].sum(-1).tolist()  # [N] real tokens per row
     count = max(1, math.ceil(sum(lengths) / max_tokens), max(1, sum(1 for n in lengths if n > max_tokens)))
@@ -43,4 +45,8 @@ def split_by_tokens(batch: TensorDict, max_tokens: int, device: torch.device) ->
         j = loads.index(min(loads))
         bins[j].append(i)
         loads[j] += lengths[i]
-    return [batch[torch.tensor(sorted(b))] for b in bins if b]
+    bins = [sorted(b) for b in bins if b]
+    parts = [batch[torch.tensor(b)] for b in bins]
+    if with_index:
+        return parts, torch.tensor([i for b in bins for i in b], device=batch.device)
+    return parts

@@ -1,7 +1,17 @@
-"""The embedded default learns: reward climbs well past where training with the update off stays.
+"""The embedded default learns, with either rollout engine: reward climbs well past where training
+with the update off stays.
 
 Both runs use the same seeds, data and sampling; the baseline only switches the actor update off
 (trainer.critic_warmup beyond the last step keeps the actor frozen).
+
+The entropy bonus: without it, whether this task takes off within 80 steps depends on the sampling
+seed, with either engine. Measured over seeds 1-7 (60 steps, entropy_coeff 0): hf learned on
+4, 5, 6 and 7, stayed at chance on 2 and 3, and on 1 learned and collapsed back to chance;
+vLLM learned on 1-5 and stayed at chance on 6 and 7. The failures are one mode: before the
+policy learns to copy the stated role, the first token's entropy collapses onto a
+prompt-independent answer (accuracy 0.5, every sample of a group the same, so GRPO gets no
+signal). entropy_coeff=0.01 keeps the groups mixed: the failing seeds tried (hf 1, 2, 3; vLLM 6,
+7) then learned too, taking off at step 30 to 40.
 """
 
 import json
@@ -14,7 +24,7 @@ from tests.conftest import ROOT, run_main
 pytestmark = pytest.mark.slow
 STEPS = 80
 RUN = ["trainer.total_training_steps=80", "trainer.logger=[jsonl]", "trainer.val_before_train=false",
-       "trainer.test_freq=-1", "trainer.seed=7"]
+       "trainer.test_freq=-1", "trainer.seed=7", "actor_rollout_ref.actor.entropy_coeff=0.01"]
 
 
 def accuracy(tmp_path, name, *overrides):
@@ -26,12 +36,16 @@ def accuracy(tmp_path, name, *overrides):
     return statistics.mean(acc[:10]), statistics.mean(acc[-10:])
 
 
-def test_reward_climbs_only_with_updates(tmp_path):
+@pytest.mark.parametrize("engine", ["vllm", "hf"])
+def test_reward_climbs_only_with_updates(tmp_path, engine):
+    if engine == "vllm":
+        pytest.importorskip("vllm")
     if not (ROOT / "data/kk_role/train.parquet").is_file():
         pytest.skip("data/kk_role is missing: run `make data`")
-    first, last = accuracy(tmp_path, "learn")
-    base_first, base_last = accuracy(tmp_path, "frozen", f"trainer.critic_warmup={STEPS + 1}")
-    print(f"with updates: {first:.2f} -> {last:.2f}; update off: {base_first:.2f} -> {base_last:.2f}")
+    name = f"actor_rollout_ref.rollout.name={engine}"
+    first, last = accuracy(tmp_path, "learn", name)
+    base_first, base_last = accuracy(tmp_path, "frozen", name, f"trainer.critic_warmup={STEPS + 1}")
+    print(f"{engine}: with updates: {first:.2f} -> {last:.2f}; update off: {base_first:.2f} -> {base_last:.2f}")
     assert last > first + 0.3
     assert last > base_last + 0.3
     assert abs(base_last - base_first) < 0.15  # the frozen policy stays near chance

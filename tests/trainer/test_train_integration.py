@@ -64,10 +64,13 @@ def test_validation_writes_accuracy_and_samples(tmp_path):
 def test_multirun_two_jobs(tmp_path):
     sweep = tmp_path / "sweep"
     result = run_main("-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", f"{ARR}.rollout.n=2,4",
-                      f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+                      f"hydra.sweep.dir={sweep}", f"trainer.default_local_dir={tmp_path / 'ckpt'}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     for job in ("0", "1"):
         assert (sweep / job / "metrics.jsonl").read_text().strip()
+    # Each job checkpoints in its own directory: the second must not resume from the first.
+    jobs = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert len(jobs) == 2 and all((tmp_path / "ckpt" / j / "global_step_1" / "COMPLETE").is_file() for j in jobs)
 
 
 def test_reinforce_plus_plus_with_separate_reference_and_old_log_probs(tmp_path):

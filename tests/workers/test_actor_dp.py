@@ -31,12 +31,16 @@ def make_batch(n: int = 8, prompt: int = 5, response: int = 6) -> TensorDict:
     }, batch_size=[n])
 
 
-def _rank(rank: int, world: int, port: int, out: str):
+def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = None, fault: str | None = None):
+    import os
+
     from tests.workers.conftest import build_tiny_qwen2
     from logicrl.workers.actor import Actor
     from logicrl.workers.fsdp import build_optimizer, init_distributed, iter_full_params, shard_model
 
     torch.set_num_threads(1)
+    if fault:
+        os.environ["LOGICRL_INJECT_FAULT"] = fault
     device = torch.device("cpu")
     mesh = init_distributed(rank, world, "127.0.0.1", port, device)
     model = shard_model(build_tiny_qwen2(seed=0), mesh, device)
@@ -44,18 +48,18 @@ def _rank(rank: int, world: int, port: int, out: str):
     # Plain SGD with lr 1: the step is exactly minus the gradient, so comparing parameters
     # compares gradients (Adam's first step, ~lr * sign(g), would magnify float noise in tiny g).
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    actor = Actor(model, optimizer, scheduler, OmegaConf.create(ACTOR_CFG), 1.0, device, world)
+    actor = Actor(model, optimizer, scheduler, OmegaConf.create({**ACTOR_CFG, **(overrides or {})}), 1.0, device, world)
     shard = make_batch().chunk(world)[rank]
     metrics = actor.update(shard, per_rank_mini=len(shard))
     params = {name: t.clone() for name, t in iter_full_params(model)}
     if rank == 0:
-        torch.save({"grad_norm": metrics["actor/grad_norm"], "params": params}, out)
+        torch.save({"metrics": metrics, "grad_norm": metrics["actor/grad_norm"], "params": params}, out)
     torch.distributed.destroy_process_group()
 
 
-def run(world: int, tmp_path) -> dict:
-    out = str(tmp_path / f"world{world}.pt")
-    mp.spawn(_rank, args=(world, free_port(), out), nprocs=world)
+def run(world: int, tmp_path, overrides: dict | None = None, fault: str | None = None) -> dict:
+    out = str(tmp_path / f"world{world}-{len(list(tmp_path.iterdir()))}.pt")
+    mp.spawn(_rank, args=(world, free_port(), out, overrides, fault), nprocs=world)
     return torch.load(out)
 
 

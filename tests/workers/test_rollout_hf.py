@@ -6,7 +6,7 @@ import torch
 
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.workers.rollout import RolloutEngine, SamplingParams
-from logicrl.workers.rollout.hf import HFRolloutEngine, sample_tokens
+from logicrl.workers.rollout.hf import HFRolloutEngine, row_generators, sample_tokens
 from tests.workers.conftest import assert_engine_logprobs_match, trainer_inputs
 
 PAD = 0
@@ -114,6 +114,16 @@ def test_top_k_one_is_greedy(tiny_qwen2):
     assert torch.equal(top1.responses, greedy.responses)
 
 
+def test_micro_batch_size_does_not_change_sampled_output(tiny_qwen2):
+    # Each row draws from its own seeded stream: an OOM retry with a smaller micro-batch
+    # (workers/oom.py) must reproduce the same responses.
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=8, seed=11)
+    small = engine(tiny_qwen2, micro_batch_size=2).generate(PROMPTS, params)
+    large = engine(tiny_qwen2, micro_batch_size=8).generate(PROMPTS, params)
+    assert torch.equal(small.responses, large.responses)
+    torch.testing.assert_close(small.log_probs, large.log_probs)
+
+
 def test_micro_batch_size_does_not_change_greedy_output(tiny_qwen2):
     small = engine(tiny_qwen2, micro_batch_size=2).generate(PROMPTS, GREEDY)
     large = engine(tiny_qwen2, micro_batch_size=8).generate(PROMPTS, GREEDY)
@@ -153,7 +163,7 @@ def test_sync_weights_copies_a_streamed_state_and_sleep_wake_keep_it(make_tiny_q
 def test_sampler_filters_but_reports_unfiltered_log_probs():
     probs = torch.tensor([0.5, 0.3, 0.1, 0.06, 0.04])
     logits = probs.log().repeat(4000, 1)  # [4000, 5]
-    g = torch.Generator().manual_seed(0)
+    g = row_generators(0, range(4000), torch.device("cpu"))  # one per row, as the engine makes them
 
     # top_p=0.75: token 2 has 0.8 of mass before it, so only tokens 0 and 1 survive (5/8 vs 3/8).
     tokens, log_probs = sample_tokens(logits, SamplingParams(top_p=0.75), g)

@@ -100,6 +100,15 @@ def test_same_seed_same_samples_other_seed_other_samples(engine):
     assert not torch.equal(sample(7), sample(8))
 
 
+def test_seeded_batch_beyond_one_steps_token_budget(engine):
+    # 6 x 100 prompt tokens > max_num_batched_tokens=512. With chunked prefill a seeded request
+    # split over two steps made vLLM's CPU runner rewind a CPU generator and raise (vllm.py, point 3).
+    prompts = [[(5 * i + j) % 700 + 3 for j in range(100)] for i in range(6)]
+    params = SamplingParams(n=2, max_tokens=4, seed=11)
+    first = engine.generate(prompts, params)
+    assert torch.equal(first.responses, engine.generate(prompts, params).responses)
+
+
 PARAMS = [
     SamplingParams(n=2, temperature=0.7, top_p=0.9, top_k=50, max_tokens=10, seed=3),
     SamplingParams(n=2, temperature=1.3, max_tokens=10, seed=4),

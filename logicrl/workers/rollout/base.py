@@ -84,9 +84,10 @@ class RolloutEngine(Protocol):
         ...
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load the actor's new weights, one (name, full tensor) at a time, so a caller can stream
-        them bucket by bucket without ever holding a whole state dict. Names are the engine
-        model's own parameter names (HF `named_parameters()` names)."""
+        """Load the actor's new weights, one (name, full tensor) at a time, keeping none of them
+        once loaded, so the caller's stream bounds the memory (weight_sync.iter_engine_weights
+        gathers bucket by bucket, never a whole state dict). Names are the engine model's own
+        parameter names (HF `named_parameters()` names)."""
         ...
 
     def sleep(self) -> None:

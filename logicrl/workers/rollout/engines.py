@@ -61,13 +61,23 @@ def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device):
 ENGINES = {"hf": _hf, "vllm": _vllm}
 
 
-def vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None
+def vllm_unavailable_reason() -> str | None:
+    """None when vLLM imports here; otherwise why it does not."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed (pip install -e '.[cpu]' or '.[gpu]')"
+    try:
+        import vllm  # noqa: F401
+    except Exception as err:  # a broken install (say, a CUDA wheel beside CPU torch) must not stop a run
+        return f"importing vLLM failed ({type(err).__name__}: {err})"
+    return None
 
 
 def build_engine(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device):
     name = cfg.actor_rollout_ref.rollout.name
-    if name == "vllm" and not vllm_available():
-        log.warning("actor_rollout_ref.rollout.name=vllm but vLLM is not installed: generating with hf")
-        name = "hf"
+    if name == "vllm":
+        reason = vllm_unavailable_reason()
+        if reason:
+            # vllm is the default, so a machine without it still trains, with the engine it has.
+            log.warning(f"actor_rollout_ref.rollout.name=vllm but {reason}: generating with hf instead")
+            name = "hf"
     return ENGINES[name](cfg, tokenizer, dtype, device)

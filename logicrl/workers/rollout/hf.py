@@ -19,15 +19,26 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from logicrl.trainer.faults import maybe_fail
 from logicrl.workers.rollout.base import RolloutOutput, SamplingParams
 
 
+def row_generators(seed: int | None, rows: range, device: torch.device) -> list[torch.Generator] | None:
+    """One generator per response row, seeded from (seed, the row's index in the whole call)."""
+    if seed is None:
+        return None
+    return [torch.Generator(device=device).manual_seed((seed * 1_000_003 + row) % 2**63) for row in rows]
+
+
 def sample_tokens(logits: torch.Tensor, params: SamplingParams,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+                  generators: list[torch.Generator] | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row and report its log-prob (base.py's definition).
 
     logits [b, V] raw model logits -> tokens [b] int64, log_probs [b] float32
     top-k then top-p, as vLLM applies them; greedy takes the argmax of the raw logits.
+    Row i draws one uniform from generators[i] and inverts the CDF, so a row's sample depends on
+    its own seed only, not on which rows share its micro-batch: halving the micro-batch after an
+    OOM (workers/oom.py) reproduces the same responses.
     """
     logits = logits.float()
     log_probs = torch.log_softmax(logits / params.logprob_temperature, dim=-1)  # [b, V], before filtering
@@ -46,7 +57,16 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams,
             drop_sorted = (sorted_p.cumsum(dim=-1) - sorted_p) >= params.top_p
             drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
             z = z.masked_fill(drop, float("-inf"))
-        tokens = torch.multinomial(torch.softmax(z, dim=-1), 1, generator=generator).squeeze(-1)
+        probs = torch.softmax(z, dim=-1)  # [b, V]
+        if generators is None:
+            u = torch.rand(probs.shape[0], device=probs.device)  # [b]
+        else:
+            u = torch.cat([torch.rand(1, generator=g, device=probs.device) for g in generators])  # [b]
+        cdf = probs.cumsum(dim=-1)  # [b, V]
+        # The first token whose CDF exceeds u (scaled by the row's total against rounding); a
+        # filtered token adds nothing to the CDF, so it can never be the first to exceed u.
+        tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
+        tokens = tokens.clamp(max=probs.shape[-1] - 1)
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -64,18 +84,13 @@ class HFRolloutEngine:
         self.pad_id = int(pad_id)
         self.eos_ids = [int(t) for t in eos_ids]  # may be empty: then only max_tokens stops a response
         self.micro_batch_size = micro_batch_size
+        self.calls = 0  # the caller's step label for fault injection (trainer/faults.py); HybridWorker sets it
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> RolloutOutput:
         if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
             raise ValueError("generate needs at least one prompt, and every prompt at least one token")
         rows = [list(p) for p in prompt_ids for _ in range(params.n)]  # prompt-major
         device = next(self.model.parameters()).device
-        # One generator for the whole call, consumed micro-batch after micro-batch: the same seed
-        # and micro_batch_size give the same samples; another micro_batch_size gives other
-        # (equally valid) samples, as batching does in vLLM.
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=device).manual_seed(params.seed)
 
         chunks = []
         was_training = self.model.training
@@ -85,8 +100,11 @@ class HFRolloutEngine:
             # inference tensors cannot be saved for backward (the embedding saves its indices).
             with torch.no_grad():
                 for start in range(0, len(rows), self.micro_batch_size):
-                    chunks.append(self._generate_micro_batch(rows[start:start + self.micro_batch_size],
-                                                             params, generator, device))
+                    end = min(start + self.micro_batch_size, len(rows))
+                    generators = row_generators(params.seed, range(start, end), device)
+                    if end == len(rows):  # fault injection (tests): an OOM after earlier micro-batches finished
+                        maybe_fail("gen", self.calls, kinds=("oom",))
+                    chunks.append(self._generate_micro_batch(rows[start:end], params, generators, device))
         finally:
             self.model.train(was_training)
         responses, response_mask, log_probs = (torch.cat(parts) for parts in zip(*chunks, strict=True))
@@ -95,7 +113,7 @@ class HFRolloutEngine:
                              prompt_index=prompt_index)
 
     def _generate_micro_batch(self, prompts: list[list[int]], params: SamplingParams,
-                              generator: torch.Generator | None, device: torch.device):
+                              generators: list[torch.Generator] | None, device: torch.device):
         b, width, steps = len(prompts), max(map(len, prompts)), params.max_tokens
         input_ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=device)  # [b, P]
         attention_mask = torch.zeros((b, width), dtype=torch.long, device=device)  # [b, P]
@@ -117,7 +135,7 @@ class HFRolloutEngine:
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                             past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]  # [b, V]
         for step in range(steps):
-            tokens, token_log_probs = sample_tokens(logits, params, generator)  # [b], [b]
+            tokens, token_log_probs = sample_tokens(logits, params, generators)  # [b], [b]
             alive = ~finished
             responses[:, step] = torch.where(alive, tokens, self.pad_id)
             response_mask[:, step] = alive.long()
@@ -134,12 +152,15 @@ class HFRolloutEngine:
         return responses, response_mask, log_probs
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy (name, full tensor) pairs into the model, one at a time.
+        """Copy (name, full tensor) pairs into the model as they arrive.
 
-        When the engine shares the actor's module (the usual HF set-up) every tensor is already
-        the engine's own and nothing is copied. A separate copy (e.g. the engine's model beside an
-        FSDP2 actor) receives the gathered tensors here; the caller must pass full tensors, not
-        DTensor shards. Tied parameters are listed under every name, so either name works.
+        When the engine shares the actor's module every tensor is already the engine's own and
+        nothing is copied. A separate copy (the engine's model beside an FSDP2 actor, as
+        HybridWorker builds it) receives the gathered tensors here; the caller must pass full
+        tensors, not DTensor shards. Nothing is kept after its copy, so the memory a sync adds is
+        what the caller's stream holds: one bucket of update_weights_bucket_mb with
+        weight_sync.iter_engine_weights (tests/workers/test_weight_sync.py measures it). Tied
+        parameters are listed under every name, so either name works.
         """
         own = dict(self.model.named_parameters(remove_duplicate=False))
         own.update(self.model.named_buffers(remove_duplicate=False))

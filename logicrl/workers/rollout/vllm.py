@@ -5,7 +5,7 @@ multiprocessing executor). VLLM_ENABLE_V1_MULTIPROCESSING=0 with distributed_exe
 keeps the engine core, the executor and the one worker in this process, so weight sync hands
 tensors over by reference and no second copy of the weights crosses a process boundary.
 
-Three places where vLLM does not do what base.py needs on its own, and what this file does:
+Four places where vLLM does not do what base.py needs on its own, and what this file does:
 
 1. Log-probs. vLLM 0.32's `logprobs_mode` offers `raw_logprobs` (log_softmax of the raw logits:
    no temperature) and `processed_logprobs` (log_softmax after temperature AND after top-k/top-p,
@@ -27,10 +27,36 @@ Three places where vLLM does not do what base.py needs on its own, and what this
    here afterwards. The prefix cache is then reset: cached KV blocks were computed with the old
    weights and would otherwise be reused for any repeated prompt prefix.
 
-3. Sleep. vLLM's sleep mode needs CUDA's memory pool; the CPU worker logs "sleep mode is not
+3. Seeds and chunked prefill on CPU. A prompt longer than what is left of a step's token budget
+   is prefilled over several steps (chunked prefill); the token sampled at the end of a partial
+   step is discarded, and vLLM then rewinds the request's generator with `set_offset`, which a
+   CPU generator does not have ("RuntimeError: CPU Generator does not use offset"): any seeded
+   batch of more prompt tokens than max_num_batched_tokens crashed. On CPU chunked prefill is off
+   (each prompt is prefilled in one step, so the budget is raised to max_model_len if below).
+   The cost: running decodes wait while a long prompt is prefilled, which matters for serving
+   latency, not for the throughput of a rollout batch. On CUDA the rewind works; chunking stays on.
+
+4. Sleep. vLLM's sleep mode needs CUDA's memory pool; the CPU worker logs "sleep mode is not
    supported on CPU" and does nothing. On CPU sleep() therefore only drops the prefix cache: the KV
    cache (VLLM_CPU_KVCACHE_SPACE / kv_cache_gb) and the engine's weight copy stay allocated while
-   the actor trains.
+   the actor trains. The cost, per rank, for the whole run: the engine's weights (parameters x
+   dtype size, 4 bytes each in fp32) plus its KV cache (on CPU by default what max_num_seqs
+   full-length sequences need, at least MIN_KV_CACHE_GB, engines.py) stay resident beside the
+   trainer's weights, gradients and optimizer state; in exchange there is no offload or wake-up
+   time. On CUDA (level 1) the KV cache is freed and the weights go to pinned host memory; that
+   path cannot be exercised on this project's CPU CI.
+
+LoRA. The engine never sees an adapter: weight_sync.iter_engine_weights sends each adapted Linear
+merged (W + scale * B @ A) in place of its base weight, so the engine runs the same plain model
+as without LoRA, and no second full copy is made (the merged tensor replaces the gathered base
+tensor in its bucket). Chosen over vLLM's LoRA support because (a) vLLM 0.32 takes an adapter as
+a LoRARequest naming a directory, so every sync would write the adapter to disk and register a new
+adapter id; (b) the engine would have to be built with enable_lora and a max_lora_rank matching
+the actor, and would then run the extra LoRA matmuls at every decode step of every rollout, the
+phase that dominates a step; (c) the log-prob agreement proven for full fine-tuning then covers
+LoRA unchanged (tests/workers/test_hybrid_worker.py checks it after an update). The price: each
+sync moves full weights, as a full fine-tune does (gather, one B @ A per adapted Linear, the
+reload), where vLLM's LoRA would move only the adapter's r * (in + out) values per Linear.
 """
 
 from __future__ import annotations
@@ -104,12 +130,16 @@ class VLLMRolloutEngine:
         # vLLM's CPU worker replaces torch.set_num_threads by a no-op for the whole process (it has
         # bound its OpenMP threads); the trainer shares this process, so the original comes back.
         set_num_threads = torch.set_num_threads
+        chunked_prefill = torch.cuda.is_available()  # see the module docstring, point 3
+        if not chunked_prefill:
+            max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
         try:
             self.llm = vllm.LLM(
                 model=str(model_path), dtype=dtype, seed=seed, max_model_len=max_model_len,
                 gpu_memory_utilization=gpu_memory_utilization,
                 kv_cache_memory_bytes=None if kv_cache_gb is None else int(kv_cache_gb * 2**30),
                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                enable_chunked_prefill=chunked_prefill,
                 enforce_eager=enforce_eager, enable_prefix_caching=enable_prefix_caching,
                 tensor_parallel_size=1, distributed_executor_backend="uni",
                 logprobs_mode="processed_logprobs",
@@ -181,10 +211,12 @@ class VLLMRolloutEngine:
 
         The iterator is handed to vLLM's layer-wise reload in this process, unbuffered: vLLM keeps a
         reference to each tensor only until every tensor of its layer has arrived (q/k/v for
-        qkv_proj, gate/up for gate_up_proj), then packs that layer and drops them. With tensors in
-        module order (named_parameters order, as weight_sync.iter_engine_weights yields them) the
-        extra memory is about one layer, never a state dict. In-process there is no transfer to
-        amortise, so no larger buckets are formed. Unknown names raise vLLM's error.
+        qkv_proj, gate/up for gate_up_proj), then packs that layer and drops them. The caller's
+        stream (weight_sync.iter_engine_weights) gathers one bucket of update_weights_bucket_mb at a
+        time, in module order, so the extra memory is that bucket plus the layer vLLM is
+        assembling, never a state dict. One reload call for the whole stream, not one per bucket: a
+        layer whose tensors straddle two buckets would otherwise be finalised half-loaded. Unknown
+        names raise vLLM's error.
         """
         if self.asleep and torch.cuda.is_available():
             self.llm.wake_up(tags=["weights"])  # the reload writes into the weights' memory

@@ -1,0 +1,268 @@
+"""The memory planner against measurement: predicted vs measured peak per phase, on a grid.
+
+    .venv/bin/python benchmarks/memory_plan.py [--markdown] [--json out.json] [--quick | --ranks N]
+
+For each model shape (random weights, written as a local checkpoint) the real HybridWorker is
+built (FSDP2 actor, reference and critic, the hf engine) with a KL term and GAE so every phase
+runs, warmed up to steady state (AdamW states exist, the reference's root is gathered), then for
+each (lengths, micro-batch) cell the trainer's phases run in its order (generate, old_log_prob,
+ref, values, update_critic, update_actor, update_weights) and each phase's peak is compared with
+the plan of the same config. By default: one rank on both shapes, then two ranks (CPU processes
+over gloo, or two GPUs) on the smaller one, about 7 minutes on 2 CPU cores.
+
+Measured: on CUDA torch.cuda.max_memory_allocated; on CPU the peak of live tensor bytes from c10's
+allocation records (logicrl/memory/tracker.py), independent of the allocator. Target: within
++-15% in every cell. "rise error" applies the same check to what a phase adds to the bytes it
+found, a harsher test since these small models' resident weights dominate their peaks. The
+shapes are small (Qwen2-style, GQA, one tied and one untied) so the grid runs on 2 cores; every
+term of the plan scales with the same shape numbers.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# c10 warns once per freed block it has no size for (allocated before the tracker started).
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ARR = "actor_rollout_ref"
+MIB = 2**20
+TARGET = 0.15
+QWEN2 = dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], rms_norm_eps=1e-6, rope_theta=10000.0,
+             max_position_embeddings=4096, head_dim=64)
+SHAPES = {
+    "qwen2-s (tied, 5.7M)": dict(QWEN2, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, intermediate_size=704, vocab_size=16384,
+                                  tie_word_embeddings=True),
+    "qwen2-m (untied, 25M)": dict(QWEN2, hidden_size=384, num_hidden_layers=4, num_attention_heads=6,
+                                   num_key_value_heads=2, intermediate_size=1024, vocab_size=24576,
+                                   tie_word_embeddings=False),
+}
+LENGTHS = [(24, 40), (64, 192)]  # (prompt, response) tokens
+PROMPTS, N = 4, 2  # 4 prompts x 2 responses = 8 responses per step, 2 mini-batches of 2 prompts
+
+
+def write_checkpoint(shape: dict, directory: Path) -> None:
+    """config.json, seeded random weights, and the embedded tiny model's tokenizer files."""
+    import torch
+    import transformers
+
+    from logicrl.models.tiny import tiny_checkpoint_dir
+
+    directory.mkdir(parents=True)
+    source = tiny_checkpoint_dir()
+    for f in source.iterdir():
+        if f.name not in ("config.json", "model.safetensors"):
+            shutil.copy(f, directory / f.name)
+    ids = {k: v for k, v in json.loads((source / "config.json").read_text()).items() if k.endswith("_token_id")}
+    (directory / "config.json").write_text(json.dumps({**shape, **ids}))
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.from_pretrained(directory)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+
+
+def overrides(model_dir: Path, data: Path, prompt: int, response: int, micro: int, ranks: int) -> list[str]:
+    return [f"{ARR}.model.path={model_dir}", f"data.train_files={data}", f"data.val_files={data}",
+            "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.rollout.name=hf",
+            f"data.max_prompt_length={prompt}", f"data.max_response_length={response}",
+            f"data.train_batch_size={PROMPTS}", f"{ARR}.rollout.n={N}", f"trainer.n_gpus={ranks}",
+            # Two mini-batches per step: the old-log-prob pass runs (it is skipped with one).
+            f"{ARR}.actor.ppo_mini_batch_size={PROMPTS // 2}", f"{ARR}.actor.ppo_micro_batch_size_per_gpu={micro}",
+            f"critic.ppo_mini_batch_size={PROMPTS // 2}", f"critic.ppo_micro_batch_size_per_gpu={micro}",
+            f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+            f"{ARR}.ref.log_prob_micro_batch_size_per_gpu={micro}", f"{ARR}.rollout.max_num_seqs={micro}"]
+
+
+def set_micro(worker, micro: int) -> None:
+    """Every phase's micro-batch to `micro`: in the worker's config, and where the OOM recovery
+    keeps each phase's current size (read from the config once, then owned by the worker)."""
+    arr = worker.cfg.actor_rollout_ref
+    arr.actor.ppo_micro_batch_size_per_gpu = arr.rollout.log_prob_micro_batch_size_per_gpu = micro
+    arr.ref.log_prob_micro_batch_size_per_gpu = worker.cfg.critic.ppo_micro_batch_size_per_gpu = micro
+    worker.engine.micro_batch_size = micro
+    getattr(worker, "sizes", {}).clear()  # re-read from the config and the engine at the next call
+    for role in (worker.actor, worker.critic):
+        if hasattr(role, "micro_size"):
+            role.micro_size.value = micro
+
+
+def run_phases(worker, prompts, response: int, per_rank_mini: int, tracker_cls, device) -> dict[str, tuple]:
+    """The trainer's phases in its order on one rank: (live bytes at the start, peak) of each."""
+    import torch
+
+    from logicrl.trainer.batch import build_batch
+
+    peaks: dict[str, tuple[int, int]] = {}
+
+    def measured(name, fn):
+        with tracker_cls(device) as t:
+            out = fn()
+        peaks[name] = (t.start_bytes, t.peak_bytes)
+        return out
+
+    out, _ = measured("generate", lambda: worker.generate(prompts, dict(n=1, max_tokens=response, seed=1)))
+    batch = build_batch(prompts, out["responses"], out["response_mask"], worker.engine.pad_id)
+    del out
+    batch["old_log_probs"] = measured("old_log_prob", lambda: worker.compute_log_prob(batch))[0]
+    batch["ref_log_probs"] = measured("ref", lambda: worker.compute_ref_log_prob(batch))[0]
+    batch["values"] = measured("values", lambda: worker.compute_values(batch))[0]
+    g = torch.Generator().manual_seed(0)
+    batch["advantages"] = torch.randn(batch["responses"].shape, generator=g) * batch["response_mask"]
+    batch["returns"] = torch.randn(batch["responses"].shape, generator=g)
+    measured("update_critic", lambda: worker.update_critic(batch, per_rank_mini))
+    measured("update_actor", lambda: worker.update_actor(batch, per_rank_mini))
+    measured("update_weights", lambda: worker.sync_weights())
+    return peaks
+
+
+def micros(world: int) -> list[int]:
+    """One response per micro-batch (gradient accumulation), and the whole per-rank mini-batch."""
+    return [1, PROMPTS // 2 * N // world]
+
+
+def measure_shape(rank: int, world: int, port: int, config: dict, shape_name: str, predicted: dict, out) -> None:
+    """One rank of one shape: warm up, then every (lengths, micro) cell; rank 0 puts its rows in `out`."""
+    import torch
+
+    from logicrl.memory.tracker import PeakTracker
+    from logicrl.workers.hybrid import HybridWorker
+
+    worker = HybridWorker(config, rank, world, "127.0.0.1", port, total_steps=100)
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for i, (prompt, response) in enumerate([LENGTHS[0]] + LENGTHS):
+        # Prompts of length P, P-1, P-2: left padding, so the padding mask every RL batch has exists.
+        prompts = [torch.randint(10, 1000, (prompt - j % 3,), generator=gen).tolist()
+                   for j in range(PROMPTS) for _ in range(N)]
+        share = len(prompts) // world
+        mine = prompts[rank * share:(rank + 1) * share]  # trainer/batch.py: contiguous equal shards
+        for micro in micros(world) if i else [1]:  # i == 0: warm-up to steady state, not reported
+            set_micro(worker, micro)
+            measured = run_phases(worker, mine, response, PROMPTS // 2 * N // world, PeakTracker, worker.device)
+            if not i:
+                continue
+            for phase, (begin, peak) in measured.items():
+                total, moment = predicted[prompt, response, micro][phase]
+                rows.append(dict(shape=shape_name, ranks=world, width=prompt + response, micro=micro, phase=phase,
+                                 predicted=total, measured=peak, start=begin, moment=moment,
+                                 error=total / peak - 1,
+                                 # The same check on what the phase adds to what it found: harsher,
+                                 # since the resident weights dominate these small models' peaks.
+                                 rise_error=(total - begin) / (peak - begin) - 1 if peak - begin >= MIB else None))
+    if rank == 0:
+        out.put(rows)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--json", type=Path, help="also write every cell here")
+    parser.add_argument("--quick", action="store_true", help="one rank, the smaller shape only")
+    parser.add_argument("--ranks", type=int, help="only this many FSDP ranks (default: 1 on every shape, then 2 "
+                                                  "CPU processes over gloo, or 2 GPUs, on the smaller shape)")
+    args = parser.parse_args()
+
+    import torch
+
+    from tests.conftest import write_jsonl
+
+    # One thread per rank: on 2 shared cores OpenMP's spinning threads slow small matmuls ten-fold.
+    os.environ.setdefault("LOGICRL_TORCH_THREADS", "1")
+    device_kind = "cuda" if torch.cuda.is_available() else "cpu"
+    capacity_gb = torch.cuda.get_device_properties(0).total_memory / 2**30 if device_kind == "cuda" else 64.0
+    every, small = list(SHAPES.items()), list(SHAPES.items())[:1]
+    runs = [(1, small)] if args.quick else [(args.ranks, every)] if args.ranks else [(1, every), (2, small)]
+    if device_kind == "cuda":  # one GPU per rank
+        runs = [(r, shapes) for r, shapes in runs if r <= torch.cuda.device_count()]
+    rows, start = [], time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = write_jsonl(Path(tmp) / "prompts.jsonl", 8)
+        for ranks, shapes in runs:
+            for name, shape in shapes:
+                rows += measure(name, shape, ranks, Path(tmp) / f"{name.split()[0]}-{ranks}", data, device_kind,
+                                capacity_gb)
+    report(rows, args.markdown, time.perf_counter() - start, device_kind)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+def measure(name: str, shape: dict, ranks: int, model_dir: Path, data: Path, device_kind: str,
+            capacity_gb: float) -> list[dict]:
+    """Every cell of one shape on `ranks` ranks: the plans first, then the measurements."""
+    import torch.multiprocessing as mp
+    from omegaconf import OmegaConf
+
+    from logicrl.config import compose, validate
+    from logicrl.controller.worker_group import free_port
+    from logicrl.memory.planner import plan_memory
+
+    write_checkpoint(shape, model_dir)
+    # Every plan first: composing reads conf/ and the schema, which should not change mid-run.
+    predicted = {}
+    for prompt, response in LENGTHS:
+        for micro in micros(ranks):
+            cfg, spec, _ = validate(compose(overrides(model_dir, data, prompt, response, micro, ranks)))
+            plan = plan_memory(cfg, spec, device=device_kind, capacity_gb=capacity_gb)
+            predicted[prompt, response, micro] = {p.name: (p.total, p.moment) for p in plan.phases}
+    cfg, _, _ = validate(compose(overrides(model_dir, data, *max(LENGTHS), 1, ranks)))
+    config = OmegaConf.to_container(cfg, resolve=True)
+    if ranks == 1:
+        queue = _List()
+        measure_shape(0, 1, free_port(), config, name, predicted, queue)
+    else:
+        queue = mp.get_context("spawn").SimpleQueue()
+        mp.spawn(measure_shape, args=(ranks, free_port(), config, name, predicted, queue), nprocs=ranks)
+    return queue.get()
+
+
+class _List(list):
+    """A one-process stand-in for the queue the ranks report through."""
+
+    def put(self, item):
+        self.append(item)
+
+    def get(self):
+        return self.pop(0)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:+.1f}%"
+
+
+def report(rows: list[dict], markdown: bool, seconds: float, device: str) -> None:
+    if markdown:
+        print("| model | ranks | P+R | micro | phase | predicted MiB | measured MiB | error | start MiB | rise error |")
+        print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['shape']} | {r['ranks']} | {r['width']} | {r['micro']} | {r['phase']} | "
+                  f"{r['predicted'] / MIB:.1f} | {r['measured'] / MIB:.1f} | {100 * r['error']:+.1f}% | "
+                  f"{r['start'] / MIB:.1f} | "
+                  f"{_pct(r['rise_error'])} |")
+    else:
+        print(f"{'model':<24}{'ranks':>6}{'P+R':>5}{'micro':>6}  {'phase':<15}{'predicted MiB':>14}{'measured MiB':>14}"
+              f"{'error':>9}{'start MiB':>11}{'rise error':>11}")
+        for r in rows:
+            flag = "  MISS" if abs(r["error"]) > TARGET else ""
+            print(f"{r['shape']:<24}{r['ranks']:>6}{r['width']:>5}{r['micro']:>6}  {r['phase']:<15}"
+                  f"{r['predicted'] / MIB:>14.1f}{r['measured'] / MIB:>14.1f}{100 * r['error']:>+8.1f}%"
+                  f"{r['start'] / MIB:>11.1f}{_pct(r['rise_error']):>11}{flag}")
+    misses = [r for r in rows if abs(r["error"]) > TARGET]
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    print(f"\n{len(rows)} cells on {device} in {seconds:.0f} s; {len(misses)} outside +-{100 * TARGET:.0f}%; worst "
+          f"{100 * worst['error']:+.1f}% ({worst['shape']}, {worst['ranks']} rank(s), P+R={worst['width']}, "
+          f"micro {worst['micro']}, "
+          f"{worst['phase']})")
+
+
+if __name__ == "__main__":
+    main()

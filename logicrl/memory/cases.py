@@ -1,0 +1,184 @@
+"""Issue 8's three out-of-memory reports, planned from the shape configs in logicrl/memory/shapes/.
+
+    python -m logicrl.memory.cases > /tmp/cases.md     # the tables of docs/memory.md
+
+For each case: the plan of the configuration as a user would first write it, the refusal the
+preflight gives, and the settings `settle` reaches by applying what the planner proposes, one
+change at a time (auto_micro_batch first, then the remedy check_fit names), until every phase fits.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from logicrl.config import ConfigError, compose, validate
+from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, check_fit, remedies, worst_phase
+from logicrl.memory.inputs import KNOBS, PlanInputs
+from logicrl.memory.phases import GB
+from logicrl.memory.planner import COMPONENTS, MemoryPlan, plan_inputs
+from logicrl.models.spec import load_model_spec
+
+SHAPES = Path(__file__).parent / "shapes"
+ARR = "actor_rollout_ref"
+# QLoRA's NF4: 4 bits per weight plus blockwise scales, 0.127 bits per weight with double quantisation.
+NF4_BITS = 4.127
+
+
+@dataclass
+class Case:
+    title: str
+    shape: str
+    gpus: int
+    gpu_gb: float
+    overrides: list[str]
+    what_if: dict = field(default_factory=dict)
+    note: str = ""
+
+
+def _common(shape: str, gpus: int, gpu_gb: float) -> list[str]:
+    return [f"{ARR}.model.path={SHAPES / shape}", f"trainer.n_gpus={gpus}", f"trainer.gpu_memory_gb={gpu_gb}",
+            "trainer.device=cuda", f"{ARR}.rollout.name=vllm"]
+
+
+# The rollout.n 32 and 64 runs differ only in n.
+QWEN7B_GRPO = ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
+               "data.max_response_length=4096", "data.train_batch_size=8", f"{ARR}.actor.ppo_mini_batch_size=4",
+               f"{ARR}.actor.ppo_micro_batch_size_per_gpu=8", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=16",
+               f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=16", f"{ARR}.rollout.gpu_memory_utilization=0.6"]
+
+CASES = [
+    Case("PPO on Llama-3-8B: actor, critic, reference and reward model on 4 x 48 GB, 1024-token prompts",
+         "llama-3.1-8b", 4, 48,
+         ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "data.max_prompt_length=1024",
+          "data.max_response_length=1024", "data.train_batch_size=64", f"{ARR}.rollout.n=1",
+          f"{ARR}.actor.ppo_mini_batch_size=16", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
+          "critic.ppo_micro_batch_size_per_gpu=4", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=16",
+          f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=16", f"{ARR}.rollout.gpu_memory_utilization=0.4"],
+         what_if={"reward_spec": "llama-3.1-8b"},
+         note="logicrl scores with rules and has no reward-model worker; the reward model is planned as a "
+              "frozen 8B value model held like the reference (sharded, root gathered) with its own forward "
+              "(the reward_model row)."),
+    Case("GRPO on Qwen2.5-7B, 4 x 80 GB, train_batch_size 8, rollout.n 32", "qwen2.5-7b", 4, 80,
+         [*QWEN7B_GRPO, f"{ARR}.rollout.n=32"]),
+    Case("The same at rollout.n 64", "qwen2.5-7b", 4, 80, [*QWEN7B_GRPO, f"{ARR}.rollout.n=64"]),
+    Case("GRPO with a 4-bit Qwen2.5-7B, LoRA and vLLM on 2 x 40 GB", "qwen2.5-7b", 2, 40,
+         ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
+          "data.max_response_length=2048", "data.train_batch_size=16", f"{ARR}.rollout.n=8",
+          f"{ARR}.model.lora_rank=64", f"{ARR}.model.lora_alpha=128", f"{ARR}.actor.ppo_mini_batch_size=8",
+          f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=32",
+          f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.rollout.gpu_memory_utilization=0.5"],
+         what_if={"base_weight_bits": NF4_BITS},
+         note="logicrl cannot load a 4-bit checkpoint; the planner's what-if stores the frozen base's decoder "
+              f"Linears at {NF4_BITS} bits per weight (NF4 with double-quantised scales, as QLoRA and vLLM's "
+              "bitsandbytes loader do), embeddings and lm_head in bf16, LoRA adapters and their AdamW states "
+              "in fp32, activations in bf16. The bf16 LoRA run logicrl can do today follows it."),
+    Case("The same LoRA run in bf16 (what logicrl runs today)", "qwen2.5-7b", 2, 40,
+         ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
+          "data.max_response_length=2048", "data.train_batch_size=16", f"{ARR}.rollout.n=8",
+          f"{ARR}.model.lora_rank=64", f"{ARR}.model.lora_alpha=128", f"{ARR}.actor.ppo_mini_batch_size=8",
+          f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=32",
+          f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.rollout.gpu_memory_utilization=0.5"]),
+]
+
+
+def case_inputs(case: Case, data: Path) -> PlanInputs:
+    cfg, spec, _ = validate(compose([*_common(case.shape, case.gpus, case.gpu_gb), f"data.train_files={data}",
+                                     f"data.val_files={data}", *case.overrides]))
+    what_if = dict(case.what_if)
+    if "reward_spec" in what_if:
+        what_if["reward_spec"] = load_model_spec(str(SHAPES / what_if["reward_spec"]))
+    return PlanInputs.from_config(cfg, spec, "cuda", **what_if)
+
+
+def settle(x: PlanInputs, capacity: int, limit: int = 8) -> tuple[MemoryPlan, list[str]]:
+    """Apply the planner's proposals until every phase fits (or nothing is left to try)."""
+    changes: list[str] = []
+    for _ in range(limit):
+        picked = auto_micro_batch(x, capacity)
+        x = apply_to_inputs(x, picked)
+        changes += [f"{k}={v}" for k, v in picked.items()]
+        plan = plan_inputs(x, capacity)
+        if worst_phase(plan) is None:
+            return plan, changes
+        # After auto_micro_batch no smaller size helps, so what is left are on/off remedies.
+        fixes = remedies(plan) or _best_partial(plan)
+        if not fixes:
+            return plan, changes
+        key, value = fixes[0]
+        x = _apply_flag(x, key, value)
+        changes.append(f"{key}={'true' if value is True else value}")
+    return plan_inputs(x, capacity), changes
+
+
+def _apply_flag(x: PlanInputs, key: str, value) -> PlanInputs:
+    by_key = {k: f for f, k in KNOBS.items()}
+    return replace(x, **{by_key[key]: value})
+
+
+def _best_partial(plan: MemoryPlan) -> list[tuple[str, object]]:
+    """When no single change fits the worst phase: the on/off change that lowers it most."""
+    from logicrl.memory.fit import _flag_knobs
+
+    worst, x = worst_phase(plan), plan.inputs
+    best = None
+    for field_name, change in _flag_knobs(x, worst.name):
+        total = plan_inputs(change(x), plan.capacity).phase(worst.name).total
+        if total < worst.total and (best is None or total < best[0]):
+            best = (total, KNOBS[field_name])
+    return [(best[1], True)] if best else []
+
+
+def markdown_table(plan: MemoryPlan) -> str:
+    cap = plan.capacity / GB
+    head = "| phase | " + " | ".join(COMPONENTS) + " | total GB | of capacity |"
+    lines = [head, "|---|" + "---:|" * (len(COMPONENTS) + 2)]
+    for p in plan.phases:
+        if p.skipped:
+            lines.append(f"| {p.name} | skipped: {p.skipped} |" + " |" * (len(COMPONENTS) + 1))
+            continue
+        cells = " | ".join(f"{p.parts[c] / GB:.2f}" for c in COMPONENTS)
+        lines.append(f"| {p.name} | {cells} | **{p.total / GB:.1f}** | {100 * p.total / cap / GB:.0f}% |")
+    return "\n".join(lines)
+
+
+def render(case: Case, data: Path) -> str:
+    x = case_inputs(case, data)
+    capacity = int(case.gpu_gb * GB)
+    plan = plan_inputs(x, capacity)
+    out = [f"### {case.title}", "", f"`{' '.join(case.overrides)}` on {case.gpus} x {case.gpu_gb:g} GB "
+           f"({HEADROOM_GB['cuda']:g} GB per GPU kept free).", ""]
+    if case.note:
+        out += [case.note, ""]
+    out += ["As written:", "", markdown_table(plan), ""]
+    try:
+        check_fit(plan)
+        out += ["Fits as written."]
+        return "\n".join(out)
+    except ConfigError as err:
+        out += [f"Preflight: `error: {err}` (exit 2)", ""]
+    fitted, changes = settle(x, capacity)
+    verdict = "fits" if worst_phase(fitted) is None else "still does not fit"
+    out += [f"Settings the planner picks ({verdict}): `{' '.join(changes)}`", "", markdown_table(fitted), ""]
+    out += [f"- {note}" for note in fitted.notes]
+    if not fitted.inputs.actor_ckpt:
+        # The alternative a user may prefer: checkpointing buys larger micro-batches (fewer, fuller passes).
+        ckpt = replace(fitted.inputs, actor_ckpt=True, critic_ckpt=True)
+        picked = auto_micro_batch(ckpt, capacity)
+        peak = max(plan_inputs(apply_to_inputs(ckpt, picked), capacity).running(), key=lambda p: p.total)
+        out.append(f"- With `{KNOBS['actor_ckpt']}=true` instead, auto_micro_batch picks "
+                   f"`{' '.join(f'{k}={v}' for k, v in picked.items())}` (peak: {peak.name}, "
+                   f"{peak.total / GB:.1f} GB).")
+    return "\n".join(out)
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "prompts.jsonl"
+        data.write_text("".join(f'{{"prompt": "puzzle {i}"}}\n' for i in range(64)))
+        print("\n\n".join(render(case, data) for case in CASES))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Does a plan fit the device, and if not, what to change: check_fit and auto_micro_batch.
+
+Every knob is tried on the plan's own inputs (dataclasses.replace, nothing mutated) and only
+suggested when it makes the failing phase fit; micro-batches and token budgets are suggested at
+the largest value that fits, not halved blindly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from logicrl.config.errors import ConfigError
+from logicrl.memory.inputs import KNOBS, PlanInputs
+from logicrl.memory.phases import GB
+from logicrl.memory.planner import MemoryPlan, plan_inputs
+
+# Kept free on a GPU for what the plan does not model: the CUDA context, NCCL buffers and the
+# caching allocator's fragmentation. On CPU the capacity is already what the OS says is free.
+HEADROOM_GB = {"cuda": 1.0, "cpu": 0.0}
+
+
+def usable_bytes(plan: MemoryPlan) -> int:
+    return plan.capacity - int(HEADROOM_GB[plan.inputs.device] * GB)
+
+
+def _fits(x: PlanInputs, capacity: int, phases: Iterable[str]) -> bool:
+    plan = plan_inputs(x, capacity)
+    limit = usable_bytes(plan)
+    return all(plan.phase(p).skipped or plan.phase(p).total <= limit for p in phases)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _even_splits(n: int) -> list[int]:
+    """Forward-only micro-batch sizes worth trying for n rows: the smallest size for each number of
+    passes (94 rows of 128 take two passes, as 64 do, at a higher peak)."""
+    return sorted({-(-n // k) for k in range(1, n + 1)})
+
+
+def _largest(x: PlanInputs, capacity: int, phases: tuple[str, ...], field: str, values: list[int]) -> int | None:
+    """The largest of `values` (ascending) for `field` with which all `phases` fit; None if none does."""
+    fitting = [v for v in values if _fits(replace(x, **{field: v}), capacity, phases)]
+    return fitting[-1] if fitting else None
+
+
+def _budgets(x: PlanInputs, rows: int) -> list[int]:
+    # A budget below one full row still gives each row its own micro-batch; above `rows` rows it
+    # no longer splits anything. Whole rows of the padded width are the only distinct steps.
+    return [k * x.width for k in range(1, rows + 1)]
+
+
+# (phases it decides, field, candidate values) for each micro-batch or budget knob in use.
+def _size_knobs(x: PlanInputs) -> list[tuple[tuple[str, ...], str, list[int]]]:
+    n = x.responses_per_rank
+    knobs = []
+    if x.engine == "hf":
+        knobs.append((("generate",), "gen_micro", _even_splits(n)))
+    if x.log_prob_budget is None:
+        knobs.append((("old_log_prob",), "log_prob_micro", _even_splits(n)))
+    else:
+        knobs.append((("old_log_prob",), "log_prob_budget", _budgets(x, n)))
+    if x.ref_budget is None:
+        knobs.append((("ref",), "ref_micro", _even_splits(n)))
+    else:
+        knobs.append((("ref",), "ref_budget", _budgets(x, n)))
+    if x.actor_budget is None:
+        knobs.append((("update_actor",), "actor_micro", _divisors(x.actor_per_rank_mini)))
+    else:
+        knobs.append((("update_actor",), "actor_budget", _budgets(x, x.actor_per_rank_mini)))
+    if x.critic_spec is not None:
+        # critic.ppo_micro_batch_size_per_gpu also sizes the values forward (workers/hybrid.py).
+        if x.critic_budget is None:
+            knobs.append((("values", "update_critic"), "critic_micro", _divisors(x.critic_per_rank_mini)))
+        else:
+            knobs.append((("values",), "critic_micro", _even_splits(n)))
+            knobs.append((("update_critic",), "critic_budget", _budgets(x, x.critic_per_rank_mini)))
+    return knobs
+
+
+def _flag_knobs(x: PlanInputs, phase: str) -> list[tuple[str, Callable[[PlanInputs], PlanInputs]]]:
+    """On/off remedies that could lower `phase`, in the order they are suggested: checkpointing
+    costs compute only, offload costs host transfers every step."""
+    out = []
+    if phase == "update_actor" and not x.actor_ckpt:
+        out.append(("actor_ckpt", lambda y: replace(y, actor_ckpt=True)))
+    if phase == "update_critic" and not x.critic_ckpt:
+        out.append(("critic_ckpt", lambda y: replace(y, critic_ckpt=True)))
+    if x.device != "cuda":
+        return out  # offload moves nothing off a CPU rank (workers/fsdp.py)
+    if not x.actor_offload:
+        out.append(("actor_offload", lambda y: replace(y, actor_offload=True)))
+    if x.uses_ref and not x.lora_rank and not x.ref_offload:
+        out.append(("ref_offload", lambda y: replace(y, ref_offload=True)))
+    if x.critic_spec is not None and not x.critic_offload:
+        out.append(("critic_offload", lambda y: replace(y, critic_offload=True)))
+    return out
+
+
+def auto_micro_batch(x: PlanInputs, capacity: int) -> dict[str, int]:
+    """Config overrides setting every micro-batch / token budget to the largest value that fits.
+
+    Knobs already at that value are left out; a knob whose phase cannot fit even at its smallest
+    value keeps its configured value (check_fit then names the other remedies).
+    """
+    overrides = {}
+    for phases, field, values in _size_knobs(x):
+        best = _largest(x, capacity, phases, field, values)
+        if best is not None and best != getattr(x, field):
+            overrides[KNOBS[field]] = best
+    return overrides
+
+
+def apply_to_inputs(x: PlanInputs, overrides: dict[str, object]) -> PlanInputs:
+    by_key = {key: field for field, key in KNOBS.items()}
+    return replace(x, **{by_key[k]: v for k, v in overrides.items()})
+
+
+def worst_phase(plan: MemoryPlan):
+    """The running phase furthest over the usable memory, or None when all fit."""
+    over = [p for p in plan.running() if p.total > usable_bytes(plan)]
+    return max(over, key=lambda p: p.total) if over else None
+
+
+def remedies(plan: MemoryPlan) -> list[tuple[str, object]]:
+    """(config key, value) changes that each, alone, make the worst phase fit: the largest smaller
+    micro-batch or budget first, then checkpointing, offload, and vLLM's memory fraction."""
+    worst, x = worst_phase(plan), plan.inputs
+    if worst is None:
+        return []
+    fixes: list[tuple[str, object]] = []
+    for phases, field, values in _size_knobs(x):
+        if worst.name in phases:
+            smaller = [v for v in values if v < getattr(x, field)]
+            best = _largest(x, plan.capacity, phases, field, smaller)
+            if best is not None:
+                fixes.append((KNOBS[field], best))
+    for field, change in _flag_knobs(x, worst.name):
+        if _fits(change(x), plan.capacity, (worst.name,)):
+            fixes.append((KNOBS[field], True))
+    if x.engine == "vllm" and worst.name == "generate" and x.device == "cuda" and x.kv_cache_gb is None:
+        util = _largest_utilization(x, plan.capacity)
+        if util is not None:
+            fixes.append((KNOBS["gpu_memory_utilization"], util))
+    return fixes
+
+
+def _show(value) -> str:
+    return "true" if value is True else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
+    """Raise ConfigError for the phase furthest over the device, naming the knobs that make it fit.
+
+    capacity_gb: check against another device size than the plan's (the plan is redone for it,
+    since vLLM's KV cache on CUDA is a fraction of the device).
+    """
+    if capacity_gb is not None and int(capacity_gb * GB) != plan.capacity:
+        plan = plan_inputs(plan.inputs, int(capacity_gb * GB))
+    worst = worst_phase(plan)
+    if worst is None:
+        _check_kv_room(plan)
+        return
+    over = [p for p in plan.running() if p.total > usable_bytes(plan)]
+    others = f" ({len(over) - 1} other phase(s) too)" if len(over) > 1 else ""
+    need = f"{worst.name} needs {worst.total / GB:.1f} GB > {usable_bytes(plan) / GB:.1f} GB usable per device{others}"
+    fixes = remedies(plan)
+    if fixes:
+        raise ConfigError(f"{need}: set {' or '.join(f'{k}={_show(v)}' for k, v in fixes)}")
+    raise ConfigError(f"{need}, and no single micro-batch, checkpointing or offload setting makes it fit: "
+                      f"combine them, shard over more devices (trainer.n_gpus), shorten data.max_prompt_length / "
+                      f"data.max_response_length, or train LoRA adapters (actor_rollout_ref.model.lora_rank)")
+
+
+def _largest_utilization(x: PlanInputs, capacity: int) -> float | None:
+    """The largest vLLM memory fraction (in steps of 0.05) that fits generate, with room for one sequence."""
+    for step in range(int(x.gpu_memory_utilization * 20) - 1, 0, -1):
+        y = replace(x, gpu_memory_utilization=step / 20)
+        if _fits(y, capacity, ("generate",)) and plan_inputs(y, capacity).phase("generate").parts["kv_cache"] > 0:
+            return step / 20
+    return None
+
+
+def _check_kv_room(plan: MemoryPlan) -> None:
+    """vLLM refuses to start when its KV cache cannot hold one sequence of the full length."""
+    x = plan.inputs
+    if x.engine != "vllm" or plan.phase("generate").skipped:
+        return
+    from logicrl.memory.footprint import kv_bytes_per_token
+
+    kv = plan.phase("generate").parts["kv_cache"]
+    one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
+    if kv >= one:
+        return
+    key = KNOBS["kv_cache_gb"] if x.kv_cache_gb is not None or x.device != "cuda" else KNOBS["gpu_memory_utilization"]
+    raise ConfigError(f"generate: vLLM's KV cache ({kv / GB:.2f} GB) cannot hold one sequence of "
+                      f"{x.width} tokens ({one / GB:.2f} GB): raise {key}, or shorten data.max_response_length")

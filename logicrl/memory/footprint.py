@@ -1,0 +1,172 @@
+"""Bytes of one model's pieces: parameter tensors, FSDP2 shards, saved activations, KV cache.
+
+Pure arithmetic on a ModelSpec (no torch), so the preflight can run before anything loads. Every
+count below was read off the code that allocates it (transformers 5 Qwen2/Llama with SDPA,
+torch 2.13 FSDP2 and autograd, logicrl/models/logprob.py) and checked tensor by tensor with
+autograd's saved-tensor hooks on CPU in fp32 and bf16; benchmarks/memory_plan.py checks the
+totals against measured peaks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from logicrl.models.spec import ModelSpec
+
+FP32 = 4
+# peft's all-linear: every nn.Linear of a decoder layer (the lm_head is left out).
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def linear_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
+    """[out, in] of each Linear in one decoder layer."""
+    h, q, kv, i = spec.hidden_size, spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim, \
+        spec.intermediate_size
+    return {"q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, q),
+            "gate_proj": (i, h), "up_proj": (i, h), "down_proj": (h, i)}
+
+
+def lora_targets(target_modules) -> tuple[str, ...]:
+    """The decoder Linears peft adapts for `target_modules` ("all-linear" or a list of names)."""
+    if isinstance(target_modules, str):
+        return LINEARS if target_modules == "all-linear" else tuple(n for n in LINEARS if n == target_modules)
+    return tuple(n for n in LINEARS if n in set(target_modules))
+
+
+def shard(shape: tuple[int, ...], world: int) -> int:
+    """Elements FSDP2 keeps on one rank: dim 0 split in `world` chunks, padded to the largest."""
+    rest = math.prod(shape[1:])
+    return math.ceil(shape[0] / world) * rest
+
+
+@dataclass(frozen=True)
+class ModelBytes:
+    """One role's parameters (actor, reference, critic or engine copy) on one rank, in bytes.
+
+    `layer_*` is one decoder layer (an FSDP unit), `root_*` the rest (embeddings, final norm,
+    lm_head or value head), the root FSDP unit. `trainable_*` counts what gets gradients and
+    AdamW states: every parameter, or only the LoRA adapters (kept in fp32 by peft).
+    """
+
+    total_full: int
+    total_shard: int
+    layer_full: int
+    root_full: int
+    root_shard: int
+    trainable_full: int
+    trainable_shard: int
+    largest_full: int  # the biggest single tensor (weight sync gathers one at a time)
+    largest_trainable_shard: int  # AdamW's per-tensor temporaries
+    trainable_root: bool  # embeddings and head train (not with LoRA)
+    trainable_lm_head: bool  # the chunked log-prob kernel builds a [V, H] weight gradient
+
+    @classmethod
+    def build(cls, spec: ModelSpec, *, dtype_bytes: int, world: int, head: str = "lm", lora_rank: int = 0,
+              lora_targets_: tuple[str, ...] = (), base_weight_bits: float | None = None) -> "ModelBytes":
+        """head: "lm" (a causal LM) or "value" (the critic: a 1-output token head, no lm_head)."""
+        h, v = spec.hidden_size, spec.vocab_size
+        # A frozen 4-bit base (what-if only, see planner.py) stores decoder Linears at base_weight_bits.
+        linear_bytes = dtype_bytes if base_weight_bits is None else base_weight_bits / 8
+        layer: list[tuple[tuple[int, ...], float]] = [(s, linear_bytes) for s in linear_shapes(spec).values()]
+        layer += [((h,), dtype_bytes)] * 2  # input and post-attention RMSNorm weights
+        if spec.attention_bias:
+            q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+            layer += [((q,), dtype_bytes), ((kv,), dtype_bytes), ((kv,), dtype_bytes)]
+        adapters = []
+        for name in lora_targets_ if lora_rank else ():
+            out_f, in_f = linear_shapes(spec)[name]
+            adapters += [((lora_rank, in_f), FP32), ((out_f, lora_rank), FP32)]
+        root: list[tuple[tuple[int, ...], float]] = [((v, h), dtype_bytes), ((h,), dtype_bytes)]
+        if head == "lm" and not spec.tie_word_embeddings:
+            root.append(((v, h), dtype_bytes))
+        if head == "value":
+            root += [((1, h), dtype_bytes), ((1,), dtype_bytes)]
+
+        def full(ts):
+            return int(sum(math.prod(s) * b for s, b in ts))
+
+        def sharded(ts):
+            return int(sum(shard(s, world) * b for s, b in ts))
+
+        layers = spec.num_layers
+        per_layer = layer + adapters
+        trainable = adapters * layers if lora_rank else per_layer * layers + root
+        everything = per_layer * layers + root
+        return cls(
+            total_full=full(everything), total_shard=sharded(everything),
+            layer_full=full(per_layer), root_full=full(root), root_shard=sharded(root),
+            trainable_full=full(trainable), trainable_shard=sharded(trainable),
+            largest_full=max(int(math.prod(s) * b) for s, b in everything),
+            largest_trainable_shard=max(int(shard(s, world) * b) for s, b in trainable),
+            trainable_root=not lora_rank, trainable_lm_head=head == "lm" and not lora_rank)
+
+
+def kv_bytes_per_token(spec: ModelSpec, dtype_bytes: int) -> int:
+    """K and V of every layer for one token."""
+    return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * dtype_bytes
+
+
+def saved_per_token_layer(spec: ModelSpec, b: int, width: int, *, lora: tuple[str, ...] = (),
+                          lora_rank: int = 0) -> int:
+    """Bytes autograd keeps per token per decoder layer until backward (no checkpointing).
+
+    b: parameter dtype bytes; width: the padded sequence length of the micro-batch. Checked
+    exactly against saved-tensor hooks (tests/memory/test_footprint.py has the hand count):
+      RMSNorm x2     its input upcast to fp32 (4H, the input itself in fp32), and weight*h saves
+                     h (bH) when the weight trains
+      q,k,v / gate,up / down   each Linear saves its input: the norm output (bH) and the MLP
+                     product (bI), shared by the Linears that read them; a frozen Linear saves
+                     nothing, a LoRA Linear saves its input again in fp32 when b < 4 (peft casts
+                     it to the adapter's fp32 dtype, one copy per adapted Linear), and lora_A's
+                     fp32 output (r values) for lora_B
+      attention      q after RoPE, K and V repeated to every head (HF repeats them when a padding
+                     mask is present, which RL batches always have), and SDPA's output, which is
+                     also o_proj's input: 4 x bq; SDPA's fp32 logsumexp (4 x heads); and the padding
+                     mask, which SDPA converts from bool to the query dtype in every layer: b x width
+      MLP            gate (SiLU's input), SiLU(gate), up: 3 x bI
+    """
+    h, i = spec.hidden_size, spec.intermediate_size
+    q = spec.num_heads * spec.head_dim
+    trains = not lora  # full fine-tuning: every weight gets a gradient
+    norms = 2 * (FP32 * h + FP32 + (b * h if trains else 0))  # + the fp32 rsqrt per token
+    inputs = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": q, "gate_proj": h, "up_proj": h, "down_proj": i}
+    shared = {"q_proj": "n1", "k_proj": "n1", "v_proj": "n1", "o_proj": "attn", "gate_proj": "n2",
+              "up_proj": "n2", "down_proj": "prod"}
+    kept: set[str] = set()
+    copies = 0
+    for name, size in inputs.items():
+        if name in lora and b < FP32:
+            copies += FP32 * size
+        elif name in lora or trains:
+            kept.add(shared[name])
+    own = {"n1": h, "n2": h, "prod": i, "attn": 0}  # "attn" is SDPA's output, counted below
+    linear_inputs = sum(b * own[k] for k in kept) + copies + FP32 * lora_rank * len(lora)
+    attention = 4 * b * q + FP32 * spec.num_heads + b * width
+    mlp = 3 * b * i
+    return norms + linear_inputs + attention + mlp
+
+
+def saved_per_token_root(spec: ModelSpec, b: int, trains: bool = True) -> int:
+    """Saved per token outside the layers: the final norm's fp32 input, rsqrt and (when its weight
+    trains) h; RoPE's cos and sin; the input ids."""
+    return FP32 * spec.hidden_size + FP32 + (b * spec.hidden_size if trains else 0) + 2 * b * spec.head_dim + 8
+
+
+def forward_transient_per_token(spec: ModelSpec, b: int, width: int) -> int:
+    """Peak of one layer's temporaries per token in a no-grad forward (nothing is kept).
+
+    The MLP holds SiLU(gate), up and their product at once (3 x bI); attention holds q, the
+    repeated K and V and the output (4 x bq) plus the mask SDPA converts to the query dtype; the
+    residual stream and the norm's fp32 upcast sit beside either.
+    """
+    h, i = spec.hidden_size, spec.intermediate_size
+    q = spec.num_heads * spec.head_dim
+    return 2 * b * h + FP32 * h + max(3 * b * i, 4 * b * q + b * width)
+
+
+def logprob_chunk_bytes(vocab: int, rows: int, b: int) -> int:
+    """logprob.py's per-chunk buffers: two fp32 [rows, V] (log-softmax plus logsumexp's, or the
+    entropy's, or backward's p), and the matmul's own [rows, V] output in the weight dtype before
+    the fp32 upcast (the same buffer in fp32)."""
+    return (2 * FP32 + (b if b < FP32 else 0)) * rows * vocab

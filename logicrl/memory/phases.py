@@ -1,0 +1,273 @@
+"""Peak bytes of each phase on one rank, given what is resident when it starts (planner.py).
+
+Each function returns the breakdown at the phase's highest moment. Where a phase has several
+candidate moments (a backward's first and last layer, the optimizer step) all are computed and
+the highest wins, so the breakdown always describes one real instant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from logicrl.memory.footprint import (
+    ModelBytes,
+    forward_transient_per_token,
+    kv_bytes_per_token,
+    linear_shapes,
+    logprob_chunk_bytes,
+    saved_per_token_layer,
+    saved_per_token_root,
+)
+from logicrl.memory.inputs import PlanInputs
+from logicrl.models.spec import ModelSpec
+
+GB = 1024**3
+FP32 = 4
+# workers/actor.py LOGPROB_CHUNK_TOKENS, repeated here so the preflight need not import torch.
+LOGPROB_CHUNK_TOKENS = 1024
+COMPONENTS = ("params", "grads", "optimizer", "activations", "logprob", "kv_cache", "engine")
+
+
+@dataclass
+class PhaseMemory:
+    name: str
+    parts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COMPONENTS, 0))
+    skipped: str | None = None  # why the phase does not run with this config
+    moment: str = ""  # which instant of the phase the breakdown describes (docstrings below)
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+
+@dataclass(frozen=True)
+class Models:
+    actor: ModelBytes
+    ref: ModelBytes | None  # None: no separate reference (no KL term, or LoRA's disabled adapter)
+    critic: ModelBytes | None
+    reward: ModelBytes | None
+    engine: ModelBytes  # the rollout engine's own full copy
+
+
+def tokens_per_micro(x: PlanInputs, micro: int | None, budget: int | None) -> int:
+    """Padded tokens in one micro-batch: rows x width, or a token budget (a longer row gets its own).
+
+    A budget counts real tokens (workers/micro.py) while rows keep their padded width, so a
+    micro-batch of short rows holds more padded tokens than its budget: the plan assumes rows
+    near full length, the case that decides whether a run fits.
+    """
+    if budget is not None:
+        return max(budget, x.width)
+    return min(micro, x.responses_per_rank) * x.width
+
+
+def micro_batches(x: PlanInputs, micro: int | None, budget: int | None, per_rank_mini: int) -> int:
+    """Micro-batches per mini-batch; more than one means gradients accumulate unsharded (below)."""
+    if budget is None:
+        return math.ceil(per_rank_mini / min(micro, per_rank_mini))
+    return max(1, math.ceil(per_rank_mini * x.width / max(budget, x.width)))
+
+
+def batch_bytes(x: PlanInputs) -> int:
+    """The rank's batch on the device: ids, mask, positions [N, P+R] int64; responses and their
+    mask int64; up to five fp32 [N, R] fields (old/ref log-probs, values, advantages, returns)."""
+    n = x.responses_per_rank
+    return n * x.width * 3 * 8 + n * x.response_len * (2 * 8 + 5 * FP32)
+
+
+def engine_bytes(x: PlanInputs, m: Models, capacity: int, awake: bool) -> tuple[int, int]:
+    """(engine weights plus vLLM's activation reserve, KV cache) on the device."""
+    if x.engine == "hf":
+        return m.engine.total_full, 0  # the KV cache lives only inside generate
+    if x.device == "cuda" and x.free_cache_engine and not awake:
+        return 0, 0  # sleep level 1: weights to the host, KV cache freed
+    # vLLM sizes its activations by profiling one forward of max_num_batched_tokens tokens and
+    # the sampler's fp32 logits for max_num_seqs rows; this is an estimate of that profile.
+    reserve = x.max_num_batched_tokens * forward_transient_per_token(x.spec, x.dtype_bytes, x.width) + \
+        2 * FP32 * x.gen_micro * x.spec.vocab_size
+    weights = m.engine.total_full + reserve
+    if x.kv_cache_gb is not None:
+        return weights, int(x.kv_cache_gb * GB)
+    if x.device == "cuda":  # vLLM takes this fraction of the device; the KV cache is what is left
+        return weights, max(0, int(x.gpu_memory_utilization * capacity) - weights)
+    # engines.kv_cache_gb on CPU: room for max_num_seqs full sequences, at least 1/16 GiB.
+    return weights, max(GB // 16, kv_bytes_per_token(x.spec, x.dtype_bytes) * x.gen_micro * x.width)
+
+
+def _phase(name: str, base: dict[str, int], moment: str = "", **add: int) -> PhaseMemory:
+    phase = PhaseMemory(name, moment=moment)
+    for key, value in {**base}.items():
+        phase.parts[key] += value
+    for key, value in add.items():
+        phase.parts[key] += value
+    return phase
+
+
+def generate_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: int) -> PhaseMemory:
+    """Rollout: the trainer's resident state plus the awake engine.
+
+    hf decodes `gen_micro` sequences at a time (rollout/hf.py): a KV cache growing to the full
+    width, grown by torch.cat one layer at a time (one layer's K or V twice for a moment); the
+    prompt's prefill; and per step either the attention's repeated K and V, or the sampler's
+    [rows, V] buffers beside the model's own logits in its dtype: log-softmax, tempered logits,
+    softmax and its cumsum (plus the fp32 upcast of the logits when the dtype is not fp32).
+    """
+    weights, kv = engine_bytes(x, m, capacity, awake=True)
+    base = {**base, "engine": weights, "kv_cache": kv}
+    if x.engine != "hf":
+        return _phase("generate", base)
+    b, rows = x.dtype_bytes, min(x.gen_micro, x.responses_per_rank)
+    per_token = kv_bytes_per_token(x.spec, b)
+    # The prefill runs beside the prompt's KV only; the sampler's buffers beside the full cache.
+    prompt_cache = rows * x.prompt_len * per_token
+    prefill = rows * x.prompt_len * (forward_transient_per_token(x.spec, b, x.prompt_len) + x.prompt_len)
+    cache = rows * x.width * per_token
+    cache += cache // (2 * x.spec.num_layers)
+    sampling = rows * x.spec.vocab_size * (4 * FP32 + b + (FP32 if b < FP32 else 0))
+    # Each decode step's attention repeats one layer's cached K and V to every head (GQA with the
+    # padding mask), the whole length long.
+    spec = x.spec
+    repeated = 2 * rows * x.width * spec.num_heads * spec.head_dim * b if spec.num_kv_heads < spec.num_heads else 0
+    decode = max(sampling, repeated)
+    if prompt_cache + prefill > cache + decode:
+        return _phase("generate", base, "prefill", kv_cache=prompt_cache, activations=prefill)
+    return _phase("generate", base, "last decode step", kv_cache=cache, activations=decode)
+
+
+def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, base: dict[str, int],
+                  micro: int, budget: int | None, lm: bool, root_held: bool = False) -> PhaseMemory:
+    """A no-grad forward in micro-batches (old_log_prob, ref, values).
+
+    FSDP2 gathers the root unit for good (root_held: already counted as resident) and one layer
+    at a time, twice for a moment while the all-gather output is copied out. The decoder's
+    temporaries and the (bool) padding mask give way to the head: the final hidden states, the
+    response slice copied for the chunked log-prob kernel and its [chunk, V] buffers, or the
+    critic's value head.
+    """
+    b, tokens = x.dtype_bytes, tokens_per_micro(x, micro, budget)
+    resp_tokens = tokens * x.response_len // x.width
+    h = spec.hidden_size
+    root = 0 if root_held else model.root_full
+    outputs = 2 * x.responses_per_rank * x.response_len * FP32  # per-micro results, then their cat
+    common = batch_bytes(x) + outputs + tokens * x.width  # the bool mask lives through the forward
+    decoder = tokens * forward_transient_per_token(spec, b, x.width)
+    if lm:
+        chunk = logprob_chunk_bytes(spec.vocab_size, min(LOGPROB_CHUNK_TOKENS, resp_tokens), b)
+        head = tokens * h * b + resp_tokens * h * b
+    else:
+        chunk, head = 0, tokens * h * b + tokens * b
+    gathered = forward_gathered(x.world, model, root_held)
+    if gathered + decoder >= root + head + chunk:
+        return _phase(name, base, "decoder", params=gathered, activations=common + decoder)
+    return _phase(name, base, "head", params=root, activations=common + head, logprob=chunk)
+
+
+def forward_gathered(world: int, model: ModelBytes, root_held: bool) -> int:
+    """Gathered parameter bytes at a forward's peak (FSDP2's wait_for_unshard), root included.
+
+    One rank copies each unit's shard straight into its unsharded parameters: the root and one
+    layer. With more, each all-gather's flat output is kept until the next unit's copy-out (to
+    overlap it with the next all-gather), so at the first layer the root's output is still there
+    beside the gathered root, and at any later layer three layers' worth is alive for a moment.
+    """
+    if world == 1:
+        return (0 if root_held else model.root_full) + model.layer_full
+    if root_held:
+        return 3 * model.layer_full
+    return max(2 * model.root_full + 2 * model.layer_full, model.root_full + 3 * model.layer_full)
+
+
+def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, base: dict[str, int],
+                   micro: int | None, budget: int | None, per_rank_mini: int, ckpt: bool, lm: bool,
+                   root_held: bool = False, offload: bool = False) -> PhaseMemory:
+    """A training update (update_actor, update_critic): the highest of these moments.
+
+    top     backward begins: every layer's saved activations, the root and the next layer
+            gathered, the head's backward (for the policy: the log-prob kernel's [chunk, V]
+            buffers, its [V, H] lm_head gradient and the hidden-state gradient), and the gradients
+            of the earlier micro-batches. FSDP2 skips the reduce-scatter on those
+            (set_requires_gradient_sync(False)), so they are kept UNSHARDED: with gradient
+            accumulation every rank holds a full-size gradient, whatever the world size.
+    bottom  backward ends, at the embedding's backward: layers reduce-scattered into sharded
+            gradients (the last one's unsharded input still kept), the root's gradients unsharded
+            and the embedding's dense [V, H] gradient beside them.
+    root gather  (several ranks) a later forward of the phase gathering the root again (below).
+    step    AdamW: sharded gradients, and per tensor two temporaries (sqrt, then the denominator).
+    Gradient checkpointing keeps each layer's input and recomputes one layer at a time. With
+    param_offload (CUDA) the sharded gradients and the AdamW step live on the host; gathered
+    parameters, unsharded gradients and activations are still on the GPU.
+    """
+    b, h, layers = x.dtype_bytes, spec.hidden_size, spec.num_layers
+    tokens = tokens_per_micro(x, micro, budget)
+    resp_tokens = tokens * x.response_len // x.width
+    lora = x.lora_targets if lm and x.lora_rank else ()
+    per_layer = tokens * saved_per_token_layer(spec, b, x.width, lora=lora, lora_rank=x.lora_rank)
+    saved = layers * tokens * h * b + per_layer if ckpt else layers * per_layer
+    saved += tokens * saved_per_token_root(spec, b, trains=not lora) + tokens * x.width  # + the bool mask
+    saved += resp_tokens * h * b if lm else tokens * h * b  # the head's input
+    activations = batch_bytes(x) + saved
+    accumulated = model.trainable_full if micro_batches(x, micro, budget, per_rank_mini) > 1 else 0
+    root = 0 if root_held else model.root_full
+    head_grads = 0
+    if lm:  # the log-prob kernel's hidden-state gradient, and its [V, H] lm_head gradient
+        head_grads = resp_tokens * h * b + (spec.vocab_size * h * b if model.trainable_lm_head else 0)
+    chunk = logprob_chunk_bytes(spec.vocab_size, min(LOGPROB_CHUNK_TOKENS, resp_tokens), b) if lm else 0
+    top = _phase(name, base, "top", params=root + model.layer_full, activations=activations,
+                 grads=accumulated + head_grads, logprob=chunk)
+    # Layers are reduce-scattered as backward passes them (FSDP2 keeps the last reduce-scatter's
+    # input, one layer of gradients, until the next one); the root's gradient stays unsharded to the
+    # end, where the embedding's dense [V, H] gradient arrives. A tied lm_head's gradient waits for
+    # it in autograd's input buffer of the shared weight, so both are alive beside whatever the
+    # earlier micro-batches accumulated.
+    layer_grads = model.trainable_shard - (model.root_shard if model.trainable_root else 0)
+    if offload and x.device == "cuda":
+        layer_grads = 0  # reduce-scattered straight to the host
+    root_grads = 0
+    if model.trainable_root:
+        vh = spec.vocab_size * h * b
+        if lm and spec.tie_word_embeddings:
+            root_grads = (model.root_full if accumulated else 0) + 2 * vh
+        else:
+            root_grads = model.root_full + (vh if accumulated else 0)
+    bottom_grads = layer_grads + root_grads + model.layer_full
+    if x.world > 1 and model.trainable_root:
+        # Then the root's reduce-scatter: its unsharded gradient, a flat copy as the collective's
+        # input and the sharded output. (One rank skips the copy.)
+        bottom_grads = max(bottom_grads, layer_grads + 2 * model.root_full + model.root_shard)
+    bottom = _phase(name, base, "bottom", params=root, activations=batch_bytes(x), grads=bottom_grads)
+    # Every forward after the first in a phase (the next micro-batch, the next mini-batch) gathers the
+    # root again, since each backward reshards it; on several ranks the root's flat all-gather
+    # output is then alive beside it, with the gradients accumulated so far.
+    moments = [top, bottom]
+    if x.world > 1:
+        gather = forward_gathered(x.world, model, root_held=False) - (model.root_full if root_held else 0)
+        moments.append(_phase(name, base, "root gather", params=gather, grads=accumulated,
+                              activations=batch_bytes(x) + tokens * h * b))
+    held = model.root_full if root_held else 0  # the final callback reshards the root before the step
+    on_host = offload and x.device == "cuda"
+    step = _phase(name, base, "step", params=-held, activations=batch_bytes(x),
+                  grads=0 if on_host else model.trainable_shard,
+                  optimizer=0 if on_host else 2 * model.largest_trainable_shard)
+    return max((*moments, step), key=lambda p: p.total)
+
+
+def weight_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: int) -> PhaseMemory:
+    """update_weights: the actor's weights into the engine, one gathered tensor at a time.
+
+    FSDP2's full_tensor() on one rank returns the local shard itself; on more it gathers the
+    tensor (two full-size buffers at its peak, measured on 2 ranks). With LoRA each adapted weight
+    is sent merged: B @ A in fp32, cast and scaled in the weight dtype, added to the base. A
+    sleeping vLLM wakes its weights (not its KV cache), and its layer-wise reload holds one
+    layer's tensors until the layer is complete.
+    """
+    b = x.dtype_bytes
+    gathered = 2 * m.actor.largest_full if x.world > 1 else 0
+    if x.lora_rank:
+        shapes = linear_shapes(x.spec)
+        out_f, in_f = max((shapes[name] for name in x.lora_targets), key=lambda s: s[0] * s[1])
+        gathered += out_f * in_f * (FP32 + 3 * b)
+    weights, kv = engine_bytes(x, m, capacity, awake=False)
+    if x.engine != "hf" and x.device == "cuda" and x.free_cache_engine:
+        weights = m.engine.total_full + m.engine.layer_full
+    return _phase("update_weights", {**base, "engine": weights, "kv_cache": kv}, params=gathered)

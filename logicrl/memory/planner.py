@@ -1,0 +1,187 @@
+"""The preflight memory plan: peak bytes per device in each phase of a step, by component.
+
+    plan = plan_memory(cfg, spec, device="cuda", capacity_gb=80)
+    print(format_table(plan, capacity_gb=80))
+
+It models what the code allocates (workers/hybrid.py and what it calls), in steady state, i.e.
+after the first step, once AdamW's states exist. On each rank, between phases:
+  actor, ref, critic   FSDP2 shards (1/W of every tensor, dim 0 padded), and the actor's and the
+                       critic's AdamW states (2 x the trainable shard, in the parameter dtype; fp32
+                       for LoRA adapters). With param_offload on CUDA all of these live on the host.
+  gathered roots       FSDP2 reshards the root unit (embeddings, final norm, lm_head) after a
+                       backward, never after a forward. A forward-only pass therefore leaves it
+                       gathered: the reference's for good (it never runs backward), the actor's from
+                       old_log_prob to update_actor, the critic's from values to update_critic.
+  rollout engine       hf: its own full copy of the weights, always resident. vllm: on CUDA with
+                       free_cache_engine, sleep level 1 moves its weights to the host and drops
+                       the KV cache between rollouts; on CPU nothing is released.
+Each phase adds its transients (phases.py). Not modelled: allocator fragmentation, the CUDA
+context and NCCL buffers; check_fit keeps HEADROOM_GB of the device for them.
+
+Two what-ifs the config cannot express, for docs/memory.md: a frozen base stored at
+`base_weight_bits` (4-bit QLoRA; logicrl cannot load one) and a reward model (logicrl scores with
+rules) held like the reference, `reward_spec`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from logicrl.memory.footprint import ModelBytes, kv_bytes_per_token
+from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.phases import (
+    COMPONENTS,
+    GB,
+    Models,
+    PhaseMemory,
+    backward_phase,
+    engine_bytes,
+    forward_phase,
+    generate_phase,
+    micro_batches,
+    weight_sync_phase,
+)
+from logicrl.models.spec import ModelSpec
+
+PHASES = ("generate", "old_log_prob", "ref", "values", "update_critic", "update_actor", "update_weights")
+
+
+@dataclass
+class MemoryPlan:
+    inputs: PlanInputs
+    phases: list[PhaseMemory]
+    capacity: int  # bytes per device the plan is checked against
+    notes: list[str]
+
+    def phase(self, name: str) -> PhaseMemory:
+        return next(p for p in self.phases if p.name == name)
+
+    def running(self) -> list[PhaseMemory]:
+        return [p for p in self.phases if not p.skipped]
+
+
+def build_models(x: PlanInputs) -> Models:
+    b, w = x.dtype_bytes, x.world
+    actor = ModelBytes.build(x.spec, dtype_bytes=b, world=w, lora_rank=x.lora_rank, lora_targets_=x.lora_targets,
+                             base_weight_bits=x.base_weight_bits)
+    ref = ModelBytes.build(x.spec, dtype_bytes=b, world=w) if x.uses_ref and not x.lora_rank else None
+    critic = ModelBytes.build(x.critic_spec, dtype_bytes=b, world=w, head="value") if x.critic_spec else None
+    reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if x.reward_spec else None
+    engine = ModelBytes.build(x.spec, dtype_bytes=b, world=1, base_weight_bits=x.base_weight_bits)
+    return Models(actor, ref, critic, reward, engine)
+
+
+def _on_device(x: PlanInputs, offload: bool) -> bool:
+    # workers/fsdp.py: parameter offload only applies with an accelerator.
+    return not (offload and x.device == "cuda")
+
+
+def resident(x: PlanInputs, m: Models) -> tuple[int, int]:
+    """(parameter bytes, AdamW state bytes) every rank holds on the device between phases."""
+    params = optim = 0
+    if _on_device(x, x.actor_offload):
+        params += m.actor.total_shard
+        optim += 2 * m.actor.trainable_shard
+    if m.critic and _on_device(x, x.critic_offload):
+        params += m.critic.total_shard
+        optim += 2 * m.critic.trainable_shard
+    if m.ref:
+        # The gathered root is on the device even with offload: FSDP2 gathers onto the GPU.
+        params += m.ref.root_full + (m.ref.total_shard if _on_device(x, x.ref_offload) else 0)
+    if m.reward:
+        params += m.reward.root_full + m.reward.total_shard
+    return params, optim
+
+
+def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
+    """The per-phase plan; `capacity` (bytes per device) also sizes vLLM's KV cache on CUDA."""
+    m = build_models(x)
+    params, optim = resident(x, m)
+    weights, kv = engine_bytes(x, m, capacity, awake=False)
+    base = dict(params=params, optimizer=optim, engine=weights, kv_cache=kv)
+
+    def plus(extra: int) -> dict[str, int]:
+        return {**base, "params": params + extra}
+
+    ref_is_actor = x.uses_ref and m.ref is None  # LoRA: the actor with its adapter disabled
+    # From old_log_prob (or a LoRA reference pass) until update_actor, the actor's root stays gathered.
+    actor_held = m.actor.root_full if (not x.skip_old_log_prob or ref_is_actor) else 0
+    phases = [generate_phase(x, m, base, capacity)]
+    if m.reward:  # what-if: a reward model scores the responses like a frozen value model
+        phases.append(forward_phase("reward_model", x, m.reward, x.reward_spec, base, x.ref_micro, x.ref_budget,
+                                    lm=False, root_held=True))
+
+    old = forward_phase("old_log_prob", x, m.actor, x.spec, base, x.log_prob_micro, x.log_prob_budget, lm=True)
+    if x.skip_old_log_prob:
+        old.skipped = "on-policy: one optimizer step per step, so update_actor's own forward gives them"
+    phases.append(old)
+
+    if not x.uses_ref:
+        phases.append(PhaseMemory("ref", skipped="no KL term"))
+    elif ref_is_actor:
+        held = 0 if x.skip_old_log_prob else m.actor.root_full
+        phases.append(forward_phase("ref", x, m.actor, x.spec, plus(held), x.ref_micro, x.ref_budget, lm=True,
+                                    root_held=bool(held)))
+    else:
+        held = 0 if x.skip_old_log_prob else m.actor.root_full
+        phases.append(forward_phase("ref", x, m.ref, x.spec, plus(held), x.ref_micro, x.ref_budget, lm=True,
+                                    root_held=True))
+
+    if m.critic:
+        phases.append(forward_phase("values", x, m.critic, x.critic_spec, plus(actor_held), x.critic_micro,
+                                    None, lm=False))
+        phases.append(backward_phase("update_critic", x, m.critic, x.critic_spec,
+                                     plus(actor_held + m.critic.root_full), x.critic_micro, x.critic_budget,
+                                     x.critic_per_rank_mini, x.critic_ckpt, lm=False, root_held=True,
+                                     offload=x.critic_offload))
+    else:
+        phases += [PhaseMemory("values", skipped="no critic (gae only)"),
+                   PhaseMemory("update_critic", skipped="no critic (gae only)")]
+
+    phases.append(backward_phase("update_actor", x, m.actor, x.spec, plus(actor_held), x.actor_micro,
+                                 x.actor_budget, x.actor_per_rank_mini, x.actor_ckpt, lm=True,
+                                 root_held=bool(actor_held), offload=x.actor_offload))
+    phases.append(weight_sync_phase(x, m, base, capacity))
+    return MemoryPlan(inputs=x, phases=phases, capacity=capacity, notes=_notes(x, m, phases[0]))
+
+
+def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
+    notes = []
+    if x.engine == "vllm":
+        one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
+        fits = generate.parts["kv_cache"] // one
+        notes.append(f"vLLM's KV cache holds {fits} sequences of {x.width} tokens at once; this rank generates "
+                     f"{x.responses_per_rank} (more queue, they do not fail)")
+    steps = micro_batches(x, x.actor_micro, x.actor_budget, x.actor_per_rank_mini)
+    if x.world > 1 and steps > 1:
+        notes.append(f"update_actor accumulates {steps} micro-batches without gradient sync: FSDP2 then keeps "
+                     f"the gradient unsharded, {m.actor.trainable_full / GB:.2f} GB per rank instead of "
+                     f"{m.actor.trainable_shard / GB:.2f}")
+    return notes
+
+
+def plan_memory(cfg: DictConfig, spec: ModelSpec, *, device: str, capacity_gb: float,
+                critic_spec: ModelSpec | None = None, **what_if) -> MemoryPlan:
+    """The plan for a validated config on `device` ("cuda" or "cpu") with `capacity_gb` per device."""
+    x = PlanInputs.from_config(cfg, spec, device, critic_spec, **what_if)
+    return plan_inputs(x, int(capacity_gb * GB))
+
+
+def format_table(plan: MemoryPlan, capacity_note: str = "") -> str:
+    """One row per phase: each component and the total (GB, or MB for models under a GB), and the
+    total's share of the device."""
+    biggest = max((p.total for p in plan.running()), default=0)
+    unit, scale = ("GB", GB) if biggest >= GB else ("MB", 2**20)
+    short = {"optimizer": "optim", "activations": "activ", "logprob": "logits", "kv_cache": "kv"}
+    header = f"{'phase':<15}" + "".join(f"{short.get(c, c):>9}" for c in COMPONENTS) + f"{'total':>9}{'of cap':>8}"
+    lines = [f"memory plan per device ({unit}; capacity {plan.capacity / GB:.1f} GB{capacity_note})", header]
+    for p in plan.phases:
+        if p.skipped:
+            lines.append(f"{p.name:<15}  skipped: {p.skipped}")
+            continue
+        cells = "".join(f"{p.parts[c] / scale:>9.2f}" for c in COMPONENTS)
+        flag = "  > capacity" if p.total > plan.capacity else ""
+        lines.append(f"{p.name:<15}{cells}{p.total / scale:>9.2f}{100 * p.total / plan.capacity:>7.0f}%{flag}")
+    return "\n".join(lines + [f"note: {n}" for n in plan.notes])

@@ -1,0 +1,116 @@
+"""The preflight entry point: the device's capacity, the plan's table, auto micro-batches, refusal.
+
+    table, overrides = preflight(cfg, spec)   # raises ConfigError (main_ppo: exit 2) when it cannot fit
+
+Runs after validation and before anything loads, so it imports no torch unless a GPU may be
+present (nvidia-smi on PATH) and the capacity must be detected.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import shutil
+from dataclasses import replace
+
+from omegaconf import DictConfig, OmegaConf
+
+from logicrl.config.batching import ARR, uses_critic
+from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, check_fit
+from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.phases import GB
+from logicrl.memory.planner import format_table, plan_inputs
+from logicrl.models.spec import ModelSpec, load_model_spec
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_total_gb() -> tuple[float, str] | None:
+    """(total memory of GPU 0 in GB, its name), or None without a usable GPU. Cached: torch's
+    import is the slow part of a dry run."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return props.total_memory / GB, props.name
+
+
+def capacity(cfg: DictConfig) -> tuple[str, float, str]:
+    """(device kind the plan is for, GB per device, where that number comes from).
+
+    trainer.gpu_memory_gb plans for GPUs of that size (even on a machine without one, to check a
+    config before renting them) unless trainer.device=cpu, where it is each CPU rank's budget.
+    Otherwise: CUDA's total memory of the first GPU, or the machine's available RAM over the ranks.
+    """
+    t = cfg.trainer
+    given = OmegaConf.select(cfg, "trainer.gpu_memory_gb", default=None)
+    if given is not None:
+        return ("cpu" if t.device == "cpu" else "cuda"), float(given), "trainer.gpu_memory_gb"
+    gpu = None if t.device == "cpu" else _cuda_total_gb()
+    if gpu is not None:
+        return "cuda", gpu[0], f"detected: {gpu[1]}"
+    import psutil
+
+    free = psutil.virtual_memory().available / GB
+    return "cpu", free / t.n_gpus, f"CPU: {free:.1f} GB of available RAM / {t.n_gpus} rank(s)"
+
+
+def plan_for(cfg: DictConfig, spec: ModelSpec, **what_if):
+    """The plan of a validated config on this machine (or on trainer.gpu_memory_gb GPUs)."""
+    device, cap_gb, source = capacity(cfg)
+    critic_spec = None
+    if uses_critic(cfg) and cfg.critic.model.path != cfg[ARR].model.path:
+        critic_spec = load_model_spec(cfg.critic.model.path)
+    x = PlanInputs.from_config(cfg, spec, device, critic_spec, **what_if)
+    if x.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        x = replace(x, engine="hf")  # engines.build_engine falls back the same way
+    return x, int(cap_gb * GB), source
+
+
+def preflight(cfg: DictConfig, spec: ModelSpec | None = None) -> tuple[str, dict[str, int]]:
+    """(the table to print, config overrides to apply); raises ConfigError when a phase cannot fit.
+
+    `cfg` is validated (logicrl.config.validate); `spec` its actor's ModelSpec (read from
+    actor_rollout_ref.model.path when not given). With trainer.auto_micro_batch=true the overrides
+    set every micro-batch / token budget to the largest that fits and the table shows the plan
+    with them; otherwise they are empty.
+    """
+    spec = spec or load_model_spec(cfg[ARR].model.path)
+    x, cap, source = plan_for(cfg, spec)
+    overrides = {}
+    if OmegaConf.select(cfg, "trainer.auto_micro_batch", default=False):
+        overrides = auto_micro_batch(x, cap)
+        x = apply_to_inputs(x, overrides)
+    plan = plan_inputs(x, cap)
+    table = _table(plan, source, overrides)
+    check_fit(plan)
+    return table, overrides
+
+
+def apply_overrides(cfg: DictConfig, overrides: dict[str, int]) -> None:
+    """Set preflight's overrides in the config (dotted keys)."""
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value, merge=False)
+
+
+def memory_summary(cfg: DictConfig, spec: ModelSpec) -> str:
+    """The dry-run summary's memory section: the table, and the refusal it would raise, if any."""
+    from logicrl.config.errors import ConfigError
+
+    try:
+        table, _ = preflight(cfg, spec)
+        return table
+    except ConfigError as err:
+        x, cap, source = plan_for(cfg, spec)
+        return f"{_table(plan_inputs(x, cap), source, {})}\nwould refuse to start: {err}"
+
+
+def _table(plan, source: str, overrides: dict[str, int]) -> str:
+    headroom = HEADROOM_GB[plan.inputs.device]
+    note = f", {source}" + (f"; {headroom:.0f} GB kept free" if headroom else "")
+    lines = [format_table(plan, note)]
+    if overrides:
+        lines.append("auto_micro_batch: " + " ".join(f"{k}={v}" for k, v in overrides.items()))
+    return "\n".join(lines)

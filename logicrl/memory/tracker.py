@@ -1,0 +1,109 @@
+"""Peak live tensor bytes of a block of code: what the planner predicts, measured.
+
+    with PeakTracker("cpu") as t:
+        ...
+    t.peak_bytes   # live tensor bytes at the highest point, tensors alive before the block included
+    t.start_bytes  # live tensor bytes when the block began
+
+CUDA: torch's own counter, `max_memory_allocated` (live tensors, not what the caching allocator
+reserves), reset at the start of the block.
+
+CPU: torch keeps no such counter, and the process RSS (telemetry.py) mixes in Python, libraries
+and the allocator's free lists. The profiler's memory events are exact instead: with
+`profile_memory=True` c10's CPU allocator reports every allocation and free made while profiling,
+each with the running total of the bytes still live among them (`total_allocated`), in the order
+they happened. The peak is then
+    live bytes at the start   every tensor storage reachable from Python (gc), deduplicated
+  + the highest running total during the block.
+Frees of storages that predate the block are invisible to that total (c10 records sizes only
+from the start of profiling), so the figure can only overstate the peak, and only by memory the
+block frees of what it did not allocate, which none of the trainer's phases do. Storage resizes
+(FSDP2 frees and re-gathers unsharded parameters with `storage.resize_`) go through the same
+allocator and are counted.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import torch
+
+
+def live_tensor_bytes(device_type: str = "cpu") -> int:
+    """Bytes of every distinct tensor storage on `device_type` reachable from Python right now.
+
+    Between phases every tensor the trainer holds (parameters, optimizer states, the engine's
+    weights, the batch) is reachable from a Python object; only autograd's saved tensors are not,
+    and none exist between phases.
+    """
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    seen: dict[int, int] = {}
+    for obj in gc.get_objects():
+        # DTensor and other wrapper subclasses own no storage; their local tensors are found on their own.
+        if not issubclass(type(obj), torch.Tensor) or is_traceable_wrapper_subclass(obj):
+            continue
+        if obj.device.type != device_type or obj.is_sparse:
+            continue
+        storage = obj.untyped_storage()
+        if storage.data_ptr():
+            seen[storage.data_ptr()] = max(seen.get(storage.data_ptr(), 0), storage.nbytes())
+    return sum(seen.values())
+
+
+class PeakTracker:
+    """Context manager measuring peak live tensor bytes on one device (module docstring)."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.start_bytes = self.peak_bytes = 0
+        self._profiler = None
+
+    def __enter__(self) -> "PeakTracker":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.start_bytes = torch.cuda.memory_allocated(self.device)
+            return self
+        gc.collect()  # tensors kept alive only by reference cycles would otherwise count as live
+        self.start_bytes = live_tensor_bytes("cpu")
+        # c10 warns once per free of a block it has no size for (one that predates profiling),
+        # and kineto logs its start and stop; neither says anything about the measurement.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+        from torch.profiler import ProfilerActivity, profile
+
+        self._profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._profiler.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak_bytes = torch.cuda.max_memory_allocated(self.device)
+            return
+        self._profiler.__exit__(*exc)
+        self.peak_bytes = self.start_bytes + max(0, _max_running_total(self._profiler))
+        self._profiler = None
+
+
+def _max_running_total(prof) -> int:
+    """Highest rise of c10's running total over the block (0 if nothing was allocated).
+
+    The running total is process-wide and survives between profiling sessions (it still holds
+    blocks allocated under an earlier session and alive now), so the rise is measured from its
+    value just before the block's first event.
+    """
+    from torch._C._profiler import _EventType
+
+    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
+            events.append(event)
+        stack.extend(event.children)
+    if not events:
+        return 0
+    first = min(events, key=lambda e: e.start_time_ns).extra_fields
+    before = first.total_allocated - first.alloc_size
+    return max(e.extra_fields.total_allocated for e in events) - before

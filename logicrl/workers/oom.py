@@ -1,0 +1,85 @@
+"""Out-of-memory recovery: halve a phase's micro-batch (or token budget) and run the phase again.
+
+    size = MicroSize("update_actor", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 16)
+    stats = retry_on_oom(size, attempt, device, reset=optimizer.zero_grad)   # attempt(size.value)
+
+An attempt is all-or-nothing: the gradients of a failed attempt are dropped (`reset`) before the
+retry, and the loss normaliser is fixed per mini-batch (algos/aggregation.py), so the retried
+phase gives the same loss and gradient as an uninterrupted one, with nothing counted twice. The
+halved value stays for the rest of the run (it is the rank's new setting) and is logged once.
+
+Ranks agree on a retry with one all-reduce after each attempt. That works when every rank reaches
+it: an OOM raised before or between collectives (the usual place: the allocation of a micro-batch's
+activations or logits). A rank that fails inside a collective leaves the others waiting in it; the
+process group's timeout then ends the run, and the last complete checkpoint is untouched.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger("logicrl.workers")
+T = TypeVar("T")
+
+
+class OutOfMemoryAtMinimum(RuntimeError):
+    """A phase ran out of memory with nothing left to halve."""
+
+
+@dataclass
+class MicroSize:
+    phase: str  # the phase's name, as in timing_s/<phase>
+    key: str  # the config key the value came from, for the message
+    value: int  # rows per micro-batch, or tokens per micro-batch with a token budget
+    minimum: int = 1  # below this halving means nothing (one row; a budget of one row's tokens)
+    retries: int = 0
+
+    def halve(self) -> None:
+        if self.value <= self.minimum:
+            raise OutOfMemoryAtMinimum(
+                f"{self.phase} ran out of memory with {self.key}={self.value}, the smallest split there is: "
+                f"lower data.max_response_length or rollout.n, turn on param_offload or gradient checkpointing, "
+                f"or use more ranks; the last complete checkpoint is intact")
+        old, self.value = self.value, max(self.minimum, self.value // 2)
+        self.retries += 1
+        log.warning(f"{self.phase} ran out of memory: {self.key} {old} -> {self.value} on this rank for the rest "
+                    "of the run; the phase is re-run from its start")
+
+
+def _any_rank(flag: bool, device: torch.device) -> bool:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        t = torch.tensor(int(flag), device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t)
+    return flag
+
+
+def _release(device: torch.device) -> None:
+    gc.collect()  # the failed attempt's activations are garbage now; free them before retrying
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def retry_on_oom(size: MicroSize, attempt: Callable[[int], T], device: torch.device,
+                 reset: Callable[[], None] | None = None) -> T:
+    """attempt(size.value), halving size.value and re-running after an OOM on any rank."""
+    while True:
+        result, failed = None, False
+        try:
+            result = attempt(size.value)
+        except torch.OutOfMemoryError:
+            failed = True
+        if not _any_rank(failed, device):
+            return result
+        result = None
+        if reset is not None:
+            reset()
+        _release(device)
+        size.halve()

@@ -1,0 +1,108 @@
+"""The plan's structure, the refusal (phase, need vs capacity, the knob at its computed value) and
+auto_micro_batch, on the shape configs of logicrl/memory/shapes/ (no weights)."""
+
+from dataclasses import replace
+
+import pytest
+
+from logicrl.config import ConfigError, compose, validate
+from logicrl.memory.fit import auto_micro_batch, check_fit, usable_bytes
+from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.phases import GB
+from logicrl.memory.planner import format_table, plan_inputs
+from logicrl.memory.preflight import preflight
+from tests.conftest import ROOT, run_main, write_jsonl
+
+ARR = "actor_rollout_ref"
+QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"
+# GRPO with a KL loss on 4 GPUs: 8 prompts x 16 = 128 responses, 32 per rank; per-rank mini-batch 16.
+GRPO_7B = [f"{ARR}.model.path={QWEN7B}", "algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true",
+           "trainer.n_gpus=4", "trainer.device=cuda", "data.train_batch_size=8", f"{ARR}.rollout.n=16",
+           f"{ARR}.actor.ppo_mini_batch_size=4", "data.max_prompt_length=512", "data.max_response_length=2048",
+           f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.name=vllm"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", 16)
+
+
+def inputs(data, *overrides) -> tuple:
+    cfg, spec, _ = validate(compose([f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B, *overrides]))
+    return cfg, spec, PlanInputs.from_config(cfg, spec, "cuda")
+
+
+def test_plan_has_every_phase_and_skips_what_does_not_run(data):
+    _, _, x = inputs(data)
+    plan = plan_inputs(x, 80 * GB)
+    assert [p.name for p in plan.phases] == ["generate", "old_log_prob", "ref", "values", "update_critic",
+                                             "update_actor", "update_weights"]
+    assert plan.phase("values").skipped and plan.phase("update_critic").skipped  # grpo: no critic
+    assert not plan.phase("ref").skipped and not plan.phase("old_log_prob").skipped  # KL loss; 2 mini-batches
+    # Resident on every phase: the actor's bf16 shard and AdamW states over 4 ranks, the reference's shard.
+    shard = 2 * 7_615_616_512 / 4
+    assert plan.phase("update_weights").parts["optimizer"] == pytest.approx(2 * shard, rel=1e-3)
+    table = format_table(plan)
+    assert "update_actor" in table and "capacity 80.0 GB" in table
+
+
+def test_more_ranks_shard_the_training_state(data):
+    _, _, x = inputs(data)
+    two, four = plan_inputs(replace(x, world=2), 80 * GB), plan_inputs(x, 80 * GB)
+    assert two.phase("update_weights").parts["optimizer"] == pytest.approx(
+        2 * four.phase("update_weights").parts["optimizer"], rel=1e-3)
+
+
+def test_refusal_names_the_phase_the_need_and_the_largest_micro_batch_that_fits(data):
+    _, _, x = inputs(data)
+    plan = plan_inputs(x, 80 * GB)
+    actor = plan.phase("update_actor").total
+    assert actor > usable_bytes(plan)  # 16 responses of 2560 tokens per micro-batch: far over
+    # The largest divisor of the per-rank mini-batch (16) that fits, computed by re-planning.
+    fitting = [m for m in (1, 2, 4, 8, 16)
+               if plan_inputs(replace(x, actor_micro=m), 80 * GB).phase("update_actor").total <= usable_bytes(plan)]
+    with pytest.raises(ConfigError) as err:
+        check_fit(plan)
+    message = str(err.value)
+    assert message.startswith(f"update_actor needs {actor / GB:.1f} GB > 79.0 GB usable per device")
+    assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu={max(fitting)}" in message
+    assert f"{ARR}.model.enable_gradient_checkpointing=true" in message
+
+
+def test_auto_micro_batch_picks_the_largest_that_fits(data):
+    _, _, x = inputs(data)
+    totals = {m: plan_inputs(replace(x, actor_micro=m), 1000 * GB).phase("update_actor").total for m in (1, 2, 4)}
+    assert totals[1] < totals[2] < totals[4]
+    # A device between the micro-batch-2 and micro-batch-4 peaks: 2 is the answer, and it fits.
+    capacity = (totals[2] + totals[4]) // 2 + GB  # + the 1 GB kept free on a GPU
+    picked = auto_micro_batch(x, capacity)
+    assert picked[f"{ARR}.actor.ppo_micro_batch_size_per_gpu"] == 2
+    fitted = plan_inputs(replace(x, actor_micro=2, log_prob_micro=picked.get(
+        f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu", x.log_prob_micro)), capacity)
+    assert fitted.phase("update_actor").total <= usable_bytes(fitted)
+
+
+def test_preflight_applies_auto_micro_batch_and_refuses_what_cannot_fit(data):
+    cfg, spec, _ = inputs(data, "trainer.gpu_memory_gb=80", "trainer.auto_micro_batch=true")
+    table, overrides = preflight(cfg, spec)
+    assert overrides and "auto_micro_batch:" in table
+    cfg, spec, _ = inputs(data, "trainer.gpu_memory_gb=12")  # the 7B's own weights do not fit
+    with pytest.raises(ConfigError, match=r"needs .* GB > 11.0 GB usable per device"):
+        preflight(cfg, spec)
+
+
+@pytest.mark.integration
+def test_dry_run_prints_the_plan_and_the_refusal(data, tmp_path):
+    args = [f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B, "trainer.dry_run=true"]
+    result = run_main(*args, "trainer.gpu_memory_gb=80", cwd=tmp_path)
+    if result.returncode == 2:  # main_ppo runs the preflight before the summary: a real refusal
+        assert "update_actor needs" in result.stderr
+        assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=" in result.stderr
+    else:  # the dry-run summary shows the plan and what the preflight would refuse
+        assert result.returncode == 0, result.stderr
+        assert "memory plan per device (GB; capacity 80.0 GB, trainer.gpu_memory_gb" in result.stdout
+        assert "would refuse to start: update_actor needs" in result.stdout
+        assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=" in result.stdout
+    fitted = run_main(*args, "trainer.gpu_memory_gb=80", "trainer.auto_micro_batch=true", cwd=tmp_path)
+    assert fitted.returncode == 0, fitted.stderr
+    assert "auto_micro_batch: " in fitted.stdout and "would refuse" not in fitted.stdout

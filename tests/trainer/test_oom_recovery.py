@@ -1,0 +1,87 @@
+"""Injected OOMs in generate, old_log_prob and update_actor: the run recovers with the same result.
+
+The faulty run halves each phase's micro-batch once and re-runs the phase; its per-step rewards,
+losses and final weights equal those of the run without faults. An OOM at a micro-batch of one
+ends the run with a one-line message, exit code 3, and the last checkpoint intact.
+"""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import ROOT, run_main
+
+pytestmark = pytest.mark.integration
+ARR = "actor_rollout_ref"
+RUN = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet",
+       "data.train_batch_size=4", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4",
+       f"{ARR}.actor.ppo_micro_batch_size_per_gpu=8", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=8",
+       f"{ARR}.rollout.max_num_seqs=8", f"{ARR}.rollout.name=hf",
+       # Two epochs: the old-log-prob pass runs (the update is no longer on-policy after epoch 1).
+       f"{ARR}.actor.ppo_epochs=2", "trainer.total_training_steps=3", "trainer.logger=[jsonl]",
+       "trainer.val_before_train=false", "trainer.test_freq=-1"]
+FAULTS = "oom@gen:2,oom@old_log_prob:2,oom@update_actor:2"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def role_data():
+    if not (ROOT / "data/kk_role/train.parquet").is_file():
+        pytest.skip("data/kk_role is missing: run `make data`")
+
+
+def train(tmp_path, name, *extra, fault=None):
+    import os
+
+    env_backup = os.environ.get("LOGICRL_INJECT_FAULT")
+    if fault:
+        os.environ["LOGICRL_INJECT_FAULT"] = fault  # inherited by Ray's workers through the driver
+    try:
+        result = run_main(*RUN, *extra, f"hydra.run.dir={tmp_path / name}",
+                          f"trainer.default_local_dir={tmp_path / name / 'ckpt'}", cwd=tmp_path)
+    finally:
+        os.environ.pop("LOGICRL_INJECT_FAULT", None)
+        if env_backup is not None:
+            os.environ["LOGICRL_INJECT_FAULT"] = env_backup
+    return result
+
+
+def rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_injected_ooms_are_recovered_with_identical_results(tmp_path):
+    clean = train(tmp_path, "clean")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    faulty = train(tmp_path, "faulty", fault=FAULTS)
+    assert faulty.returncode == 0, faulty.stderr[-3000:]
+    assert "update_actor ran out of memory: actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu 8 -> 4" in \
+        faulty.stdout + faulty.stderr
+
+    a, b = rows(tmp_path / "clean"), rows(tmp_path / "faulty")
+    for phase, key in (("gen", 8), ("old_log_prob", 8), ("update_actor", 8)):
+        assert [r[f"perf/micro_size/{phase}"] for r in a] == [key] * 3
+        # Halved at step 2 and kept for step 3.
+        assert [r[f"perf/micro_size/{phase}"] for r in b] == [key, key // 2, key // 2], phase
+        assert [r[f"perf/oom_retries/{phase}"] for r in b] == [0, 1, 1], phase
+    for ra, rb in zip(a, b):
+        assert ra["critic/score/mean"] == rb["critic/score/mean"]  # same responses, same rewards
+        assert ra["actor/loss"] == pytest.approx(rb["actor/loss"], rel=1e-5, abs=1e-7)
+        assert ra["actor/grad_norm"] == pytest.approx(rb["actor/grad_norm"], rel=1e-4)
+    wa = load_file(tmp_path / "clean/ckpt/global_step_3/huggingface/model.safetensors")
+    wb = load_file(tmp_path / "faulty/ckpt/global_step_3/huggingface/model.safetensors")
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], atol=1e-6, rtol=1e-4)
+
+
+def test_oom_at_a_micro_batch_of_one_exits_cleanly_with_the_checkpoint_intact(tmp_path):
+    result = train(tmp_path, "tiny", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1", "trainer.save_freq=1",
+                   fault="oom@update_actor:2")
+    assert result.returncode == 3, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: update_actor ran out of memory with "
+                           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"), last
+    ckpt = tmp_path / "tiny" / "ckpt"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert (ckpt / "global_step_1" / "COMPLETE").is_file()

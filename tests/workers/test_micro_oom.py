@@ -1,0 +1,64 @@
+"""Token-budget micro-batches and OOM retries give the same update as fixed micro-batches.
+
+Two FSDP2 ranks over gloo (test_actor_dp's harness); the parameters after one SGD step compare
+the gradients, and `actor/loss` is the mini-batch's loss whatever the split.
+"""
+
+import pytest
+import torch
+
+from logicrl.workers.actor import forward_logprobs
+from logicrl.workers.micro import split_by_tokens
+from logicrl.workers.oom import MicroSize, OutOfMemoryAtMinimum, retry_on_oom
+from tests.workers.test_actor_dp import make_batch, run
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory):
+    return run(2, tmp_path_factory.mktemp("fixed"))
+
+
+def assert_same_update(a: dict, b: dict):
+    assert a["metrics"]["actor/loss"] == pytest.approx(b["metrics"]["actor/loss"], rel=1e-5)
+    for name, p in a["params"].items():
+        torch.testing.assert_close(b["params"][name], p, atol=1e-7, rtol=1e-5)
+
+
+def test_token_budget_micro_batches_match_fixed_ones(fixed, tmp_path):
+    # 4 responses per rank of 6-11 tokens: a budget of 20 packs them into 2-3 micro-batches.
+    dynamic = run(2, tmp_path, overrides=dict(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=20))
+    assert_same_update(fixed, dynamic)
+
+
+def test_injected_oom_in_update_halves_the_micro_batch_and_gives_the_same_update(fixed, tmp_path):
+    # The OOM hits the last micro-batch, after the first one's gradient was accumulated: that
+    # gradient must be dropped, not counted twice.
+    retried = run(2, tmp_path, fault="oom@update_actor:1")
+    assert retried["metrics"]["perf/oom_retries/update_actor"] == 1
+    assert retried["metrics"]["perf/micro_size/update_actor"] == 1  # 2 -> 1, kept for later steps
+    assert fixed["metrics"]["perf/oom_retries/update_actor"] == 0
+    assert_same_update(fixed, retried)
+
+
+def test_forward_with_a_token_budget_returns_rows_in_order():
+    from tests.workers.conftest import build_tiny_qwen2
+
+    model, batch = build_tiny_qwen2(seed=0), make_batch(n=8)
+    parts = split_by_tokens(batch, 24, torch.device("cpu"))
+    assert 2 <= len(parts) < 8 and sorted(len(p) for p in parts) != [1] * len(parts)
+    fixed = forward_logprobs(model, batch, 3, 1.0)
+    packed = forward_logprobs(model, batch, 3, 1.0, max_tokens=24)
+    torch.testing.assert_close(packed, fixed, atol=1e-6, rtol=0)
+
+
+def test_oom_at_a_micro_batch_of_one_is_a_clear_error():
+    size = MicroSize("update_actor", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 2)
+    calls = []
+
+    def always_oom(value):
+        calls.append(value)
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    with pytest.raises(OutOfMemoryAtMinimum, match=r"ppo_micro_batch_size_per_gpu=1, the smallest split"):
+        retry_on_oom(size, always_oom, torch.device("cpu"))
+    assert calls == [2, 1]
