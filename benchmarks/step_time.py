@@ -61,9 +61,11 @@ def bench_model_dir() -> Path:
 def run(steps: int, overrides: list[str]) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
+        # Checkpoints in the run's own directory: with resume_mode=auto a run would otherwise resume
+        # from the previous run's final checkpoint (e.g. the hf run from the vllm run's) and time nothing.
         cmd = [sys.executable, str(ROOT / "main_ppo.py"), f"trainer.total_training_steps={steps}",
                "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1",
-               *overrides, f"hydra.run.dir={run_dir}"]
+               f"trainer.default_local_dir={Path(tmp) / 'checkpoints'}", *overrides, f"hydra.run.dir={run_dir}"]
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

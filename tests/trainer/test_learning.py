@@ -4,14 +4,16 @@ with the update off stays.
 Both runs use the same seeds, data and sampling; the baseline only switches the actor update off
 (trainer.critic_warmup beyond the last step keeps the actor frozen).
 
-The entropy bonus: without it, whether this task takes off within 80 steps depends on the sampling
-seed, with either engine. Measured over seeds 1-7 (60 steps, entropy_coeff 0): hf learned on
-4, 5, 6 and 7, stayed at chance on 2 and 3, and on 1 learned and collapsed back to chance;
-vLLM learned on 1-5 and stayed at chance on 6 and 7. The failures are one mode: before the
-policy learns to copy the stated role, the first token's entropy collapses onto a
-prompt-independent answer (accuracy 0.5, every sample of a group the same, so GRPO gets no
-signal). entropy_coeff=0.01 keeps the groups mixed: the failing seeds tried (hf 1, 2, 3; vLLM 6,
-7) then learned too, taking off at step 30 to 40.
+The entropy bonus: without it, whether this task takes off within the test's steps depends on the
+sampling seed, with either engine (the engines agree on log-probs to ~1e-5 at every step and
+sample the same distribution; the seed only picks which samples are drawn). Measured over seeds
+1-7, 60 steps, entropy_coeff 0: hf learned and held on 4, 5 and 7, learned then fell back to
+chance on 1 and 6, never left chance on 2 and 3; vLLM learned on 1-5 and never on 6 and 7. The
+failures share one mode: before the policy learns to copy the stated role, the first token's
+entropy collapses onto a prompt-independent answer (accuracy 0.5, the samples of a group alike,
+so GRPO gets no signal). With entropy_coeff=0.01 (80 steps) the groups stay mixed: vLLM 6 and 7
+and hf 1 and 2 learned (taking off at steps 30-45); hf 3 still had not by step 80, so the bonus
+makes a take-off likelier, not certain, and the seed stays pinned.
 """
 
 import json
@@ -29,7 +31,10 @@ RUN = ["trainer.total_training_steps=80", "trainer.logger=[jsonl]", "trainer.val
 
 def accuracy(tmp_path, name, *overrides):
     run_dir = tmp_path / name
-    result = run_main(*RUN, *overrides, f"hydra.run.dir={run_dir}", cwd=ROOT)
+    # Each run its own checkpoint directory: with resume_mode=auto a run would otherwise resume
+    # from the previous run's final checkpoint (the default directory is under the repository).
+    result = run_main(*RUN, *overrides, f"hydra.run.dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt",
+                      cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     acc = [r["reward/acc/mean"] for r in rows]
