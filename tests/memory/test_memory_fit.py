@@ -92,17 +92,14 @@ def test_preflight_applies_auto_micro_batch_and_refuses_what_cannot_fit(data):
 
 
 @pytest.mark.integration
-def test_dry_run_prints_the_plan_and_the_refusal(data, tmp_path):
+def test_entry_point_refuses_naming_the_knob_and_auto_micro_batch_fits(data, tmp_path):
     args = [f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B, "trainer.dry_run=true"]
     result = run_main(*args, "trainer.gpu_memory_gb=80", cwd=tmp_path)
-    if result.returncode == 2:  # main_ppo runs the preflight before the summary: a real refusal
-        assert "update_actor needs" in result.stderr
-        assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=" in result.stderr
-    else:  # the dry-run summary shows the plan and what the preflight would refuse
-        assert result.returncode == 0, result.stderr
-        assert "memory plan per device (GB; capacity 80.0 GB, trainer.gpu_memory_gb" in result.stdout
-        assert "would refuse to start: update_actor needs" in result.stdout
-        assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=" in result.stdout
+    # main_ppo runs the preflight before anything loads: a refusal is one line and exit code 2.
+    assert result.returncode == 2, result.stdout[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: update_actor needs") and " GB > 79.0 GB usable per device" in last, last
+    assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=" in last
     fitted = run_main(*args, "trainer.gpu_memory_gb=80", "trainer.auto_micro_batch=true", cwd=tmp_path)
     assert fitted.returncode == 0, fitted.stderr
     assert "auto_micro_batch: " in fitted.stdout and "would refuse" not in fitted.stdout
