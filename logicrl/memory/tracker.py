@@ -46,9 +46,13 @@ def live_tensor_bytes(device_type: str = "cpu") -> int:
             continue
         if obj.device.type != device_type or obj.is_sparse:
             continue
-        storage = obj.untyped_storage()
-        if storage.data_ptr():
-            seen[storage.data_ptr()] = max(seen.get(storage.data_ptr(), 0), storage.nbytes())
+        try:
+            storage = obj.untyped_storage()
+            ptr = storage.data_ptr()
+        except RuntimeError:  # fake/functional tensors left by a compile trace own no memory
+            continue
+        if ptr:
+            seen[ptr] = max(seen.get(ptr, 0), storage.nbytes())
     return sum(seen.values())
 
 

@@ -64,11 +64,13 @@ def gather(parts: list[torch.Tensor]) -> torch.Tensor:
 
 
 def merge_rank_metrics(per_rank: list[dict]) -> dict[str, float]:
-    """Memory peaks take the max over ranks (the rank that would OOM); everything else the mean."""
+    """Memory peaks and times take the max over ranks (the rank that would OOM, or that the others
+    wait for); everything else the mean. The workers' own phase times go under perf/worker_timing_s/:
+    the controller's timing_s/ of the same phase also counts the Ray transfers."""
     keys = {k for m in per_rank for k in m}
     out = {}
     for key in keys:
         values = [m[key] for m in per_rank if key in m]
-        out[key] = max(values) if key.startswith("perf/memory/") or key.startswith("timing_s/") \
-            else sum(values) / len(values)
+        name = "perf/worker_" + key if key.startswith("timing_s/") else key
+        out[name] = max(values) if key.startswith(("perf/memory/", "timing_s/")) else sum(values) / len(values)
     return out

@@ -40,7 +40,7 @@ from logicrl.trainer.curves import plot_curves
 from logicrl.trainer.faults import maybe_fail
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
-from logicrl.trainer.tracking import Tracker
+from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
 from logicrl.trainer.validation import validate_generations
 from logicrl.workers.hybrid import HybridWorker
 
@@ -166,9 +166,7 @@ class PPOTrainer:
             maybe_fail("save", step, self.stage, kinds=("sigkill",))
         pruned = prune(self.ckpt_root, t.max_actor_ckpt_to_keep)
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
-        metrics = merge_rank_metrics(rank_metrics)
-        return {"perf/worker_" + k if k.startswith("timing_s/") else k: v for k, v in metrics.items()} | \
-            {"timing_s/save": time.perf_counter() - start}
+        return merge_rank_metrics(rank_metrics) | {"timing_s/save": time.perf_counter() - start}
 
     def _adopt(self, state: TrainerState) -> None:
         """The controller's side of a checkpoint: where the run is, its history, KL coef and RNG."""
@@ -253,10 +251,7 @@ class PPOTrainer:
             with timed("update_weights", metrics, step, self.stage):
                 rank_metrics += workers.call("sync_weights")
 
-        worker_metrics = merge_rank_metrics(rank_metrics)
-        # The controller's wall times above include Ray transfers; the workers' own go under perf/.
-        metrics.update({k if not k.startswith("timing_s/") else "perf/worker_" + k: v
-                        for k, v in worker_metrics.items()})
+        metrics.update(merge_rank_metrics(rank_metrics))
         metrics.update(length_metrics(response_mask, cfg.data.max_response_length))
         # What this step really ran (a curriculum stage's batch size and rollout.n show here).
         metrics["batch/prompts"], metrics["batch/responses"] = float(len(rows)), float(responses.shape[0])
@@ -282,7 +277,7 @@ class PPOTrainer:
 def history_row(step: int, metrics: dict) -> dict:
     """What a checkpoint keeps of each step, for stage summaries and resume checks (small, JSON)."""
     row = {"step": step}
-    for key, name in (("critic/score/mean", "reward"), ("reward/acc/mean", "acc"), ("val/acc", "val_acc")):
+    for key, name in HEADLINE_KEYS:
         if key in metrics:
             row[name] = float(metrics[key])
     return row

@@ -14,10 +14,14 @@ from pathlib import Path
 
 log = logging.getLogger("logicrl.trainer")
 
-CONSOLE_KEYS = (
+# The headline numbers, with their short names: on the console, and in each checkpoint's step history.
+HEADLINE_KEYS = (
     ("critic/score/mean", "reward"),
     ("reward/acc/mean", "acc"),
     ("val/acc", "val_acc"),
+)
+CONSOLE_KEYS = (
+    *HEADLINE_KEYS,
     ("response_length/mean", "len"),
     ("actor/pg_loss", "pg_loss"),
     ("actor/grad_norm", "gnorm"),

@@ -25,9 +25,9 @@ from logicrl.algos import (
     policy_clip_metrics,
 )
 from logicrl.models.logprob import causal_lm_logprobs
-from logicrl.workers.fsdp import all_reduce_sum, clip_grad_norm, drop_unreduced_grads
 from logicrl.trainer.faults import maybe_fail
-from logicrl.workers.micro import split_by_tokens, split_fixed
+from logicrl.workers.fsdp import all_reduce_sum, clip_grad_norm, drop_unreduced_grads
+from logicrl.workers.micro import split_fixed
 from logicrl.workers.oom import MicroSize, retry_on_oom
 
 # Tokens per chunk of the chunked lm_head: bounds the fp32 [chunk, V] logits alive at once.
@@ -42,19 +42,15 @@ def response_logprobs(model, batch: TensorDict, temperature: float, with_entropy
 
 
 @torch.no_grad()
-def forward_logprobs(model, batch: TensorDict, micro: int, temperature: float, max_tokens: int | None = None,
-                     phase: str = "log_prob", call: int = 0) -> torch.Tensor:
-    """Forward-only log-probs of a rank's batch [N, R], in micro-batches of `micro` rows, or packed
-    to `max_tokens` tokens each (rows come back in the batch's order either way)."""
+def forward_logprobs(model, batch: TensorDict, size: MicroSize, temperature: float, call: int = 0) -> torch.Tensor:
+    """Forward-only log-probs of a rank's batch [N, R], split as `size` says (rows of fixed count, or
+    packed to a token budget); rows come back in the batch's order either way."""
     model.eval()
-    if max_tokens is None:
-        parts, order = split_fixed(batch, micro), None
-    else:
-        parts, order = split_by_tokens(batch, max_tokens, batch.device, with_index=True)
+    parts, order = size.split(batch, batch.device, with_index=True)
     out = []
     for i, mb in enumerate(parts):
         if i == len(parts) - 1:
-            maybe_fail(phase, call, kinds=("oom",))  # fault injection (tests): an OOM at the last micro-batch
+            maybe_fail(size.phase, call, kinds=("oom",))  # fault injection (tests): an OOM at the last micro-batch
         out.append(response_logprobs(model, mb, temperature)[0])
     out = torch.cat(out)
     return out if order is None else out[torch.argsort(order)]
@@ -67,18 +63,9 @@ class Actor:
                  world_size: int):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.cfg, self.temperature, self.device, self.world_size = cfg, temperature, device, world_size
-        key = "actor_rollout_ref.actor." + ("ppo_max_token_len_per_gpu" if cfg.use_dynamic_bsz
-                                            else "ppo_micro_batch_size_per_gpu")
-        self.micro_size = MicroSize("update_actor", key, cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz
-                                    else cfg.ppo_micro_batch_size_per_gpu)
+        self.micro_size = MicroSize.from_config("update_actor", "actor_rollout_ref.actor", cfg, cfg.use_dynamic_bsz,
+                                                "ppo_micro_batch_size_per_gpu", "ppo_max_token_len_per_gpu")
         self.calls = 0  # update() calls: the step, for fault injection
-
-    def _micro_batches(self, mini: TensorDict, size: int) -> list[TensorDict]:
-        if self.cfg.use_dynamic_bsz:
-            # A row is never split: the budget cannot usefully go below the longest row.
-            self.micro_size.minimum = int(mini["attention_mask"].sum(-1).max())
-            return split_by_tokens(mini, size, self.device)
-        return split_fixed(mini, size)
 
     def update(self, batch: TensorDict, per_rank_mini: int) -> dict[str, float]:
         """ppo_epochs passes over `batch` in mini-batches of `per_rank_mini` rows, one optimizer step each."""
@@ -95,9 +82,6 @@ class Actor:
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         return metrics
 
-    def compute_log_prob(self, batch: TensorDict, micro: int, max_tokens: int | None = None) -> torch.Tensor:
-        return forward_logprobs(self.model, batch, micro, self.temperature, max_tokens)
-
     def _step(self, mini: TensorDict) -> dict[str, float]:
         cfg = self.cfg
         mode = cfg.loss_agg_mode
@@ -105,7 +89,7 @@ class Actor:
         # mini-batch loss exactly (algos/aggregation.py). FSDP2 averages gradients over ranks,
         # hence the world_size factor.
         normalizer = all_reduce_sum(float(loss_normalizer(mini["response_mask"], mode)), self.device)
-        stats, count = retry_on_oom(self.micro_size, lambda size: self._accumulate(mini, size, normalizer),
+        stats, count = retry_on_oom(self.micro_size, lambda _: self._accumulate(mini, normalizer),
                                     self.device, reset=lambda: drop_unreduced_grads(self.model))
         grad_norm = clip_grad_norm(self.model, cfg.grad_clip)
         if torch.isfinite(torch.tensor(grad_norm)):
@@ -118,12 +102,12 @@ class Actor:
         self.optimizer.zero_grad(set_to_none=True)
         return stats
 
-    def _accumulate(self, mini: TensorDict, size: int, normalizer: float) -> tuple[dict[str, float], int]:
+    def _accumulate(self, mini: TensorDict, normalizer: float) -> tuple[dict[str, float], int]:
         """Forward + backward of every micro-batch of `mini` (gradients add up); its stats summed."""
         cfg = self.cfg
         mode = cfg.loss_agg_mode
         max_len = mini["responses"].shape[1]
-        micro_batches = self._micro_batches(mini, size)
+        micro_batches = self.micro_size.split(mini, self.device)
         stats: dict[str, float] = {}
         for i, micro in enumerate(micro_batches):
             self.model.set_requires_gradient_sync(i == len(micro_batches) - 1)

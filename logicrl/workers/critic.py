@@ -13,7 +13,7 @@ from tensordict import TensorDict
 from logicrl.algos import agg_loss, loss_normalizer, masked_mean, value_loss
 from logicrl.workers.fsdp import all_reduce_sum, clip_grad_norm, drop_unreduced_grads
 from logicrl.trainer.faults import maybe_fail
-from logicrl.workers.micro import split_by_tokens, split_fixed
+from logicrl.workers.micro import split_fixed
 from logicrl.workers.oom import MicroSize, retry_on_oom
 
 
@@ -29,9 +29,8 @@ class Critic:
     def __init__(self, model, optimizer, scheduler, cfg: DictConfig, device: torch.device, world_size: int):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.cfg, self.device, self.world_size = cfg, device, world_size
-        key = "critic." + ("ppo_max_token_len_per_gpu" if cfg.use_dynamic_bsz else "ppo_micro_batch_size_per_gpu")
-        self.micro_size = MicroSize("update_critic", key, cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz
-                                    else cfg.ppo_micro_batch_size_per_gpu)
+        self.micro_size = MicroSize.from_config("update_critic", "critic", cfg, cfg.use_dynamic_bsz,
+                                                "ppo_micro_batch_size_per_gpu", "ppo_max_token_len_per_gpu")
         self.calls = 0  # update() calls, for fault injection
 
     @torch.no_grad()
@@ -49,8 +48,7 @@ class Critic:
                 normalizer = all_reduce_sum(float(loss_normalizer(mini["response_mask"], loss_agg_mode)),
                                             self.device)
                 # An OOM drops the attempt's gradients and re-runs the mini-batch with half the split.
-                stats = retry_on_oom(self.micro_size, lambda size: self._accumulate(mini, size, normalizer,
-                                                                                    loss_agg_mode),
+                stats = retry_on_oom(self.micro_size, lambda _: self._accumulate(mini, normalizer, loss_agg_mode),
                                      self.device, reset=lambda: drop_unreduced_grads(self.model))
                 for key, values in stats.items():
                     records.setdefault(key, []).extend(values)
@@ -65,13 +63,9 @@ class Critic:
         metrics["perf/micro_size/update_critic"] = self.micro_size.value
         return metrics
 
-    def _accumulate(self, mini: TensorDict, size: int, normalizer: float, loss_agg_mode: str) -> dict[str, list]:
+    def _accumulate(self, mini: TensorDict, normalizer: float, loss_agg_mode: str) -> dict[str, list]:
         cfg = self.cfg
-        if cfg.use_dynamic_bsz:
-            self.micro_size.minimum = int(mini["attention_mask"].sum(-1).max())  # a row is never split
-            micro_batches = split_by_tokens(mini, size, self.device)
-        else:
-            micro_batches = split_fixed(mini, size)
+        micro_batches = self.micro_size.split(mini, self.device)
         records: dict[str, list[float]] = {}
         for i, micro in enumerate(micro_batches):
             self.model.set_requires_gradient_sync(i == len(micro_batches) - 1)

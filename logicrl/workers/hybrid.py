@@ -125,31 +125,22 @@ class HybridWorker:
 
         return retry_on_oom(self.sizes["gen"], attempt, self.device)
 
-    def _forward_size(self, phase: str, prefix: str, micro: int, dynamic: bool, budget: int) -> MicroSize:
-        """The phase's micro-batch (or token budget): from the config, halved for good after an OOM."""
-        if phase not in self.sizes:
-            key = f"{prefix}.{'log_prob_max_token_len_per_gpu' if dynamic else 'log_prob_micro_batch_size_per_gpu'}"
-            self.sizes[phase] = MicroSize(phase, key, budget if dynamic else micro)
-        return self.sizes[phase]
-
-    def _forward(self, phase: str, model, batch: TensorDict, section) -> torch.Tensor:
+    def _forward(self, phase: str, model, batch: TensorDict, prefix: str) -> torch.Tensor:
         """Forward-only log-probs of `batch` under `model`, re-run with half the micro-batch after an OOM."""
-        dynamic = section.log_prob_use_dynamic_bsz
-        prefix = "actor_rollout_ref.rollout" if phase == "old_log_prob" else "actor_rollout_ref.ref"
-        size = self._forward_size(phase, prefix, section.log_prob_micro_batch_size_per_gpu, dynamic,
-                                  section.log_prob_max_token_len_per_gpu)
+        if phase not in self.sizes:  # from the config; an OOM halves it for the rest of the run
+            section = OmegaConf.select(self.cfg, prefix)
+            self.sizes[phase] = MicroSize.from_config(phase, prefix, section, section.log_prob_use_dynamic_bsz,
+                                                      "log_prob_micro_batch_size_per_gpu",
+                                                      "log_prob_max_token_len_per_gpu")
         self.calls[phase] = self.calls.get(phase, 0) + 1
-        if dynamic:
-            size.minimum = int(batch["attention_mask"].sum(-1).max())  # a row is never split
-        return retry_on_oom(size, lambda s: forward_logprobs(model, batch, s, self.temperature,
-                                                             max_tokens=s if dynamic else None, phase=phase,
+        size = self.sizes[phase]
+        return retry_on_oom(size, lambda _: forward_logprobs(model, batch, size, self.temperature,
                                                              call=self.calls[phase]), self.device)
 
     def compute_log_prob(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
         metrics: dict = {}
         with measure("old_log_prob", metrics, self.device):
-            out = self._forward("old_log_prob", self.actor.model, batch.to(self.device),
-                                self.cfg.actor_rollout_ref.rollout)
+            out = self._forward("old_log_prob", self.actor.model, batch.to(self.device), "actor_rollout_ref.rollout")
         return out.cpu(), self._size_metrics("old_log_prob", metrics)
 
     def compute_ref_log_prob(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
@@ -158,9 +149,9 @@ class HybridWorker:
             batch = batch.to(self.device)
             if self.ref_model is None:
                 with self.actor.model.disable_adapter():
-                    out = self._forward("ref", self.actor.model, batch, self.cfg.actor_rollout_ref.ref)
+                    out = self._forward("ref", self.actor.model, batch, "actor_rollout_ref.ref")
             else:
-                out = self._forward("ref", self.ref_model, batch, self.cfg.actor_rollout_ref.ref)
+                out = self._forward("ref", self.ref_model, batch, "actor_rollout_ref.ref")
         return out.cpu(), self._size_metrics("ref", metrics)
 
     def compute_values(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:

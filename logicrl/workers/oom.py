@@ -24,6 +24,9 @@ from typing import TypeVar
 
 import torch
 import torch.distributed as dist
+from tensordict import TensorDict
+
+from logicrl.workers.micro import split_by_tokens, split_fixed
 
 log = logging.getLogger("logicrl.workers")
 T = TypeVar("T")
@@ -38,8 +41,26 @@ class MicroSize:
     phase: str  # the phase's name, as in timing_s/<phase>
     key: str  # the config key the value came from, for the message
     value: int  # rows per micro-batch, or tokens per micro-batch with a token budget
+    by_tokens: bool = False  # value is a token budget (use_dynamic_bsz)
     minimum: int = 1  # below this halving means nothing (one row; a budget of one row's tokens)
     retries: int = 0
+
+    @classmethod
+    def from_config(cls, phase: str, prefix: str, section, by_tokens: bool, micro_key: str,
+                    budget_key: str) -> "MicroSize":
+        """The phase's micro-batch, or its token budget when `by_tokens`, from config section `prefix`."""
+        key = budget_key if by_tokens else micro_key
+        return cls(phase, f"{prefix}.{key}", section[key], by_tokens)
+
+    def split(self, batch: TensorDict, device: torch.device, with_index: bool = False):
+        """`batch` in micro-batches of `value` rows, or packed to `value` tokens (see workers/micro.py);
+        with `with_index`, also the row order to undo (None for fixed splits, which keep it)."""
+        if not self.by_tokens:
+            parts = split_fixed(batch, self.value)
+            return (parts, None) if with_index else parts
+        # A row is never split: a budget below the longest row cannot make micro-batches smaller.
+        self.minimum = int(batch["attention_mask"].sum(-1).max())
+        return split_by_tokens(batch, self.value, device, with_index=with_index)
 
     def halve(self) -> None:
         if self.value <= self.minimum:

@@ -44,3 +44,15 @@ def assert_engine_logprobs_match(model, prompts, out, params, pad_id):
     mask = out.response_mask.bool()
     torch.testing.assert_close(out.log_probs[mask], recomputed[mask], atol=1e-4, rtol=0)
     assert (out.log_probs[~mask] == 0).all()
+
+
+def assert_stops_right_after_eos(free, out, eos: int, pad_id: int, max_tokens: int):
+    """`out` (generated with eos as a stop id) is `free` (without it) cut just after each row's first
+    eos: the mask covers up to and including it, the rest is pad with log-prob 0."""
+    for row in range(free.responses.shape[0]):
+        hits = (free.responses[row] == eos).nonzero()
+        length = hits[0].item() + 1 if len(hits) else max_tokens  # up to and including the first EOS
+        assert out.response_mask[row].tolist() == [1] * length + [0] * (max_tokens - length)
+        assert torch.equal(out.responses[row, :length], free.responses[row, :length])
+        assert (out.responses[row, length:] == pad_id).all()
+        assert (out.log_probs[row, length:] == 0).all()

@@ -46,8 +46,8 @@ def test_forward_with_a_token_budget_returns_rows_in_order():
     model, batch = build_tiny_qwen2(seed=0), make_batch(n=8)
     parts = split_by_tokens(batch, 24, torch.device("cpu"))
     assert 2 <= len(parts) < 8 and sorted(len(p) for p in parts) != [1] * len(parts)
-    fixed = forward_logprobs(model, batch, 3, 1.0)
-    packed = forward_logprobs(model, batch, 3, 1.0, max_tokens=24)
+    fixed = forward_logprobs(model, batch, MicroSize("old_log_prob", "micro", 3), 1.0)
+    packed = forward_logprobs(model, batch, MicroSize("old_log_prob", "budget", 24, by_tokens=True), 1.0)
     torch.testing.assert_close(packed, fixed, atol=1e-6, rtol=0)
 
 

@@ -7,7 +7,7 @@ import torch
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.workers.rollout import RolloutEngine, SamplingParams
 from logicrl.workers.rollout.hf import HFRolloutEngine, row_generators, sample_tokens
-from tests.workers.conftest import assert_engine_logprobs_match, trainer_inputs
+from tests.workers.conftest import assert_engine_logprobs_match, assert_stops_right_after_eos, trainer_inputs
 
 PAD = 0
 PROMPTS = [[17, 250, 3, 999], [5, 6, 7, 8, 9, 10, 11], [42]]  # different lengths: left padding is exercised
@@ -69,13 +69,7 @@ def test_masks_stop_right_after_eos(tiny_qwen2):
     assert free.response_mask.all()
     eos = free.responses[0, 3].item()  # a token greedy decoding is known to emit, at step 3 or earlier
     out = engine(tiny_qwen2, eos_ids=[eos]).generate(PROMPTS, GREEDY)
-    for row in range(6):
-        hits = (free.responses[row] == eos).nonzero()
-        length = hits[0].item() + 1 if len(hits) else 8  # up to and including the first EOS
-        assert out.response_mask[row].tolist() == [1] * length + [0] * (8 - length)
-        assert torch.equal(out.responses[row, :length], free.responses[row, :length])
-        assert (out.responses[row, length:] == PAD).all()
-        assert (out.log_probs[row, length:] == 0).all()
+    assert_stops_right_after_eos(free, out, eos, PAD, max_tokens=8)
     assert out.response_lengths[0] <= 4  # the stop really happened
 
 

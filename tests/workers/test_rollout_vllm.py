@@ -11,7 +11,7 @@ from logicrl.models.loading import checkpoint_dir, load_causal_lm  # noqa: E402
 from logicrl.models.logprob import causal_lm_logprobs  # noqa: E402
 from logicrl.workers.rollout import RolloutEngine, SamplingParams  # noqa: E402
 from logicrl.workers.rollout.vllm import VLLMRolloutEngine  # noqa: E402
-from tests.workers.conftest import assert_engine_logprobs_match, trainer_inputs
+from tests.workers.conftest import assert_engine_logprobs_match, assert_stops_right_after_eos, trainer_inputs
 
 PAD = 0
 PROMPTS = [[17, 250, 3, 99], [5, 6, 7, 8, 9, 10, 11], [42]]  # different lengths
@@ -72,12 +72,7 @@ def test_masks_stop_right_after_eos(engine, monkeypatch):
     eos = free.responses[0, 3].item()  # a token greedy decoding is known to emit, at step 3 or earlier
     monkeypatch.setattr(engine, "eos_ids", [eos])
     out = engine.generate(PROMPTS, GREEDY)
-    for row in range(6):
-        hits = (free.responses[row] == eos).nonzero()
-        length = hits[0].item() + 1 if len(hits) else 8  # up to and including the first EOS
-        assert out.response_mask[row].tolist() == [1] * length + [0] * (8 - length)
-        assert torch.equal(out.responses[row, :length], free.responses[row, :length])
-        assert (out.responses[row, length:] == PAD).all()
+    assert_stops_right_after_eos(free, out, eos, PAD, max_tokens=8)
     assert out.response_lengths[0] <= 4  # the stop really happened
 
 
