@@ -1,4 +1,4 @@
-"""logicrl entry point: compose -> validate -> preflight -> run.
+"""logicrl entry point: compose -> validate (and plan) -> preflight -> run.
 
     python main_ppo.py                                   # the embedded default: GRPO on a tiny model, CPU
     python main_ppo.py +recipe=stage1 trainer.n_gpus=4   # a Logic-RL phase
@@ -18,10 +18,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config import ConfigError, check_overrides, validate
-from logicrl.config.batching import check_batching
-from logicrl.config.stages import build_stages, has_stages
+from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
-from logicrl.memory.preflight import apply_overrides, preflight
+from logicrl.memory.preflight import preflight
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
@@ -50,34 +49,24 @@ def main(cfg: DictConfig) -> None:
         # directory, named by its overrides, so re-running the sweep resumes every job from its own.
         cfg.trainer.default_local_dir = f"{cfg.trainer.default_local_dir}/{job_dir_name(hydra_cfg)}"
     try:
-        if has_stages(cfg):
-            # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
-            stages = build_stages(cfg, list(hydra_cfg.overrides.task))
-            runs = [(f"stage {s.index + 1}/{len(stages)}: {s.name}", s.cfg, s.spec, s.plan) for s in stages]
-        else:
-            stages = None
-            runs = [("", *validate(cfg))]
+        # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
+        curriculum = has_stages(cfg)
+        runs = build_stages(cfg, list(hydra_cfg.overrides.task)) if curriculum else [Stage(0, "", *validate(cfg))]
         # The memory plan of every phase, before anything loads: refuse what cannot fit, or with
-        # trainer.auto_micro_batch pick the largest micro-batches that do.
+        # trainer.auto_micro_batch pick the largest micro-batches that do (a new plan).
         tables = []
-        for i, (title, run_cfg, spec, plan) in enumerate(runs):
-            table, overrides = preflight(run_cfg, spec)
-            if overrides:
-                apply_overrides(run_cfg, overrides)
-                plan = check_batching(run_cfg)
-                runs[i] = (title, run_cfg, spec, plan)
-                if stages:
-                    stages[i].plan = plan
+        for run in runs:
+            table, run.plan = preflight(run.cfg, run.spec, run.plan)
             tables.append(table)
     except ConfigError as err:
         fail(err)
-    dry_run = runs[0][1].trainer.dry_run
-    for (title, run_cfg, spec, plan), table in zip(runs, tables):
-        if title:
-            print(f"==== {title}")
+    dry_run = runs[0].cfg.trainer.dry_run
+    for run, table in zip(runs, tables):
+        if curriculum:
+            print(f"==== stage {run.index + 1}/{len(runs)}: {run.name}")
         if dry_run:
-            print(OmegaConf.to_yaml(run_cfg))
-        print(summarize(run_cfg, spec, plan, table))
+            print(OmegaConf.to_yaml(run.cfg))
+        print(summarize(run.cfg, run.spec, run.plan, table))
     if dry_run:
         return
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
@@ -85,19 +74,21 @@ def main(cfg: DictConfig) -> None:
 
     from logicrl.workers.oom import OutOfMemoryAtMinimum
 
+    from logicrl.faults import Faults
+
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    faults = Faults.from_env()  # test-only fault injection, read once and passed down
     try:
-        if stages:
+        if curriculum:
             from logicrl.trainer.curriculum import run_curriculum
 
-            run_curriculum(stages, Path(cfg.trainer.default_local_dir), run_dir,
+            run_curriculum(runs, Path(cfg.trainer.default_local_dir), run_dir,
                            carry_optimizer=cfg.curriculum.carry_optimizer,
-                           resume=cfg.trainer.resume_mode != "disable")
+                           resume=cfg.trainer.resume_mode != "disable", faults=faults)
         else:
             from logicrl.trainer.ppo import PPOTrainer
 
-            _, typed, _, plan = runs[0]
-            PPOTrainer(typed, plan, run_dir).fit()
+            PPOTrainer(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
     except OutOfMemoryAtMinimum as err:
         # Raised on a rank and re-raised here by Ray (as a subclass of it): its first line is the message.
         cause = getattr(err, "cause", err)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from logicrl.config.batching import BatchPlan
+from logicrl.config.plan import StepPlan
 from logicrl.config.errors import ConfigError
 from logicrl.config.schema import RootConfig
 from logicrl.config.validate import validate
@@ -42,7 +42,7 @@ class Stage:
     name: str
     cfg: DictConfig  # typed, validated
     spec: ModelSpec
-    plan: BatchPlan
+    plan: StepPlan
 
     @property
     def dir_name(self) -> str:

@@ -1,4 +1,8 @@
-"""The dry-run summary: one screen saying what a step will do, on which data and model."""
+"""The dry-run summary: one screen saying what a step will do, on which data and model.
+
+Every number comes from the step plan (config/plan.py); the memory table is the preflight's
+(logicrl/memory/), passed in by the caller, so this package does not import the planner.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +10,16 @@ import json
 
 from omegaconf import DictConfig
 
-from logicrl.config.batching import ARR, BatchPlan, UpdatePlan, uses_ref
+from logicrl.config.plan import ARR, StepPlan, Update
 from logicrl.data.files import dataset_rows
 from logicrl.models.spec import ModelSpec
 
 
-def steps_per_epoch(train_rows: int, prompts: int) -> int:
-    # The last incomplete batch is dropped, as verl does: every step sees the same batch size.
-    return train_rows // prompts
-
-
-def _update_lines(name: str, plan: BatchPlan, role: UpdatePlan) -> list[str]:
-    if role.micro is None:
-        split = "packed into micro-batches by token budget (use_dynamic_bsz)"
+def _update_lines(name: str, plan: StepPlan, role: Update) -> list[str]:
+    if role.micro.by_tokens:
+        split = f"packed into micro-batches by token budget (use_dynamic_bsz, {role.micro.describe()})"
     else:
-        split = f"{role.grad_accum} micro-batches of {role.micro} (gradient accumulation {role.grad_accum})"
+        split = f"{role.grad_accum} micro-batches of {role.micro.value} (gradient accumulation {role.grad_accum})"
     return [
         f"{name:<10} {role.num_mini} mini-batches of {role.mini_prompts} prompts ({role.mini_prompts * plan.n} "
         f"responses) x {role.ppo_epochs} epochs = {role.optimizer_steps} optimizer steps per step",
@@ -28,40 +27,46 @@ def _update_lines(name: str, plan: BatchPlan, role: UpdatePlan) -> list[str]:
     ]
 
 
-def summarize(cfg: DictConfig, spec: ModelSpec, plan: BatchPlan, memory: str | None = None) -> str:
-    """The dry-run summary; `memory` is the preflight's table when the caller already ran it
-    (logicrl.memory.preflight.preflight), else the plan is computed here without refusing."""
+def _forward_line(plan: StepPlan, name: str, label: str) -> str:
+    phase = plan.phase(name)
+    if not phase.runs:
+        return f"{label} skipped ({phase.skipped})"
+    if phase.micro.by_tokens:
+        return f"{label} packed by token budget ({phase.micro.describe()})"
+    return f"{label} {plan.forwards(name)} forwards of <= {phase.micro.value}"
+
+
+def _steps(plan: StepPlan) -> str:
+    line = f"{plan.steps_per_epoch} steps per epoch, {plan.total_steps} steps in all"
+    if plan.max_steps and plan.total_steps < plan.max_steps:
+        line += f" (trainer.total_training_steps={plan.max_steps} is more than {plan.total_epochs} epoch(s) hold)"
+    return line
+
+
+def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> str:
+    """The dry-run summary; `memory` is the preflight's table (logicrl.memory.preflight)."""
     data, trainer = cfg.data, cfg.trainer
-    train_rows, val_rows = dataset_rows(data.train_files), dataset_rows(data.val_files)
-    per_epoch = steps_per_epoch(train_rows, plan.prompts)
-    total = trainer.total_training_steps or per_epoch * trainer.total_epochs
-    ref = f"ref log-prob: {plan.forwards(plan.ref_micro)} forwards of <= {plan.ref_micro}" if plan.ref_micro else \
-        "no reference (no KL term)"
+    val_rows = dataset_rows(data.val_files)
     lines = [
         "logicrl dry run: the config is valid; no model was loaded and no Ray worker was started."
         if trainer.dry_run else "logicrl: the config is valid; the plan:",
         f"{'model':<10} {spec.describe()}, dtype {cfg[ARR].model.dtype}",
-        f"{'data':<10} train {train_rows} prompts ({_files(data.train_files)}), val {val_rows} prompts "
+        f"{'data':<10} train {plan.train_rows} prompts ({_files(data.train_files)}), val {val_rows} prompts "
         f"({_files(data.val_files)})",
         f"{'':<10} prompts <= {data.max_prompt_length} tokens, responses <= {data.max_response_length} tokens; "
-        f"{per_epoch} steps per epoch, {total} steps in all",
+        f"{_steps(plan)}",
         f"{'algorithm':<10} {cfg.algorithm.adv_estimator}, rollout {cfg[ARR].rollout.name}, "
-        f"critic {'yes' if plan.critic else 'no'}, reference {'yes' if plan.ref_micro else 'no'}",
+        f"critic {'yes' if plan.critic else 'no'}, reference {'yes' if plan.runs('ref') else 'no'}",
         f"{'ranks':<10} {plan.ranks} ({trainer.nnodes} node(s) x {trainer.n_gpus_per_node}), device {trainer.device}",
         f"{'per step':<10} {plan.prompts} prompts x n={plan.n} = {plan.responses} responses; "
         f"{plan.per_rank_responses} responses per rank",
         *_update_lines("actor", plan, plan.actor),
         *(_update_lines("critic", plan, plan.critic) if plan.critic else []),
-        f"{'forwards':<10} per rank: old log-prob {plan.forwards(plan.log_prob_micro)} forwards of <= "
-        f"{plan.log_prob_micro}; {ref}",
+        f"{'forwards':<10} per rank: {_forward_line(plan, 'old_log_prob', 'old log-prob')}; "
+        + (_forward_line(plan, "ref", "ref log-prob:") if plan.runs("ref") else "no reference (no KL term)"),
     ]
-    if uses_ref(cfg) and cfg[ARR].model.lora_rank > 0:
+    if plan.runs("ref") and cfg[ARR].model.lora_rank > 0:
         lines.append(f"{'':<10} with LoRA the reference is the actor with its adapter disabled (no second copy)")
-    if memory is None:
-        # Imported here: logicrl.memory imports this package's batching module.
-        from logicrl.memory.preflight import memory_summary
-
-        memory = memory_summary(cfg, spec)
     lines.append(memory)
     return "\n".join(lines)
 

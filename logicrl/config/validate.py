@@ -1,8 +1,10 @@
-"""Compose-time validation: schema types, per-key constraints, migration, cross-field checks.
+"""Compose-time validation: schema types, per-key constraints, migration, cross-field checks, the plan.
 
 Everything here runs before Ray, torch or any model is touched, and fails with one ConfigError
 line naming the key and the fix. Order matters: types first (so later checks can trust them),
-then the rank count (migration converts global micro-batches with it), then the rest.
+then the rank count (migration converts global micro-batches with it), then normalisation (the
+one step that changes values, config/normalize.py), then the checks, which only check, and last
+the step plan (config/plan.py) that everything after validation reads.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from logicrl.config.batching import ARR, BatchPlan, check_batching, uses_critic
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
+from logicrl.config.normalize import normalize, rank_count
+from logicrl.config.plan import ARR, StepPlan, build_plan, uses_critic
 from logicrl.config.schema import EMBEDDED_TINY, LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.data.files import DATA_SUFFIXES, dataset_rows
 from logicrl.reward.custom import CustomRewardError, load_custom_reward
@@ -73,22 +76,6 @@ def check_fields(cfg: DictConfig) -> None:
                 raise ConfigError(f"{name}={value} must be {word} {meta[op]}")
 
 
-def resolve_ranks(cfg: DictConfig) -> int:
-    t = cfg.trainer
-    if t.n_gpus_per_node is not None:
-        total = t.n_gpus_per_node * t.nnodes
-        if t.n_gpus is not None and t.n_gpus != total:
-            raise ConfigError(f"trainer.n_gpus={t.n_gpus} disagrees with trainer.n_gpus_per_node={t.n_gpus_per_node}"
-                              f" x trainer.nnodes={t.nnodes} = {total}: set only one of them")
-        t.n_gpus = total
-    elif t.n_gpus is None:
-        t.n_gpus = t.nnodes
-    if t.n_gpus % t.nnodes:
-        raise ConfigError(f"trainer.n_gpus={t.n_gpus} does not split across trainer.nnodes={t.nnodes}")
-    t.n_gpus_per_node = t.n_gpus // t.nnodes
-    return t.n_gpus
-
-
 def check_files(key: str, value) -> None:
     paths = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, ListConfig)) else None
     if not paths or not all(isinstance(p, str) for p in paths):
@@ -119,10 +106,6 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
 
     check_files("data.train_files", data.train_files)
     check_files("data.val_files", data.val_files)
-    rows = dataset_rows(data.train_files)
-    if rows < data.train_batch_size:
-        raise ConfigError(f"data.train_files hold {rows} prompts, fewer than data.train_batch_size="
-                          f"{data.train_batch_size}: no step could run; lower the batch or add data")
 
     spec = check_model(f"{ARR}.model.path", arr.model.path)
     total = data.max_prompt_length + data.max_response_length
@@ -149,8 +132,6 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
         raise ConfigError(f"reward.overlong_buffer.len={overlong.len} exceeds data.max_response_length="
                           f"{data.max_response_length}: the ramp must fit inside the response")
     actor = arr.actor
-    actor.clip_ratio_low = actor.clip_ratio if actor.clip_ratio_low is None else actor.clip_ratio_low
-    actor.clip_ratio_high = actor.clip_ratio if actor.clip_ratio_high is None else actor.clip_ratio_high
     if actor.clip_ratio_low >= 1:
         raise ConfigError(f"{ARR}.actor.clip_ratio_low={actor.clip_ratio_low} must be below 1 (the ratio floor is "
                           "1 - clip_ratio_low)")
@@ -162,8 +143,6 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
         raise ConfigError(f"trainer.resume_mode={trainer.resume_mode} is neither auto, disable nor an existing "
                           "checkpoint directory")
 
-    if isinstance(trainer.logger, str):  # verl scripts write both logger=wandb and logger=['wandb']
-        trainer.logger = [trainer.logger]
     for name in trainer.logger:
         if name not in LOGGERS:
             raise ConfigError(f"trainer.logger: {name!r} is not one of: {', '.join(LOGGERS)}")
@@ -179,13 +158,19 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     return spec
 
 
-def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, BatchPlan]:
-    """Type, migrate and check a composed config; returns it typed and resolved, with its model and plan."""
+def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:
+    """Type, migrate, normalise and check a composed config; returns it typed and resolved, with its
+    model and its step plan (over the rows in the training files; the trainer re-plans over the
+    rows it keeps after truncation=filter / skip_bad_rows)."""
     typed = typed_config(cfg)
     check_fields(typed)
-    ranks = resolve_ranks(typed)
-    migrate(typed, ranks)
+    migrate(typed, rank_count(typed))
     check_fields(typed)  # migrated values obey the same bounds
+    normalize(typed)
     spec = check_cross_fields(typed)
-    plan = check_batching(typed)
+    plan = build_plan(typed, dataset_rows(typed.data.train_files))
+    if plan.max_steps and plan.total_steps < plan.max_steps:
+        log.warning(f"trainer.total_training_steps={plan.max_steps}, but {plan.train_rows} prompts make "
+                    f"{plan.steps_per_epoch} steps per epoch x trainer.total_epochs={plan.total_epochs}: the run "
+                    f"stops after {plan.total_steps} (raise trainer.total_epochs to train longer)")
     return typed, spec, plan

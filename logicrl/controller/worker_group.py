@@ -51,9 +51,10 @@ class WorkerGroup:
             remote_cls.options(
                 num_cpus=1, num_gpus=1 if use_cuda else 0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank),
-                runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads), "LOGICRL_TORCH_THREADS": str(threads)}},
+                # OpenMP reads its own variable at start-up; torch's count is the worker's argument.
+                runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}},
             ).remote(rank=rank, world_size=n_ranks, master_addr=self.master_addr, master_port=self.master_port,
-                     **init_kwargs)
+                     threads=threads, **init_kwargs)
             for rank in range(n_ranks)
         ]
 

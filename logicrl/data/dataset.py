@@ -224,6 +224,10 @@ def _cut(row: PromptRow, length: int, side: str, tokenizer: Any) -> PromptRow:
     return PromptRow(ids, text, row.data_source, row.ground_truth, row.extra_info, row.file, row.row_index)
 
 
+# The rows' fields that ride along a batch as lists (tensordict NonTensorStacks), not tensors.
+NON_TENSOR_FIELDS = ("prompt_text", "data_source", "ground_truth", "extra_info", "file", "row_index")
+
+
 def collate_prompts(rows: Sequence[PromptRow], pad_id: int):
     """A TensorDict of batch size [B]: left-padded prompt tensors plus the rows' other fields.
 
@@ -251,6 +255,6 @@ def collate_prompts(rows: Sequence[PromptRow], pad_id: int):
     position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
     batch = TensorDict({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
                        batch_size=[len(rows)])
-    for name in ("prompt_text", "data_source", "ground_truth", "extra_info", "file", "row_index"):
+    for name in NON_TENSOR_FIELDS:
         batch[name] = NonTensorStack.from_list([getattr(r, name) for r in rows])
     return batch

@@ -1,17 +1,19 @@
-"""What the memory plan reads from a validated config, as one flat frozen record.
+"""What the memory plan reads from the step plan and a validated config, as one flat frozen record.
 
 The planner works on this record, not on the config, so `auto_micro_batch` can try other
-micro-batch sizes with `dataclasses.replace` and nothing is mutated. `from_config` is the only
-place that knows the config keys; `KNOBS` names the keys the suggestions may set.
+micro-batch sizes with `dataclasses.replace` and nothing is mutated. Batch sizes, micro-batches
+and which phases run come from the step plan (config/plan.py), never from the config again; the
+config gives only what the plan does not hold (dtype, offload, checkpointing, the engine's
+settings). `KNOBS` names the keys the suggestions may set.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from logicrl.config.batching import ARR, uses_critic, uses_ref
+from logicrl.config.plan import ARR, StepPlan
 from logicrl.memory.footprint import lora_targets
 from logicrl.models.spec import ModelSpec
 
@@ -50,22 +52,22 @@ class PlanInputs:
     responses_per_rank: int
     # actor
     actor_micro: int | None  # None: packed to actor_budget tokens (use_dynamic_bsz)
-    actor_budget: int | None
+    actor_budget: int | None  # None: split by actor_micro rows
     actor_per_rank_mini: int
     actor_ckpt: bool
     actor_offload: bool
     lora_rank: int
     lora_targets: tuple[str, ...]
-    skip_old_log_prob: bool
-    log_prob_micro: int
+    skip_old_log_prob: str | None  # why the plan skips it (config/plan.py), or None
+    log_prob_micro: int | None
     log_prob_budget: int | None
     # reference
-    uses_ref: bool
-    ref_micro: int
+    skip_ref: str | None
+    ref_micro: int | None
     ref_budget: int | None
     ref_offload: bool
     # critic
-    critic_micro: int
+    critic_micro: int  # also the values forward's rows
     critic_budget: int | None
     critic_per_rank_mini: int
     critic_ckpt: bool
@@ -86,49 +88,47 @@ class PlanInputs:
         """Padded sequence length of every micro-batch: the longest prompt plus the response cap."""
         return self.prompt_len + self.response_len
 
+    @property
+    def uses_ref(self) -> bool:
+        return self.skip_ref is None
+
+    @property
+    def skip_critic(self) -> str | None:
+        return None if self.critic_spec is not None else "no critic (algorithm.adv_estimator is not gae)"
+
     @classmethod
-    def from_config(cls, cfg: DictConfig, spec: ModelSpec, device: str, critic_spec: ModelSpec | None = None,
-                    **what_if) -> "PlanInputs":
-        arr, critic, ranks = cfg[ARR], cfg.critic, cfg.trainer.n_gpus
-        n = arr.rollout.n
+    def from_plan(cls, plan: StepPlan, cfg: DictConfig, spec: ModelSpec, device: str,
+                  critic_spec: ModelSpec | None = None, **what_if) -> "PlanInputs":
+        arr, critic = cfg[ARR], cfg.critic
         dtype = arr.model.dtype
         dtype_bytes = DTYPE_BYTES[dtype] if dtype != "auto" else (2 if device == "cuda" else 4)
-        actor_mini = min(arr.actor.ppo_mini_batch_size, cfg.data.train_batch_size)
-        critic_mini = min(critic.ppo_mini_batch_size, cfg.data.train_batch_size)
-        steps = cfg.data.train_batch_size // actor_mini * arr.actor.ppo_epochs
-        dynamic = arr.actor.use_dynamic_bsz
+        rows, tokens = _split(plan, "old_log_prob")
+        ref_rows, ref_tokens = _split(plan, "ref")
+        actor_rows, actor_tokens = _split(plan, "update_actor")
+        critic_rows, critic_tokens = _split(plan, "update_critic") if plan.critic else (1, None)
         return cls(
-            spec=spec, critic_spec=(critic_spec or spec) if uses_critic(cfg) else None, device=device,
-            dtype_bytes=dtype_bytes, world=ranks,
+            spec=spec, critic_spec=(critic_spec or spec) if plan.critic else None, device=device,
+            dtype_bytes=dtype_bytes, world=plan.ranks,
             prompt_len=cfg.data.max_prompt_length, response_len=cfg.data.max_response_length,
-            responses_per_rank=cfg.data.train_batch_size * n // ranks,
-            actor_micro=None if dynamic else arr.actor.ppo_micro_batch_size_per_gpu,
-            actor_budget=arr.actor.ppo_max_token_len_per_gpu if dynamic else None,
-            actor_per_rank_mini=actor_mini * n // ranks,
+            responses_per_rank=plan.per_rank_responses,
+            actor_micro=actor_rows, actor_budget=actor_tokens, actor_per_rank_mini=plan.actor.per_rank_mini,
             actor_ckpt=arr.model.enable_gradient_checkpointing, actor_offload=arr.actor.fsdp_config.param_offload,
             lora_rank=arr.model.lora_rank,
             lora_targets=lora_targets(arr.model.target_modules) if arr.model.lora_rank else (),
-            # The trainer's rule (trainer/ppo.py): one optimizer step per step and no KL in the reward.
-            skip_old_log_prob=steps == 1 and not cfg.algorithm.use_kl_in_reward,
-            log_prob_micro=arr.rollout.log_prob_micro_batch_size_per_gpu,
-            log_prob_budget=_budget(cfg, f"{ARR}.rollout", dynamic),
-            uses_ref=uses_ref(cfg), ref_micro=arr.ref.log_prob_micro_batch_size_per_gpu,
-            ref_budget=_budget(cfg, f"{ARR}.ref", dynamic),
+            skip_old_log_prob=plan.phase("old_log_prob").skipped, log_prob_micro=rows, log_prob_budget=tokens,
+            skip_ref=plan.phase("ref").skipped, ref_micro=ref_rows, ref_budget=ref_tokens,
             ref_offload=arr.ref.fsdp_config.param_offload,
-            critic_micro=critic.ppo_micro_batch_size_per_gpu,
-            critic_budget=critic.ppo_max_token_len_per_gpu if critic.use_dynamic_bsz else None,
-            critic_per_rank_mini=critic_mini * n // ranks,
+            critic_micro=plan.micro("values").value, critic_budget=critic_tokens,
+            critic_per_rank_mini=plan.critic.per_rank_mini if plan.critic else 1,
             critic_ckpt=critic.model.enable_gradient_checkpointing, critic_offload=critic.fsdp_config.param_offload,
-            engine=arr.rollout.name, gen_micro=arr.rollout.max_num_seqs,
+            engine=arr.rollout.name, gen_micro=plan.micro("generate").value,
             gpu_memory_utilization=arr.rollout.gpu_memory_utilization, kv_cache_gb=arr.rollout.kv_cache_gb,
             free_cache_engine=arr.rollout.free_cache_engine,
             max_num_batched_tokens=arr.rollout.max_num_batched_tokens,
             **what_if)
 
 
-def _budget(cfg: DictConfig, section: str, actor_dynamic: bool) -> int | None:
-    """A forward-only pass's token budget when it packs by tokens (`<section>.log_prob_use_dynamic_bsz`,
-    following the actor's use_dynamic_bsz where a config predates the key), else None."""
-    dynamic = OmegaConf.select(cfg, f"{section}.log_prob_use_dynamic_bsz", default=actor_dynamic)
-    value = OmegaConf.select(cfg, f"{section}.log_prob_max_token_len_per_gpu", default=None)
-    return int(value) if dynamic and value is not None else None
+def _split(plan: StepPlan, phase: str) -> tuple[int | None, int | None]:
+    """(rows per micro-batch, None) or (None, token budget) of a phase of the plan."""
+    micro = plan.micro(phase)
+    return (None, micro.value) if micro.by_tokens else (micro.value, None)

@@ -1,6 +1,6 @@
 """The preflight memory plan: peak bytes per device in each phase of a step, by component.
 
-    plan = plan_memory(cfg, spec, device="cuda", capacity_gb=80)
+    plan = plan_memory(step_plan, cfg, spec, device="cuda", capacity_gb=80)
     print(format_table(plan, capacity_gb=80))
 
 It models what the code allocates (workers/hybrid.py and what it calls), in steady state, i.e.
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
+from logicrl.config.plan import WORKER_PHASES, StepPlan
 from logicrl.memory.footprint import ModelBytes, kv_bytes_per_token
 from logicrl.memory.inputs import PlanInputs
 from logicrl.memory.phases import (
@@ -45,7 +46,7 @@ from logicrl.memory.phases import (
 )
 from logicrl.models.spec import ModelSpec
 
-PHASES = ("generate", "old_log_prob", "ref", "values", "update_critic", "update_actor", "update_weights")
+
 
 
 @dataclass
@@ -114,12 +115,11 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
                                     lm=False, root_held=True))
 
     old = forward_phase("old_log_prob", x, m.actor, x.spec, base, x.log_prob_micro, x.log_prob_budget, lm=True)
-    if x.skip_old_log_prob:
-        old.skipped = "on-policy: one optimizer step per step, so update_actor's own forward gives them"
+    old.skipped = x.skip_old_log_prob
     phases.append(old)
 
     if not x.uses_ref:
-        phases.append(PhaseMemory("ref", skipped="no KL term"))
+        phases.append(PhaseMemory("ref", skipped=x.skip_ref))
     elif ref_is_actor:
         held = 0 if x.skip_old_log_prob else m.actor.root_full
         phases.append(forward_phase("ref", x, m.actor, x.spec, plus(held), x.ref_micro, x.ref_budget, lm=True,
@@ -137,13 +137,14 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
                                      x.critic_per_rank_mini, x.critic_ckpt, lm=False, root_held=True,
                                      offload=x.critic_offload))
     else:
-        phases += [PhaseMemory("values", skipped="no critic (gae only)"),
-                   PhaseMemory("update_critic", skipped="no critic (gae only)")]
+        phases += [PhaseMemory("values", skipped=x.skip_critic), PhaseMemory("update_critic", skipped=x.skip_critic)]
 
     phases.append(backward_phase("update_actor", x, m.actor, x.spec, plus(actor_held), x.actor_micro,
                                  x.actor_budget, x.actor_per_rank_mini, x.actor_ckpt, lm=True,
                                  root_held=bool(actor_held), offload=x.actor_offload))
     phases.append(weight_sync_phase(x, m, base, capacity))
+    # One list of phase names (config/plan.py): the table's rows are the metrics' perf/memory/<phase>.
+    assert [p.name for p in phases if p.name != "reward_model"] == list(WORKER_PHASES)
     return MemoryPlan(inputs=x, phases=phases, capacity=capacity, notes=_notes(x, m, phases[0]))
 
 
@@ -162,10 +163,11 @@ def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
     return notes
 
 
-def plan_memory(cfg: DictConfig, spec: ModelSpec, *, device: str, capacity_gb: float,
+def plan_memory(step_plan: StepPlan, cfg: DictConfig, spec: ModelSpec, *, device: str, capacity_gb: float,
                 critic_spec: ModelSpec | None = None, **what_if) -> MemoryPlan:
-    """The plan for a validated config on `device` ("cuda" or "cpu") with `capacity_gb` per device."""
-    x = PlanInputs.from_config(cfg, spec, device, critic_spec, **what_if)
+    """The plan for a validated config and its step plan on `device` ("cuda" or "cpu") with
+    `capacity_gb` per device."""
+    x = PlanInputs.from_plan(step_plan, cfg, spec, device, critic_spec, **what_if)
     return plan_inputs(x, int(capacity_gb * GB))
 
 

@@ -1,6 +1,6 @@
 """The preflight entry point: the device's capacity, the plan's table, auto micro-batches, refusal.
 
-    table, overrides = preflight(cfg, spec)   # raises ConfigError (main_ppo: exit 2) when it cannot fit
+    table, plan = preflight(cfg, spec, plan)   # raises ConfigError (main_ppo: exit 2) when it cannot fit
 
 Runs after validation and before anything loads, so it imports no torch unless a GPU may be
 present (nvidia-smi on PATH) and the capacity must be detected.
@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.config.batching import ARR, uses_critic
+from logicrl.config.plan import ARR, StepPlan
 from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, check_fit
 from logicrl.memory.inputs import PlanInputs
 from logicrl.memory.phases import GB
@@ -57,60 +57,41 @@ def capacity(cfg: DictConfig) -> tuple[str, float, str]:
     return "cpu", free / t.n_gpus, f"CPU: {free:.1f} GB of available RAM / {t.n_gpus} rank(s)"
 
 
-def plan_for(cfg: DictConfig, spec: ModelSpec, **what_if):
-    """The plan of a validated config on this machine (or on trainer.gpu_memory_gb GPUs)."""
+def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
+    """The memory plan's inputs for a validated config and its step plan on this machine (or on
+    trainer.gpu_memory_gb GPUs), the capacity in bytes, and where that number comes from."""
     device, cap_gb, source = capacity(cfg)
     critic_spec = None
-    if uses_critic(cfg) and cfg.critic.model.path != cfg[ARR].model.path:
+    if plan.critic and cfg.critic.model.path != cfg[ARR].model.path:
         critic_spec = load_model_spec(cfg.critic.model.path)
-    x = PlanInputs.from_config(cfg, spec, device, critic_spec, **what_if)
+    x = PlanInputs.from_plan(plan, cfg, spec, device, critic_spec, **what_if)
     if x.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         x = replace(x, engine="hf")  # engines.build_engine falls back the same way
     return x, int(cap_gb * GB), source
 
 
-def preflight(cfg: DictConfig, spec: ModelSpec | None = None) -> tuple[str, dict[str, int]]:
-    """(the table to print, config overrides to apply); raises ConfigError when a phase cannot fit.
+def preflight(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> tuple[str, StepPlan]:
+    """(the table to print, the step plan to run); raises ConfigError when a phase cannot fit.
 
-    `cfg` is validated (logicrl.config.validate); `spec` its actor's ModelSpec (read from
-    actor_rollout_ref.model.path when not given). With trainer.auto_micro_batch=true the overrides
-    set every micro-batch / token budget to the largest that fits and the table shows the plan
-    with them; otherwise they are empty.
+    `cfg` is validated (logicrl.config.validate), `spec` its actor's ModelSpec and `plan` its step
+    plan. With trainer.auto_micro_batch=true the returned plan has every micro-batch / token budget
+    at the largest value that fits, and the table shows the plan with them; otherwise it is `plan`.
     """
-    spec = spec or load_model_spec(cfg[ARR].model.path)
-    x, cap, source = plan_for(cfg, spec)
-    overrides = {}
-    if OmegaConf.select(cfg, "trainer.auto_micro_batch", default=False):
-        overrides = auto_micro_batch(x, cap)
-        x = apply_to_inputs(x, overrides)
-    plan = plan_inputs(x, cap)
-    table = _table(plan, source, overrides)
-    check_fit(plan)
-    return table, overrides
+    x, cap, source = plan_for(cfg, spec, plan)
+    picked: dict[str, int] = {}
+    if cfg.trainer.auto_micro_batch:
+        picked = auto_micro_batch(x, cap)
+        x = apply_to_inputs(x, picked)
+    memory = plan_inputs(x, cap)
+    table = _table(memory, source, picked)
+    check_fit(memory)
+    return table, plan.with_micro(picked)
 
 
-def apply_overrides(cfg: DictConfig, overrides: dict[str, int]) -> None:
-    """Set preflight's overrides in the config (dotted keys)."""
-    for key, value in overrides.items():
-        OmegaConf.update(cfg, key, value, merge=False)
-
-
-def memory_summary(cfg: DictConfig, spec: ModelSpec) -> str:
-    """The dry-run summary's memory section: the table, and the refusal it would raise, if any."""
-    from logicrl.config.errors import ConfigError
-
-    try:
-        table, _ = preflight(cfg, spec)
-        return table
-    except ConfigError as err:
-        x, cap, source = plan_for(cfg, spec)
-        return f"{_table(plan_inputs(x, cap), source, {})}\nwould refuse to start: {err}"
-
-
-def _table(plan, source: str, overrides: dict[str, int]) -> str:
+def _table(plan, source: str, picked: dict[str, int]) -> str:
     headroom = HEADROOM_GB[plan.inputs.device]
     note = f", {source}" + (f"; {headroom:.0f} GB kept free" if headroom else "")
     lines = [format_table(plan, note)]
-    if overrides:
-        lines.append("auto_micro_batch: " + " ".join(f"{k}={v}" for k, v in overrides.items()))
+    if picked:
+        lines.append("auto_micro_batch: " + " ".join(f"{k}={v}" for k, v in picked.items()))
     return "\n".join(lines)

@@ -1,9 +1,16 @@
-"""Assembling a step's batch on the controller: prompts + responses -> model inputs, and shards.
+"""A step's batch on the controller: one TensorDict from the prompts to the update, and its shards.
 
-Shards are contiguous and equal: rank r owns responses [r*S, (r+1)*S), S = B*n / W, for every
-phase after generation. With trainer.balance_batch the rows are first reordered so that every
-rank's shard holds about the same number of tokens (`balanced_order`): the ranks wait on each
-other at every collective, so the step runs at the pace of the rank with the most tokens.
+    batch = prompt_batch(rows, n, pad_id)    # [B*n]: prompts repeated n times, `uid` = the group
+
+The prompts are left-padded once (data/dataset.collate_prompts), given a group id per prompt and
+repeated n times here, the only place the n samples of a prompt are made; generation adds the
+responses and masks, balancing permutes the rows, rewards read data_source and ground_truth
+from it, and advantages group by its `uid`.
+
+Shards are contiguous and equal: rank r owns rows [r*S, (r+1)*S), S = B*n / W, in every phase.
+With trainer.balance_batch the rows are first reordered so that every rank's shard holds about
+the same number of tokens (`balanced_order`): the ranks wait on each other at every collective,
+so the step runs at the pace of the rank with the most tokens.
 """
 
 from __future__ import annotations
@@ -11,30 +18,19 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-
-def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[i, width - len(s):] = 1
-    return ids, mask
+from logicrl.data.dataset import NON_TENSOR_FIELDS, collate_prompts
 
 
-def build_batch(prompt_ids: list[list[int]], responses: torch.Tensor, response_mask: torch.Tensor,
-                pad_id: int) -> TensorDict:
-    """prompt_ids[i] is response i's prompt; responses/response_mask [N, R]."""
-    prompts, prompt_mask = left_pad(prompt_ids, pad_id)  # [N, P]
-    attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)  # [N, P+R]
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return TensorDict({
-        "input_ids": torch.cat([prompts, responses], dim=1),
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "responses": responses,
-        "response_mask": response_mask.long(),
-    }, batch_size=[len(prompt_ids)])
+def prompt_batch(rows: list, n: int, pad_id: int) -> TensorDict:
+    """[len(rows) * n] rows, prompt-major: rows i*n .. i*n+n-1 are prompt i's group (uid i)."""
+    batch = collate_prompts(rows, pad_id)
+    batch["uid"] = torch.arange(len(rows))
+    return batch.repeat_interleave(n) if n > 1 else batch
+
+
+def tensors(batch: TensorDict) -> TensorDict:
+    """What the workers need of a batch: its tensors, without the rows' text fields."""
+    return batch.exclude(*NON_TENSOR_FIELDS)
 
 
 def balanced_order(lengths: list[int], parts: int) -> list[int]:
@@ -56,11 +52,9 @@ def balanced_order(lengths: list[int], parts: int) -> list[int]:
 
 
 def shards(batch: TensorDict, n_ranks: int) -> list[TensorDict]:
-    return list(batch.chunk(n_ranks))
-
-
-def gather(parts: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat(parts, dim=0)
+    size = len(batch) // n_ranks
+    assert size * n_ranks == len(batch), f"{len(batch)} rows do not split into {n_ranks} equal shards"
+    return list(tensors(batch).split(size))
 
 
 def merge_rank_metrics(per_rank: list[dict]) -> dict[str, float]:

@@ -13,9 +13,10 @@ import json
 import logging
 from pathlib import Path
 
-from logicrl.config.batching import ARR
+from logicrl.config.plan import ARR
 from logicrl.config.errors import ConfigError
 from logicrl.config.stages import Stage
+from logicrl.faults import Faults
 from logicrl.trainer.checkpoint import complete_checkpoints, write_durably
 from logicrl.trainer.ppo import PPOTrainer
 from logicrl.trainer.summaries import stage_row, write_summaries
@@ -44,7 +45,8 @@ def write_record(root: Path, stages: list[Stage], done: dict) -> None:
     write_durably(root / RECORD_FILE, json.dumps(payload, indent=1))
 
 
-def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimizer: bool, resume: bool) -> dict:
+def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimizer: bool, resume: bool,
+                   faults: Faults | None = None) -> dict:
     """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage."""
     done = read_record(root, stages) if resume else {}
     previous_final: Path | None = None
@@ -56,10 +58,10 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
         cfg = stage.cfg
         r = cfg[ARR].rollout
         print(f"logicrl: stage {stage.index + 1}/{len(stages)} ({stage.name}): train_batch_size="
-              f"{cfg.data.train_batch_size}, rollout.n={r.n}, temperature={r.temperature}, "
+              f"{stage.plan.prompts}, rollout.n={stage.plan.n}, temperature={r.temperature}, "
               f"lr={cfg[ARR].actor.optim.lr}" + (f", from {previous_final}" if previous_final else ""))
         trainer = PPOTrainer(cfg, stage.plan, run_dir / stage.dir_name, init_from=previous_final,
-                             carry_optimizer=carry_optimizer, stage=stage.index)
+                             carry_optimizer=carry_optimizer, stage=stage.index, faults=faults)
         trainer.fit()
         final = complete_checkpoints(cfg.trainer.default_local_dir)[-1][1]
         done[stage.name] = stage_row(stage, trainer.history, trainer.elapsed_s, final)

@@ -1,11 +1,12 @@
 """The single controller's step loop.
 
-    generate -> reward -> old_log_prob -> ref -> values -> adv -> update_critic -> update_actor
+    generate -> reward -> old_log_prob -> ref -> values -> advantages -> update_critic -> update_actor
     -> update_weights -> metrics / validation
 
-Each phase is timed (`timing_s/<phase>`) and, on the workers, memory-measured
-(`perf/memory/<phase>/peak_gb`). The controller holds prompts, scores and advantages; the
-workers hold the models, and rank r always works on responses [r*S, (r+1)*S) of the step.
+One TensorDict carries the step (trainer/batch.py); `run_phase` sends each rank its shard, and
+the workers' phase wrapper (workers/hybrid.py `run`) times it, measures its memory
+(`perf/memory/<phase>/peak_gb`) and adds what it computed to the batch. Which phases run, how
+many steps there are and every batch size come from the step plan (config/plan.py).
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
-from logicrl.config.batching import ARR, BatchPlan, uses_critic, uses_ref
+from logicrl.config.plan import ARR, StepPlan
 from logicrl.controller.worker_group import WorkerGroup
 from logicrl.data.dataset import load_prompts
+from logicrl.faults import Faults
 from logicrl.models.loading import load_tokenizer
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
-from logicrl.trainer.batch import balanced_order, build_batch, gather, merge_rank_metrics, shards
+from logicrl.trainer.batch import balanced_order, merge_rank_metrics, prompt_batch, tensors
 from logicrl.trainer.checkpoint import (
     TrainerState,
     capture_rng_state,
@@ -37,23 +40,13 @@ from logicrl.trainer.checkpoint import (
     write_trainer_state,
 )
 from logicrl.trainer.curves import plot_curves
-from logicrl.trainer.faults import maybe_fail
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
-from logicrl.trainer.validation import validate_generations
+from logicrl.trainer.validation import validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
 
 log = logging.getLogger("logicrl.trainer")
-
-
-@contextmanager
-def timed(name: str, metrics: dict, step: int | None = None, stage: int | None = None):
-    if step is not None:
-        maybe_fail(name, step, stage, kinds=("sigkill",))  # crash tests' fault injection; a no-op unless asked
-    start = time.perf_counter()
-    yield
-    metrics[f"timing_s/{name}"] = time.perf_counter() - start
 
 
 class PPOTrainer:
@@ -65,18 +58,25 @@ class PPOTrainer:
     then takes over: the run continues after its step with the same data order, as if never stopped.
     """
 
-    def __init__(self, cfg: DictConfig, plan: BatchPlan, run_dir: Path, init_from: Path | None = None,
-                 carry_optimizer: bool = False, stage: int | None = None):
-        self.cfg, self.plan, self.run_dir, self.stage = cfg, plan, run_dir, stage
+    def __init__(self, cfg: DictConfig, plan: StepPlan, run_dir: Path, init_from: Path | None = None,
+                 carry_optimizer: bool = False, stage: int | None = None, faults: Faults | None = None):
+        self.cfg, self.run_dir, self.stage = cfg, run_dir, stage
+        self.faults = (faults or Faults()).in_stage(stage)
         data, arr = cfg.data, cfg[ARR]
         self.tokenizer = load_tokenizer(arr.model.path)
         load = dict(prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                     truncation=data.truncation, skip_bad_rows=data.skip_bad_rows)
         self.train_set = load_prompts(data.train_files, self.tokenizer, **load)
         self.val_set = load_prompts(data.val_files, self.tokenizer, **load)
-        self.sampler = EpochSampler(len(self.train_set), data.train_batch_size, data.shuffle, data.seed)
-        per_epoch = self.sampler.steps_per_epoch * cfg.trainer.total_epochs
-        self.total_steps = min(per_epoch, cfg.trainer.total_training_steps or per_epoch)
+        # The plan counted the rows in the files; truncation=filter / skip_bad_rows may keep fewer.
+        planned = plan
+        self.plan = plan = plan.for_rows(len(self.train_set))
+        if plan.total_steps != planned.total_steps:
+            log.warning(f"{plan.train_rows} of the {planned.train_rows} training prompts are usable (data.truncation="
+                        f"{data.truncation}, data.skip_bad_rows={data.skip_bad_rows}): {plan.total_steps} steps, "
+                        f"not the {planned.total_steps} the dry run counted")
+        self.sampler = EpochSampler(plan.train_rows, plan.prompts, data.shuffle, data.seed)
+        self.total_steps = plan.total_steps
         custom = cfg.reward.custom
         custom_fn = wrap_custom_reward(load_custom_reward(custom.path, custom.name), custom.name) \
             if custom.path else None
@@ -86,25 +86,21 @@ class PPOTrainer:
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, kl_coef=cfg.algorithm.kl_ctrl.kl_coef,
                                           target_kl=cfg.algorithm.kl_ctrl.target_kl,
                                           horizon=cfg.algorithm.kl_ctrl.horizon)
-        # The old-log-prob pass is skipped when each step makes exactly one optimizer step and no
-        # reward term needs it: the policy that sampled is then the policy being updated.
-        self.skip_old_log_prob = plan.actor.optimizer_steps == 1 and not cfg.algorithm.use_kl_in_reward
         use_cuda = torch.cuda.is_available() and cfg.trainer.device != "cpu"
         log.info(f"starting {plan.ranks} rank(s) on {'cuda' if use_cuda else 'cpu'}; "
-                 f"{len(self.train_set)} train prompts, {self.total_steps} steps; old-log-prob pass "
-                 f"{'skipped (on-policy)' if self.skip_old_log_prob else 'on'}")
+                 f"{len(self.train_set)} train prompts, {self.total_steps} steps")
         self.ckpt_root = Path(cfg.trainer.default_local_dir)
         resume = find_resume_point(self.ckpt_root, cfg.trainer.resume_mode)
         state = read_trainer_state(resume) if resume is not None else None
         self.start_step, self.history, self.elapsed_s = 0, [], 0.0
-        self.workers = None
+        self.workers, self.rank_metrics = None, []
         if state is not None and state.step >= self.total_steps:
             self._adopt(state)
             log.info(f"{resume} is at step {state.step} of {self.total_steps}: nothing left to train "
                      "(trainer.resume_mode=disable starts over)")
             return
-        self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda,
-                                   config=OmegaConf.to_container(cfg, resolve=True), total_steps=self.total_steps)
+        self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda, config=OmegaConf.to_container(cfg, resolve=True),
+                                   plan=plan, faults=self.faults)
         if init_from is not None:
             log.info(f"starting from {init_from} (optimizer state {'carried' if carry_optimizer else 'fresh'})")
             self.workers.call("start_from", str(init_from), carry_optimizer)
@@ -113,7 +109,7 @@ class PPOTrainer:
 
     def sampling(self, step: int) -> dict:
         r = self.cfg[ARR].rollout
-        return dict(n=1, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+        return dict(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                     max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed * 100_003 + step)
 
     def fit(self) -> dict:
@@ -160,10 +156,10 @@ class PPOTrainer:
             state = TrainerState(step=step, sampler_position=step, kl_coef=float(self.kl_ctrl.value),
                                  curriculum_stage=self.stage, rng=capture_rng_state(),
                                  extra={"history": self.history, "elapsed_s": self.elapsed_s,
-                                        "train_batch_size": self.cfg.data.train_batch_size,
+                                        "train_batch_size": self.plan.prompts,
                                         "train_rows": len(self.train_set)})
             write_trainer_state(tmp, state)
-            maybe_fail("save", step, self.stage, kinds=("sigkill",))
+            self.faults.kill_if_due("save", step)
         pruned = prune(self.ckpt_root, t.max_actor_ckpt_to_keep)
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
         return merge_rank_metrics(rank_metrics) | {"timing_s/save": time.perf_counter() - start}
@@ -178,85 +174,85 @@ class PPOTrainer:
 
     def _resume(self, path: Path, state: TrainerState) -> None:
         saved = (state.extra.get("train_batch_size"), state.extra.get("train_rows"))
-        if saved != (self.cfg.data.train_batch_size, len(self.train_set)):
+        if saved != (self.plan.prompts, len(self.train_set)):
             log.warning(f"{path} was saved with train_batch_size, rows = {saved}, this run has "
-                        f"{(self.cfg.data.train_batch_size, len(self.train_set))}: the data order will differ")
+                        f"{(self.plan.prompts, len(self.train_set))}: the data order will differ")
         self.workers.call("resume_from", str(path))
         self._adopt(state)
         log.info(f"resumed from {path} at step {state.step}; {self.total_steps - state.step} steps to go")
 
+    # ---------------------------------------------------------------- the step
+    def run_phase(self, phase: str, batch: TensorDict | None, metrics: dict, step: int | None, **kwargs) -> None:
+        """Run a worker phase on every rank's shard of `batch` (padded to equal shards) and add what
+        the ranks return to it; the controller's time is timing_s/<phase>, the ranks' metrics are
+        kept for the step's merge."""
+        with self.timed(phase, metrics, step):
+            ranks = self.plan.ranks
+            if batch is None:
+                outs = self.workers.call("run", None, phase=phase, step=step, **kwargs)
+            else:
+                rows = len(batch)
+                # Validation's batch need not split evenly: pad it with its first rows, dropped after.
+                index = torch.arange(-(-rows // ranks) * ranks) % rows
+                outs = self.workers.dispatch("run", list(tensors(batch)[index].chunk(ranks)), phase=phase,
+                                             step=step, **kwargs)
+                parts = [out for out, _ in outs if out is not None]
+                if parts:
+                    batch.update(torch.cat(parts)[:rows])
+            self.rank_metrics += [m for _, m in outs]
+
+    @contextmanager
+    def timed(self, phase: str, metrics: dict, step: int | None):
+        self.faults.kill_if_due(phase, step)  # crash tests' fault injection; a no-op unless asked
+        start = time.perf_counter()
+        yield
+        metrics[f"timing_s/{phase}"] = time.perf_counter() - start
+
     def step(self, step: int) -> dict:
-        cfg, plan, workers = self.cfg, self.plan, self.workers
+        cfg, plan = self.cfg, self.plan
         metrics: dict = {}
+        self.rank_metrics: list[dict] = []
         start = time.perf_counter()
         rows = [self.train_set[i] for i in self.sampler.batch(step - 1)]
-        n = cfg[ARR].rollout.n
-        pairs = [row for row in rows for _ in range(n)]  # prompt-major: response i answers pairs[i]
-        uids = torch.arange(len(rows)).repeat_interleave(n)  # [B*n] the group of each response
+        batch = prompt_batch(rows, plan.n, self.tokenizer.pad_token_id)
 
-        with timed("gen", metrics, step, self.stage):
-            prompt_shards = [[row.input_ids for row in part] for part in _split(pairs, plan.ranks)]
-            outs = workers.dispatch("generate", prompt_shards, params=self.sampling(step))
-            rank_metrics = [m for _, m in outs]
-            responses = gather([o["responses"] for o, _ in outs])
-            response_mask = gather([o["response_mask"] for o, _ in outs])
-        batch = build_batch([row.input_ids for row in pairs], responses, response_mask, self.tokenizer.pad_token_id)
+        self.run_phase("generate", batch, metrics, step, params=self.sampling(step))
         if cfg.trainer.balance_batch and plan.ranks > 1:
-            order = balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.ranks)
-            index = torch.tensor(order)
-            batch, responses, response_mask, uids = batch[index], responses[index], response_mask[index], uids[index]
-            pairs = [pairs[i] for i in order]
+            batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.ranks))]
 
-        with timed("reward", metrics, step, self.stage):
-            token_scores, reward_metrics, _, _ = self.rewards(responses, response_mask, pairs)
+        with self.timed("reward", metrics, step):
+            token_scores, reward_metrics, _, _ = self.rewards(batch)
         metrics.update(reward_metrics)
+        for phase in ("old_log_prob", "ref", "values"):
+            if plan.runs(phase):
+                self.run_phase(phase, batch, metrics, step)
 
-        if not self.skip_old_log_prob:
-            with timed("old_log_prob", metrics, step, self.stage):
-                outs = workers.dispatch("compute_log_prob", shards(batch, plan.ranks))
-                batch["old_log_probs"] = gather([o for o, _ in outs])
-                rank_metrics += [m for _, m in outs]
-        if uses_ref(cfg):
-            with timed("ref", metrics, step, self.stage):
-                outs = workers.dispatch("compute_ref_log_prob", shards(batch, plan.ranks))
-                batch["ref_log_probs"] = gather([o for o, _ in outs])
-                rank_metrics += [m for _, m in outs]
-        if uses_critic(cfg):
-            with timed("values", metrics, step, self.stage):
-                outs = workers.dispatch("compute_values", shards(batch, plan.ranks))
-                batch["values"] = gather([o for o, _ in outs])
-                rank_metrics += [m for _, m in outs]
-
-        with timed("adv", metrics, step, self.stage):
+        with self.timed("advantages", metrics, step):
             rewards = token_scores
             if cfg.algorithm.use_kl_in_reward:
                 rewards, kl_metrics = self._kl_in_reward(batch, token_scores)
                 metrics.update(kl_metrics)
             a = cfg.algorithm
             advantages, returns = compute_advantage(
-                a.adv_estimator, rewards, batch["response_mask"], index=uids,
+                a.adv_estimator, rewards, batch["response_mask"], index=batch["uid"],
                 values=batch.get("values", None), gamma=a.gamma, lam=a.lam,
                 norm_adv_by_std_in_grpo=a.norm_adv_by_std_in_grpo)
             batch["advantages"], batch["returns"] = advantages, returns
             metrics.update({k: float(v) for k, v in advantage_metrics(advantages, returns, batch["response_mask"]).items()})
 
-        if uses_critic(cfg):
-            with timed("update_critic", metrics, step, self.stage):
-                rank_metrics += workers.dispatch("update_critic", shards(batch, plan.ranks),
-                                                 per_rank_mini=plan.critic.per_rank_mini)
+        if plan.runs("update_critic"):
+            self.run_phase("update_critic", batch, metrics, step)
         if step > cfg.trainer.critic_warmup:
-            with timed("update_actor", metrics, step, self.stage):
-                rank_metrics += workers.dispatch("update_actor", shards(batch, plan.ranks),
-                                                 per_rank_mini=plan.actor.per_rank_mini)
-            with timed("update_weights", metrics, step, self.stage):
-                rank_metrics += workers.call("sync_weights")
+            self.run_phase("update_actor", batch, metrics, step)
+            self.run_phase("update_weights", None, metrics, step)
 
-        metrics.update(merge_rank_metrics(rank_metrics))
-        metrics.update(length_metrics(response_mask, cfg.data.max_response_length))
+        metrics.update(merge_rank_metrics(self.rank_metrics))
+        metrics.update(length_metrics(batch["response_mask"], cfg.data.max_response_length))
         # What this step really ran (a curriculum stage's batch size and rollout.n show here).
-        metrics["batch/prompts"], metrics["batch/responses"] = float(len(rows)), float(responses.shape[0])
+        metrics["batch/prompts"], metrics["batch/responses"] = float(len(rows)), float(len(batch))
         metrics["timing_s/step"] = time.perf_counter() - start
-        metrics["perf/rollout_tokens_per_s"] = float(response_mask.sum()) / max(metrics["timing_s/gen"], 1e-9)
+        metrics["perf/rollout_tokens_per_s"] = float(batch["response_mask"].sum()) / max(metrics["timing_s/generate"],
+                                                                                      1e-9)
         return metrics
 
     def _kl_in_reward(self, batch, token_scores):
@@ -268,10 +264,16 @@ class PPOTrainer:
         return rewards, {"actor/reward_kl_penalty": current, "actor/reward_kl_coef": self.kl_ctrl.value}
 
     def validate(self, step: int) -> dict:
+        """Generate for every validation prompt (val_kwargs.n each) on the step's path, score, report."""
         vk = self.cfg[ARR].rollout.val_kwargs
-        params = dict(n=vk.n, temperature=vk.temperature, top_p=vk.top_p, top_k=vk.top_k, do_sample=vk.do_sample,
+        params = dict(temperature=vk.temperature, top_p=vk.top_p, top_k=vk.top_k, do_sample=vk.do_sample,
                       max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed)
-        return validate_generations(self.workers, self.val_set, self.rewards, params, self.run_dir, step)
+        batch = prompt_batch(list(self.val_set), vk.n, self.tokenizer.pad_token_id)
+        self.rank_metrics = []
+        self.run_phase("generate", batch, {}, None, params=params)
+        _, _, texts, results = self.rewards(batch)
+        write_samples(self.run_dir, step, batch, texts, results)
+        return validation_metrics(batch, results)
 
 
 def history_row(step: int, metrics: dict) -> dict:
@@ -281,11 +283,6 @@ def history_row(step: int, metrics: dict) -> dict:
         if key in metrics:
             row[name] = float(metrics[key])
     return row
-
-
-def _split(items: list, parts: int) -> list[list]:
-    size = len(items) // parts
-    return [items[i * size:(i + 1) * size] for i in range(parts)]
 
 
 def length_metrics(response_mask: torch.Tensor, max_len: int) -> dict[str, float]:

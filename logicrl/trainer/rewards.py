@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
+from tensordict import TensorDict
 
 from logicrl.algos import overlong_penalty
 from logicrl.reward import compute_score
@@ -27,17 +28,18 @@ class RewardManager:
                                   extra_info=extra_info)
         return compute_score(data_source, text, ground_truth, extra_info)
 
-    def __call__(self, responses: torch.Tensor, response_mask: torch.Tensor, rows: list) -> tuple[
-            torch.Tensor, dict, list[str], list[dict]]:
-        """responses/response_mask [B*n, R]; rows[i] the PromptRow of response i.
+    def __call__(self, batch: TensorDict) -> tuple[torch.Tensor, dict, list[str], list[dict]]:
+        """Score a step's batch: its responses / response_mask [B*n, R] against each row's
+        data_source, ground_truth and extra_info.
 
         Returns token_level_scores [B*n, R], batch metrics, the decoded texts and per-response results.
         """
+        responses, response_mask = batch["responses"], batch["response_mask"]
         lengths = response_mask.sum(-1)  # [B*n]
         texts = [self.tokenizer.decode(r[:n].tolist(), skip_special_tokens=True)
                  for r, n in zip(responses, lengths.tolist())]
-        results = [self.score_one(row.data_source, text, row.ground_truth, row.extra_info)
-                   for row, text in zip(rows, texts)]
+        results = [self.score_one(source, text, truth, extra) for source, text, truth, extra
+                   in zip(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"], strict=True)]
         scores = torch.tensor([r["score"] for r in results], dtype=torch.float32)
         metrics: dict[str, float] = {}
         if self.overlong is not None:

@@ -10,7 +10,6 @@ import logging
 import statistics
 from pathlib import Path
 
-from logicrl.config.batching import ARR
 from logicrl.config.stages import Stage
 
 log = logging.getLogger("logicrl.trainer")
@@ -26,10 +25,9 @@ def _last(history: list[dict], key: str) -> float | None:
 
 def stage_row(stage: Stage, history: list[dict], elapsed_s: float, final_checkpoint: Path) -> dict:
     rewards = [row["reward"] for row in history if "reward" in row]
-    cfg = stage.cfg
     return {
         "index": stage.index, "name": stage.name, "steps": len(rewards), "time_s": round(elapsed_s, 3),
-        "train_batch_size": cfg.data.train_batch_size, "rollout_n": cfg[ARR].rollout.n,
+        "train_batch_size": stage.plan.prompts, "rollout_n": stage.plan.n,
         "final_reward": statistics.mean(rewards[-LAST_STEPS:]) if rewards else None,
         "val_acc": _last(history, "val_acc"), "final_checkpoint": str(final_checkpoint), "history": history,
     }

@@ -4,7 +4,14 @@ This is the hybrid engine of DESIGN.md: every rank generates for its own shard o
 its engine, trains its shard of the actor, and after each update streams the new weights into
 its engine. A plain class: tests build it directly; Ray only places it (controller/).
 
-Tensors cross the Ray boundary on CPU; each method moves its batch to the rank's device.
+The phase contract: every phase of a step goes through `run(batch, phase, step)`, which takes the
+rank's TensorDict shard (None for update_weights) and returns `(TensorDict of what the phase adds,
+or None; metrics)`. `run` is the one wrapper that times the phase, measures its memory
+(`perf/memory/<phase>/...`), hands the phase its OOM retry (`retry`: halve the micro-batch and
+re-run) and fires test-injected faults (logicrl/faults.py). Micro-batch sizes come from the step
+plan (config/plan.py) and stay, once an OOM halved them, for the rest of the run.
+
+Tensors cross the Ray boundary on CPU; `run` moves the shard to the rank's device and back.
 """
 
 from __future__ import annotations
@@ -16,16 +23,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
-from logicrl.config.batching import uses_critic, uses_ref
+from logicrl.config.plan import StepPlan
+from logicrl.faults import Faults
 from logicrl.memory.telemetry import measure
 from logicrl.models.loading import LoraSpec, load_causal_lm, load_tokenizer, load_value_model, resolve_dtype
-from logicrl.workers.actor import Actor, forward_logprobs
+from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
 from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
 from logicrl.workers.critic import Critic
 from logicrl.workers.fsdp import build_optimizer, init_distributed, shard_model
-from logicrl.workers.oom import MicroSize, retry_on_oom
+from logicrl.workers.oom import MicroSize, phase_retry
 from logicrl.workers.rollout import SamplingParams
 from logicrl.workers.rollout.engines import build_engine
+from logicrl.workers.update import Trained
 from logicrl.workers.weight_sync import iter_engine_weights
 
 
@@ -40,13 +49,13 @@ def pick_device(kind: str, rank: int) -> torch.device:
 
 
 class HybridWorker:
-    def __init__(self, config: dict, rank: int, world_size: int, master_addr: str, master_port: int,
-                 total_steps: int):
+    def __init__(self, config: dict, plan: StepPlan, rank: int, world_size: int, master_addr: str,
+                 master_port: int, threads: int | None = None, faults: Faults | None = None):
         cfg: DictConfig = OmegaConf.create(config)
-        self.cfg, self.rank, self.world_size = cfg, rank, world_size
-        threads = os.environ.get("LOGICRL_TORCH_THREADS")
+        self.cfg, self.plan, self.rank, self.world_size = cfg, plan, rank, world_size
+        self.faults = faults or Faults()
         if threads:
-            torch.set_num_threads(int(threads))
+            torch.set_num_threads(threads)
         self.device = pick_device(cfg.trainer.device, rank)
         self.mesh = init_distributed(rank, world_size, master_addr, master_port, self.device)
         torch.manual_seed(cfg.trainer.seed)
@@ -55,139 +64,117 @@ class HybridWorker:
         self.temperature = arr.rollout.temperature
         tokenizer = load_tokenizer(model_cfg.path)
         self.lora = model_cfg.lora_rank > 0
+        # Each phase's micro-batch as it stands: the plan's, halved by an OOM for the rest of the run.
+        self.sizes = {p.name: MicroSize(p.name, p.micro.key, p.micro.value, p.micro.by_tokens)
+                      for p in plan.phases if p.micro is not None}
 
         lora = LoraSpec(model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.target_modules) if self.lora else None
         actor_model = load_causal_lm(model_cfg.path, self.dtype, model_cfg.enable_gradient_checkpointing, lora)
         shard_model(actor_model, self.mesh, self.device, arr.actor.fsdp_config.param_offload)
-        optim = arr.actor.optim
-        self.actor = Actor(actor_model, *build_optimizer(actor_model, optim.lr, optim.weight_decay, total_steps,
-                                                         optim.lr_warmup_steps_ratio, optim.lr_scheduler_type),
-                           arr.actor, self.temperature, self.device, world_size)
+        self.actor = Actor(self._trained("actor", actor_model, arr.actor, arr.actor.loss_agg_mode, plan.actor),
+                           arr.actor, self.temperature)
 
         # With LoRA the reference is the actor with its adapter switched off: no second copy.
         self.ref_model = None
-        if uses_ref(cfg) and not self.lora:
+        if plan.runs("ref") and not self.lora:
             self.ref_model = load_causal_lm(model_cfg.path, self.dtype)
             self.ref_model.requires_grad_(False)
             shard_model(self.ref_model, self.mesh, self.device, arr.ref.fsdp_config.param_offload)
 
         self.critic = None
-        if uses_critic(cfg):
+        if plan.critic is not None:
             c = cfg.critic
             critic_model = load_value_model(c.model.path, self.dtype, c.model.enable_gradient_checkpointing)
             shard_model(critic_model, self.mesh, self.device, c.fsdp_config.param_offload)
-            self.critic = Critic(critic_model, *build_optimizer(critic_model, c.optim.lr, c.optim.weight_decay,
-                                                                total_steps, c.optim.lr_warmup_steps_ratio,
-                                                                c.optim.lr_scheduler_type),
-                                 c, self.device, world_size)
+            # The critic's loss is aggregated like the actor's (verl shares the key).
+            self.critic = Critic(self._trained("critic", critic_model, c, arr.actor.loss_agg_mode, plan.critic),
+                                 c.cliprange_value)
 
         # The engine holds its own full copy of the policy: generation lengths differ per rank,
         # and a sharded model would need every rank in lock-step for each decode step.
         self.engine = build_engine(cfg, tokenizer, self.dtype, self.device)
-        # Per-phase micro-batch sizes as they stand after any OOM halving, and call counts (the
-        # step, for once-a-step phases) for fault injection.
-        self.sizes: dict[str, MicroSize] = {}
-        self.calls: dict[str, int] = {}
 
-    # ---------------------------------------------------------------- phases
-    def generate(self, prompt_ids: list[list[int]], params: dict) -> tuple[dict, dict]:
+    def _trained(self, name: str, model, role_cfg: DictConfig, loss_agg_mode: str, update) -> Trained:
+        o = role_cfg.optim
+        optimizer, scheduler = build_optimizer(model, o.lr, o.weight_decay, self.plan.total_steps,
+                                               o.lr_warmup_steps_ratio, o.lr_scheduler_type)
+        return Trained(name, model, optimizer, scheduler, update, self.sizes[f"update_{name}"], loss_agg_mode,
+                       role_cfg.grad_clip, self.world_size, self.device)
+
+    # ---------------------------------------------------------------- the phase wrapper
+    def run(self, batch: TensorDict | None, phase: str, step: int | None = None,
+            **kwargs) -> tuple[TensorDict | None, dict]:
+        """Run one phase on this rank's shard; `step` labels test faults (None: none fire)."""
         metrics: dict = {}
-        self.calls["gen"] = self.calls.get("gen", 0) + 1
-        with measure("gen", metrics, self.device):
-            sampling = SamplingParams(**{**params, "seed": params.get("seed", 0) * 1009 + self.rank})
-            out = self._generate(prompt_ids, sampling)
-            if self.cfg.actor_rollout_ref.rollout.free_cache_engine:
-                # Training gets the engine's memory back until the next generate (vLLM sleep mode on
-                # CUDA; on CPU only the prefix cache is dropped, see rollout/vllm.py).
-                self.engine.sleep()
-        return {"responses": out.responses.cpu(), "response_mask": out.response_mask.cpu(),
-                "rollout_log_probs": out.log_probs.cpu(), "prompt_index": out.prompt_index.cpu()}, \
-            self._size_metrics("gen", metrics)
-
-    def _size_metrics(self, phase: str, metrics: dict) -> dict:
-        """The phase's micro-batch as it stands, and how often an OOM halved it (0 normally)."""
-        if phase in self.sizes:
+        body = getattr(self, f"_{phase}")
+        with measure(phase, metrics, self.device):
+            retry = phase_retry(self.sizes[phase], self.device, self.faults, step) if phase in self.sizes else None
+            out, phase_metrics = body(None if batch is None else batch.to(self.device), retry, **kwargs)
+        metrics.update(phase_metrics)
+        if phase in self.sizes:  # the micro-batch as it stands, and how often an OOM halved it (0 normally)
             metrics[f"perf/oom_retries/{phase}"] = self.sizes[phase].retries
             metrics[f"perf/micro_size/{phase}"] = self.sizes[phase].value
-        return metrics
+        return (None if out is None else out.cpu()), metrics
 
-    def _generate(self, prompt_ids: list[list[int]], sampling: SamplingParams):
-        """The engine's generate; with an engine that decodes in micro-batches (hf), an OOM halves
-        them and re-runs: rows are seeded one by one, so the responses come out the same."""
-        if not hasattr(self.engine, "micro_batch_size"):
-            return self.engine.generate(prompt_ids, sampling)
-        if "gen" not in self.sizes:
-            self.sizes["gen"] = MicroSize("gen", "actor_rollout_ref.rollout.max_num_seqs", self.engine.micro_batch_size)
+    # ---------------------------------------------------------------- phases
+    def _generate(self, batch: TensorDict, retry, params: dict):
+        """One response per row of the left-padded prompts; adds the full sequences and masks."""
+        sampling = SamplingParams(**{**params, "seed": params.get("seed", 0) * 1009 + self.rank})
+        prompts, prompt_mask = batch["input_ids"], batch["attention_mask"]
+        if hasattr(self.engine, "micro_batch_size"):
+            # hf decodes in micro-batches; rows are seeded one by one, so a halved retry gives the same responses.
+            out = retry(lambda size: self.engine.generate(prompts, prompt_mask, sampling, micro_batch_size=size))
+        else:
+            out = self.engine.generate(prompts, prompt_mask, sampling)  # vLLM schedules its own batches
+        if self.cfg.actor_rollout_ref.rollout.free_cache_engine:
+            # Training gets the engine's memory back until the next generate (vLLM sleep mode on
+            # CUDA; on CPU only the prefix cache is dropped, see rollout/vllm.py).
+            self.engine.sleep()
+        responses, response_mask = out.responses.to(self.device), out.response_mask.to(self.device)
+        attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)  # [N, P+R]
+        return TensorDict({
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            # Positions count real tokens only, as the engine saw them.
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+            "responses": responses,
+            "response_mask": response_mask.long(),
+            "rollout_log_probs": out.log_probs.to(self.device),
+        }, batch_size=[len(responses)]), {}
 
-        def attempt(size: int):
-            self.engine.micro_batch_size, self.engine.calls = size, self.calls["gen"]
-            return self.engine.generate(prompt_ids, sampling)
+    def _old_log_prob(self, batch: TensorDict, retry):
+        size = self.sizes["old_log_prob"]
+        log_probs = retry(lambda _: forward_logprobs(self.actor.model, batch, size, self.temperature))
+        return TensorDict({"old_log_probs": log_probs}, batch_size=batch.batch_size), \
+            logprob_diff_metrics(log_probs, batch)
 
-        return retry_on_oom(self.sizes["gen"], attempt, self.device)
+    def _ref(self, batch: TensorDict, retry):
+        size = self.sizes["ref"]
+        if self.ref_model is None:  # LoRA: the actor with its adapter off
+            with self.actor.model.disable_adapter():
+                out = retry(lambda _: forward_logprobs(self.actor.model, batch, size, self.temperature))
+        else:
+            out = retry(lambda _: forward_logprobs(self.ref_model, batch, size, self.temperature))
+        return TensorDict({"ref_log_probs": out}, batch_size=batch.batch_size), {}
 
-    def _forward(self, phase: str, model, batch: TensorDict, prefix: str) -> torch.Tensor:
-        """Forward-only log-probs of `batch` under `model`, re-run with half the micro-batch after an OOM."""
-        if phase not in self.sizes:  # from the config; an OOM halves it for the rest of the run
-            section = OmegaConf.select(self.cfg, prefix)
-            self.sizes[phase] = MicroSize.from_config(phase, prefix, section, section.log_prob_use_dynamic_bsz,
-                                                      "log_prob_micro_batch_size_per_gpu",
-                                                      "log_prob_max_token_len_per_gpu")
-        self.calls[phase] = self.calls.get(phase, 0) + 1
-        size = self.sizes[phase]
-        return retry_on_oom(size, lambda _: forward_logprobs(model, batch, size, self.temperature,
-                                                             call=self.calls[phase]), self.device)
+    def _values(self, batch: TensorDict, retry):
+        out = retry(lambda size: self.critic.compute_values(batch, size))
+        return TensorDict({"values": out}, batch_size=batch.batch_size), {}
 
-    def compute_log_prob(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
-        metrics: dict = {}
-        with measure("old_log_prob", metrics, self.device):
-            out = self._forward("old_log_prob", self.actor.model, batch.to(self.device), "actor_rollout_ref.rollout")
-        return out.cpu(), self._size_metrics("old_log_prob", metrics)
+    def _update_actor(self, batch: TensorDict, retry):
+        return None, self.actor.update(batch, retry)
 
-    def compute_ref_log_prob(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
-        metrics: dict = {}
-        with measure("ref", metrics, self.device):
-            batch = batch.to(self.device)
-            if self.ref_model is None:
-                with self.actor.model.disable_adapter():
-                    out = self._forward("ref", self.actor.model, batch, "actor_rollout_ref.ref")
-            else:
-                out = self._forward("ref", self.ref_model, batch, "actor_rollout_ref.ref")
-        return out.cpu(), self._size_metrics("ref", metrics)
+    def _update_critic(self, batch: TensorDict, retry):
+        return None, self.critic.update(batch, retry)
 
-    def compute_values(self, batch: TensorDict) -> tuple[torch.Tensor, dict]:
-        metrics: dict = {}
-        if "values" not in self.sizes:
-            self.sizes["values"] = MicroSize("values", "critic.ppo_micro_batch_size_per_gpu",
-                                             self.cfg.critic.ppo_micro_batch_size_per_gpu)
-        with measure("values", metrics, self.device):
-            batch = batch.to(self.device)
-            out = retry_on_oom(self.sizes["values"], lambda s: self.critic.compute_values(batch, s), self.device)
-        return out.cpu(), self._size_metrics("values", metrics)
-
-    def update_actor(self, batch: TensorDict, per_rank_mini: int) -> dict:
-        metrics: dict = {}
-        with measure("update_actor", metrics, self.device):
-            metrics.update(self.actor.update(batch.to(self.device), per_rank_mini))
-        return metrics
-
-    def update_critic(self, batch: TensorDict, per_rank_mini: int) -> dict:
-        metrics: dict = {}
-        with measure("update_critic", metrics, self.device):
-            metrics.update(self.critic.update(batch.to(self.device), per_rank_mini,
-                                              self.cfg.actor_rollout_ref.actor.loss_agg_mode))
-        return metrics
-
-    def sync_weights(self) -> dict:
-        metrics: dict = {}
+    def _update_weights(self, _batch: None, _retry):
         stream: dict = {}
         bucket_mb = self.cfg.actor_rollout_ref.rollout.update_weights_bucket_mb
-        with measure("update_weights", metrics, self.device):
-            self.engine.sync_weights(iter_engine_weights(self.actor.model, bucket_mb, stream))
+        self.engine.sync_weights(iter_engine_weights(self.actor.model, bucket_mb, stream))
         # The gathered bytes the stream held at once (its largest bucket), counted as it goes: free,
         # unlike an allocation tracker; the engine's own share shows in perf/memory/update_weights/.
-        metrics["perf/update_weights/bucket_peak_mb"] = stream["peak_bucket_bytes"] / 2**20
-        metrics["perf/update_weights/buckets"] = stream["buckets"]
-        return metrics
+        return None, {"perf/update_weights/bucket_peak_mb": stream["peak_bucket_bytes"] / 2**20,
+                      "perf/update_weights/buckets": stream["buckets"]}
 
     # ---------------------------------------------------------------- checkpoints
     def save_checkpoint(self, directory: str, save_hf: bool, merge_lora: bool) -> dict:
@@ -212,7 +199,7 @@ class HybridWorker:
         if self.critic is not None:
             load_sharded(directory / "critic", self.critic.model, self.critic.optimizer, self.critic.scheduler,
                          restore_rng=False)
-        self.sync_weights()  # the engine still holds the weights it was built with
+        self._update_weights(None, None)  # the engine still holds the weights it was built with
 
     def start_from(self, directory: str, carry_optimizer: bool) -> None:
         """Start a curriculum stage from the previous stage's final checkpoint.
@@ -230,7 +217,7 @@ class HybridWorker:
             load_stage_start(path, part.model, part.optimizer, part.scheduler, carry_optimizer)
         if self.ref_model is not None:
             load_sharded(directory / "actor", self.ref_model, None, restore_rng=False)
-        self.sync_weights()
+        self._update_weights(None, None)
 
     # ---------------------------------------------------------------- for tests
     def actor_state(self) -> dict[str, torch.Tensor]:

@@ -3,6 +3,9 @@
     size = MicroSize("update_actor", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 16)
     stats = retry_on_oom(size, attempt, device, reset=optimizer.zero_grad)   # attempt(size.value)
 
+The worker's phase wrapper (workers/hybrid.py `run`) builds each phase's MicroSize from the step
+plan and hands the phase this retry.
+
 An attempt is all-or-nothing: the gradients of a failed attempt are dropped (`reset`) before the
 retry, and the loss normaliser is fixed per mini-batch (algos/aggregation.py), so the retried
 phase gives the same loss and gradient as an uninterrupted one, with nothing counted twice. The
@@ -44,13 +47,6 @@ class MicroSize:
     by_tokens: bool = False  # value is a token budget (use_dynamic_bsz)
     minimum: int = 1  # below this halving means nothing (one row; a budget of one row's tokens)
     retries: int = 0
-
-    @classmethod
-    def from_config(cls, phase: str, prefix: str, section, by_tokens: bool, micro_key: str,
-                    budget_key: str) -> "MicroSize":
-        """The phase's micro-batch, or its token budget when `by_tokens`, from config section `prefix`."""
-        key = budget_key if by_tokens else micro_key
-        return cls(phase, f"{prefix}.{key}", section[key], by_tokens)
 
     def split(self, batch: TensorDict, device: torch.device, with_index: bool = False):
         """`batch` in micro-batches of `value` rows, or packed to `value` tokens (see workers/micro.py);
@@ -104,3 +100,20 @@ def retry_on_oom(size: MicroSize, attempt: Callable[[int], T], device: torch.dev
             reset()
         _release(device)
         size.halve()
+
+
+def phase_retry(size: MicroSize, device: torch.device, faults=None, step: int | None = None):
+    """The retry a phase is handed by the worker's phase wrapper: `retry(attempt, reset=None)` runs
+    retry_on_oom on the phase's size. A test-injected OOM (logicrl/faults.py) fires at the end of a
+    successful attempt, so the retry must undo everything the attempt did."""
+
+    def retry(attempt: Callable[[int], T], reset: Callable[[], None] | None = None) -> T:
+        def guarded(value: int) -> T:
+            result = attempt(value)
+            if faults is not None and faults.oom_due(size.phase, step):
+                raise torch.OutOfMemoryError(f"injected at {size.phase}:{step} (LOGICRL_INJECT_FAULT)")
+            return result
+
+        return retry_on_oom(size, guarded, device, reset)
+
+    return retry

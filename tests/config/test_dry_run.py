@@ -50,7 +50,8 @@ def test_summary_with_reference_and_critic(dry_run):
     assert "critic     4 mini-batches of 2 prompts (4 responses) x 1 epochs = 4 optimizer steps per step" in out
     assert "a mini-batch is 4 responses = 2 micro-batches of 2 (gradient accumulation 2)" in out
     assert "ref log-prob: 4 forwards of <= 5" in out
-    assert "7 steps in all" in out
+    # 20 rows // 8 = 2 steps per epoch: total_training_steps=7 caps the run, it adds no epochs.
+    assert "2 steps per epoch, 2 steps in all (trainer.total_training_steps=7 is more than 1 epoch(s) hold)" in out
 
 
 def test_dry_run_prints_resolved_config_and_model(dry_run):

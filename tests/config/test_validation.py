@@ -102,13 +102,23 @@ def test_model_dir_without_config_json(data_files, tmp_path):
 
 def test_knobs_that_only_split_work_are_clamped_not_errors(data_files, tmp_path):
     result = run_main(*data_files, f"{ARR}.actor.ppo_mini_batch_size=256", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64",
-                      f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=7", "trainer.dry_run=true", cwd=tmp_path)
+                      f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=7", f"{ARR}.actor.ppo_epochs=2",
+                      "trainer.dry_run=true", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert f"{ARR}.actor.ppo_mini_batch_size=256 > data.train_batch_size=8: clamped to 8" in out
     assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64 > the 32 responses of a per-rank mini-batch: clamped to 32" in out
     # a forward-only micro-batch need not divide anything: 32 responses in forwards of <= 7 -> 5 forwards
+    # (two epochs: the update is off-policy after the first, so the old-log-prob pass runs)
     assert "old log-prob 5 forwards of <= 7" in out
+
+
+def test_summary_and_memory_table_agree_on_skipped_phases(data_files, tmp_path):
+    # One epoch of one mini-batch: on-policy, so neither the summary nor the memory table plans the pass.
+    result = run_main(*data_files, f"{ARR}.actor.ppo_mini_batch_size=8", "trainer.dry_run=true", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "old log-prob skipped (on-policy" in result.stdout
+    assert "old_log_prob     skipped: on-policy" in result.stdout
 
 
 def test_custom_reward_without_the_named_function(data_files, tmp_path):

@@ -28,8 +28,12 @@ def data(tmp_path_factory):
 
 
 def inputs(data, *overrides) -> tuple:
-    cfg, spec, _ = validate(compose([f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B, *overrides]))
-    return cfg, spec, PlanInputs.from_config(cfg, spec, "cuda")
+    cfg, spec, plan = validate(compose([f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B, *overrides]))
+    return cfg, spec, PlanInputs.from_plan(plan, cfg, spec, "cuda")
+
+
+def step_plan(data, *overrides):
+    return validate(compose([f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B, *overrides]))
 
 
 def test_plan_has_every_phase_and_skips_what_does_not_run(data):
@@ -83,12 +87,17 @@ def test_auto_micro_batch_picks_the_largest_that_fits(data):
 
 
 def test_preflight_applies_auto_micro_batch_and_refuses_what_cannot_fit(data):
-    cfg, spec, _ = inputs(data, "trainer.gpu_memory_gb=80", "trainer.auto_micro_batch=true")
-    table, overrides = preflight(cfg, spec)
-    assert overrides and "auto_micro_batch:" in table
-    cfg, spec, _ = inputs(data, "trainer.gpu_memory_gb=12")  # the 7B's own weights do not fit
+    cfg, spec, plan = step_plan(data, "trainer.gpu_memory_gb=80", "trainer.auto_micro_batch=true")
+    table, fitted = preflight(cfg, spec, plan)
+    assert "auto_micro_batch:" in table
+    # A new plan, the config untouched: the actor's micro-batch is the one auto_micro_batch picked.
+    key = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
+    assert fitted.micro("update_actor").value < plan.micro("update_actor").value
+    assert f"{key}={fitted.micro('update_actor').value}" in table
+    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == plan.micro("update_actor").value
+    cfg, spec, plan = step_plan(data, "trainer.gpu_memory_gb=12")  # the 7B's own weights do not fit
     with pytest.raises(ConfigError, match=r"needs .* GB > 11.0 GB usable per device"):
-        preflight(cfg, spec)
+        preflight(cfg, spec, plan)
 
 
 @pytest.mark.integration

@@ -1,8 +1,12 @@
 """A tiny random Qwen2 (the embedded model's shape), built offline with a fixed seed."""
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 import transformers
+
+from logicrl.workers.rollout import SamplingParams
 
 
 def build_tiny_qwen2(seed: int = 0):
@@ -25,12 +29,44 @@ def tiny_qwen2():
     return build_tiny_qwen2().eval()
 
 
-def trainer_inputs(prompts, out, pad_id):
-    """The trainer's view of a rollout (logicrl.trainer.batch.build_batch): [B*n, P+R] ids, mask, positions."""
-    from logicrl.trainer.batch import build_batch
+@dataclass(frozen=True)
+class Ask:
+    """What a test asks an engine for: sampling parameters, and each prompt repeated n times
+    (the controller's job in training, trainer/batch.py). Reads through to the parameters."""
 
-    batch = build_batch([prompts[i] for i in out.prompt_index.tolist()], out.responses, out.response_mask, pad_id)
-    return batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+    n: int
+    params: SamplingParams
+
+    def __getattr__(self, name):
+        return getattr(self.params, name)
+
+
+def ask(n: int = 1, **params) -> Ask:
+    return Ask(n, SamplingParams(**params))
+
+
+def left_padded(prompts, n: int = 1, pad_id: int = 0):
+    """Token lists -> left-padded input_ids, attention_mask [len(prompts) * n, P], prompt-major."""
+    rows = [p for p in prompts for _ in range(n)]
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+def generate(engine, prompts, asked, pad_id: int = 0, **kwargs):
+    asked = asked if isinstance(asked, Ask) else Ask(1, asked)
+    return engine.generate(*left_padded(prompts, asked.n, pad_id), asked.params, **kwargs)
+
+
+def trainer_inputs(prompts, out, pad_id):
+    """The trainer's view of a rollout (workers/hybrid.py's generate): [N, P+R] ids, mask, positions."""
+    ids, mask = left_padded(prompts, out.responses.shape[0] // len(prompts), pad_id)
+    attention_mask = torch.cat([mask, out.response_mask.long()], dim=1)
+    return torch.cat([ids, out.responses], dim=1), attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
 def assert_engine_logprobs_match(model, prompts, out, params, pad_id):

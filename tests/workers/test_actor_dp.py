@@ -32,15 +32,15 @@ def make_batch(n: int = 8, prompt: int = 5, response: int = 6) -> TensorDict:
 
 
 def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = None, fault: str | None = None):
-    import os
-
     from tests.workers.conftest import build_tiny_qwen2
+    from logicrl.config.plan import Micro, Update
+    from logicrl.faults import Faults, parse
     from logicrl.workers.actor import Actor
     from logicrl.workers.fsdp import build_optimizer, init_distributed, iter_full_params, shard_model
+    from logicrl.workers.oom import MicroSize, phase_retry
+    from logicrl.workers.update import Trained
 
     torch.set_num_threads(1)
-    if fault:
-        os.environ["LOGICRL_INJECT_FAULT"] = fault
     device = torch.device("cpu")
     mesh = init_distributed(rank, world, "127.0.0.1", port, device)
     model = shard_model(build_tiny_qwen2(seed=0), mesh, device)
@@ -48,9 +48,15 @@ def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = N
     # Plain SGD with lr 1: the step is exactly minus the gradient, so comparing parameters
     # compares gradients (Adam's first step, ~lr * sign(g), would magnify float noise in tiny g).
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    actor = Actor(model, optimizer, scheduler, OmegaConf.create({**ACTOR_CFG, **(overrides or {})}), 1.0, device, world)
+    cfg = OmegaConf.create({**ACTOR_CFG, **(overrides or {})})
     shard = make_batch().chunk(world)[rank]
-    metrics = actor.update(shard, per_rank_mini=len(shard))
+    key = "ppo_max_token_len_per_gpu" if cfg.use_dynamic_bsz else "ppo_micro_batch_size_per_gpu"
+    micro = Micro(key, cfg[key], cfg.use_dynamic_bsz)
+    size = MicroSize("update_actor", key, micro.value, micro.by_tokens)
+    update = Update(mini_prompts=len(shard), per_rank_mini=len(shard), micro=micro, ppo_epochs=1, num_mini=1)
+    role = Trained("actor", model, optimizer, scheduler, update, size, cfg.loss_agg_mode, cfg.grad_clip, world, device)
+    metrics = Actor(role, cfg, 1.0).update(shard, phase_retry(size, device, Faults(parse(fault or "")), step=1))
+    metrics.update({"perf/oom_retries/update_actor": size.retries, "perf/micro_size/update_actor": size.value})
     params = {name: t.clone() for name, t in iter_full_params(model)}
     if rank == 0:
         torch.save({"metrics": metrics, "grad_norm": metrics["actor/grad_norm"], "params": params}, out)

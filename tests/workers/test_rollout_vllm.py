@@ -11,11 +11,17 @@ from logicrl.models.loading import checkpoint_dir, load_causal_lm  # noqa: E402
 from logicrl.models.logprob import causal_lm_logprobs  # noqa: E402
 from logicrl.workers.rollout import RolloutEngine, SamplingParams  # noqa: E402
 from logicrl.workers.rollout.vllm import VLLMRolloutEngine  # noqa: E402
-from tests.workers.conftest import assert_engine_logprobs_match, assert_stops_right_after_eos, trainer_inputs
+from tests.workers.conftest import (  # noqa: E402
+    ask,
+    assert_engine_logprobs_match,
+    assert_stops_right_after_eos,
+    generate,
+    trainer_inputs,
+)
 
 PAD = 0
 PROMPTS = [[17, 250, 3, 99], [5, 6, 7, 8, 9, 10, 11], [42]]  # different lengths
-GREEDY = SamplingParams(n=2, do_sample=False, max_tokens=8)
+GREEDY = ask(n=2, do_sample=False, max_tokens=8)
 
 
 @pytest.fixture(scope="module")
@@ -54,30 +60,29 @@ def test_engine_satisfies_the_protocol(engine):
 
 
 def test_shapes_masks_and_prompt_major_order(engine):
-    out = engine.generate(PROMPTS, SamplingParams(n=2, max_tokens=6, seed=0))
+    out = generate(engine, PROMPTS, ask(n=2, max_tokens=6, seed=0))
     assert out.responses.shape == out.response_mask.shape == out.log_probs.shape == (6, 6)
-    assert out.prompt_index.tolist() == [0, 0, 1, 1, 2, 2]
     assert out.responses.dtype == torch.long and out.log_probs.dtype == torch.float32
     assert out.response_mask.all()  # no EOS configured: every response runs to max_tokens
     # Content follows the index: greedy rows 2i and 2i+1 are prompt i's answer alone.
-    greedy = engine.generate(PROMPTS, GREEDY)
+    greedy = generate(engine, PROMPTS, GREEDY)
     for i, prompt in enumerate(PROMPTS):
-        alone = engine.generate([prompt], SamplingParams(do_sample=False, max_tokens=8))
+        alone = generate(engine, [prompt], ask(do_sample=False, max_tokens=8))
         assert torch.equal(greedy.responses[2 * i], alone.responses[0])
         assert torch.equal(greedy.responses[2 * i + 1], alone.responses[0])
 
 
 def test_masks_stop_right_after_eos(engine, monkeypatch):
-    free = engine.generate(PROMPTS, GREEDY)
+    free = generate(engine, PROMPTS, GREEDY)
     eos = free.responses[0, 3].item()  # a token greedy decoding is known to emit, at step 3 or earlier
     monkeypatch.setattr(engine, "eos_ids", [eos])
-    out = engine.generate(PROMPTS, GREEDY)
+    out = generate(engine, PROMPTS, GREEDY)
     assert_stops_right_after_eos(free, out, eos, PAD, max_tokens=8)
     assert out.response_lengths[0] <= 4  # the stop really happened
 
 
 def test_greedy_is_deterministic_and_the_hf_argmax(engine, hf_model):
-    first, second = engine.generate(PROMPTS, GREEDY), engine.generate(PROMPTS, GREEDY)
+    first, second = generate(engine, PROMPTS, GREEDY), generate(engine, PROMPTS, GREEDY)
     assert torch.equal(first.responses, second.responses)
     torch.testing.assert_close(first.log_probs, second.log_probs, atol=0, rtol=0)
     input_ids, attention_mask, position_ids = trainer_batch(PROMPTS, first)
@@ -89,7 +94,7 @@ def test_greedy_is_deterministic_and_the_hf_argmax(engine, hf_model):
 
 def test_same_seed_same_samples_other_seed_other_samples(engine):
     def sample(seed):
-        return engine.generate(PROMPTS, SamplingParams(n=2, max_tokens=8, seed=seed)).responses
+        return generate(engine, PROMPTS, ask(n=2, max_tokens=8, seed=seed)).responses
 
     assert torch.equal(sample(7), sample(7))
     assert not torch.equal(sample(7), sample(8))
@@ -99,16 +104,16 @@ def test_seeded_batch_beyond_one_steps_token_budget(engine):
     # 6 x 100 prompt tokens > max_num_batched_tokens=512. With chunked prefill a seeded request
     # split over two steps made vLLM's CPU runner rewind a CPU generator and raise (vllm.py, point 3).
     prompts = [[(5 * i + j) % 700 + 3 for j in range(100)] for i in range(6)]
-    params = SamplingParams(n=2, max_tokens=4, seed=11)
-    first = engine.generate(prompts, params)
-    assert torch.equal(first.responses, engine.generate(prompts, params).responses)
+    params = ask(n=2, max_tokens=4, seed=11)
+    first = generate(engine, prompts, params)
+    assert torch.equal(first.responses, generate(engine, prompts, params).responses)
 
 
 PARAMS = [
-    SamplingParams(n=2, temperature=0.7, top_p=0.9, top_k=50, max_tokens=10, seed=3),
-    SamplingParams(n=2, temperature=1.3, max_tokens=10, seed=4),
-    SamplingParams(n=1, temperature=0.0, max_tokens=10),  # greedy, scored at T=1
-    SamplingParams(n=1, temperature=0.6, do_sample=False, max_tokens=10),  # greedy, scored at T=0.6
+    ask(n=2, temperature=0.7, top_p=0.9, top_k=50, max_tokens=10, seed=3),
+    ask(n=2, temperature=1.3, max_tokens=10, seed=4),
+    ask(n=1, temperature=0.0, max_tokens=10),  # greedy, scored at T=1
+    ask(n=1, temperature=0.6, do_sample=False, max_tokens=10),  # greedy, scored at T=0.6
 ]
 PARAM_IDS = ["filtered", "hot", "greedy", "greedy-tempered"]
 
@@ -117,7 +122,7 @@ PARAM_IDS = ["filtered", "hot", "greedy", "greedy-tempered"]
 def test_engine_log_probs_equal_the_trainers_recomputation(engine, hf_model, params):
     # "filtered" is the case vLLM's own logprobs modes get wrong (processed_logprobs renormalises
     # over the kept tokens, raw_logprobs ignores the temperature).
-    assert_trainer_agrees(hf_model, engine.generate(PROMPTS, params), params)
+    assert_trainer_agrees(hf_model, generate(engine, PROMPTS, params), params)
 
 
 def perturbed_copy(seed=0):
@@ -131,19 +136,19 @@ def perturbed_copy(seed=0):
 
 def test_log_probs_agree_after_syncing_perturbed_weights(synced, hf_model):
     actor = perturbed_copy()
-    before = synced.generate(PROMPTS, GREEDY)
+    before = generate(synced, PROMPTS, GREEDY)
     synced.sleep()
     synced.sync_weights(actor.named_parameters())  # a generator: one tensor at a time
     synced.wake()
     for params in PARAMS:
-        out = synced.generate(PROMPTS, params)  # same prompts: the prefix cache must not serve old KV
+        out = generate(synced, PROMPTS, params)  # same prompts: the prefix cache must not serve old KV
         assert_trainer_agrees(actor, out, params)
-    assert not torch.equal(synced.generate(PROMPTS, GREEDY).responses, before.responses)
+    assert not torch.equal(generate(synced, PROMPTS, GREEDY).responses, before.responses)
 
 
 def test_a_sync_that_makes_one_token_dominate_changes_what_is_generated(synced, hf_model):
     token = 700
-    before = synced.generate(PROMPTS, GREEDY)
+    before = generate(synced, PROMPTS, GREEDY)
     assert (before.responses == token).float().mean() < 0.2
     # Tied embeddings: lm_head row `token` is its embedding row. Aligned with the mean final hidden
     # state and scaled up, its logit beats every other token at every position.
@@ -155,18 +160,18 @@ def test_a_sync_that_makes_one_token_dominate_changes_what_is_generated(synced, 
     new_embed[token] = 50 * direction
     synced.sync_weights((name, new_embed if name == "model.embed_tokens.weight" else p)
                         for name, p in hf_model.named_parameters())
-    after = synced.generate(PROMPTS, GREEDY)
+    after = generate(synced, PROMPTS, GREEDY)
     assert (after.responses == token).float().mean() > 0.9
 
 
 def test_sync_drops_prefix_cache_computed_with_old_weights(synced):
     # CPU blocks hold 128 tokens and only full blocks are cached, so the prompt spans two.
     long_prompt = [[(7 * i) % 700 + 3 for i in range(260)]]
-    params = SamplingParams(do_sample=False, max_tokens=8)
-    synced.generate(long_prompt, params)  # fills the prefix cache with the old weights' KV
+    params = ask(do_sample=False, max_tokens=8)
+    generate(synced, long_prompt, params)  # fills the prefix cache with the old weights' KV
     actor = perturbed_copy(seed=1)
     synced.sync_weights(actor.named_parameters())
-    out = synced.generate(long_prompt, params)
+    out = generate(synced, long_prompt, params)
     ids = torch.cat([torch.tensor(long_prompt), out.responses], dim=1)  # [1, P+R]
     with torch.no_grad():
         recomputed, _ = causal_lm_logprobs(actor, ids, torch.ones_like(ids), torch.arange(ids.shape[1])[None], 8)

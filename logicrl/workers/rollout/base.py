@@ -1,6 +1,6 @@
 """The rollout interface: sampling parameters, what an engine returns, and the engine Protocol.
 
-Every engine (HF here, vLLM in issue 6) satisfies `RolloutEngine`, so the step loop never knows
+Every engine (vLLM, and HF where vLLM is absent) satisfies `RolloutEngine`, so the step loop never knows
 which one it drives. The contract that matters most is the log-prob definition below: the
 trainer recomputes exactly this quantity for the same tokens, and the two must agree (that
 test is what proves weight sync and the sampler are right).
@@ -27,7 +27,6 @@ import torch
 class SamplingParams:
     """How to sample; the names follow vLLM's SamplingParams and verl's rollout config."""
 
-    n: int = 1  # responses per prompt
     temperature: float = 1.0  # 0 means greedy, as in vLLM
     top_p: float = 1.0  # nucleus mass kept; 1.0 = off
     top_k: int = -1  # most likely tokens kept; -1 = off
@@ -36,8 +35,6 @@ class SamplingParams:
     do_sample: bool = True  # False: greedy whatever the temperature (verl's val_kwargs.do_sample)
 
     def __post_init__(self):
-        if self.n < 1:
-            raise ValueError(f"rollout n={self.n} must be >= 1")
         if self.max_tokens < 1:
             raise ValueError(f"rollout max_tokens={self.max_tokens} must be >= 1")
         if self.temperature < 0:
@@ -59,28 +56,28 @@ class SamplingParams:
 
 @dataclass
 class RolloutOutput:
-    """B*n responses, prompt-major: rows [i*n, (i+1)*n) are the n samples of prompt i.
+    """One response per input row, in input order. The rows are the step's prompts already
+    repeated rollout.n times by the controller (trainer/batch.py), the one place groups are made.
 
     R is always SamplingParams.max_tokens, whatever lengths were generated: every rank and every
     step then produces the same shapes, which the memory plan and batch concatenation rely on.
     """
 
-    responses: torch.Tensor  # [B*n, R] int64, right-padded with the engine's pad_id
-    response_mask: torch.Tensor  # [B*n, R] int64, 1 for generated tokens (the EOS included), 0 after
-    log_probs: torch.Tensor  # [B*n, R] float32, the engine's log-probs (module docstring); 0 where masked
-    prompt_index: torch.Tensor  # [B*n] int64, which input prompt each row answers
+    responses: torch.Tensor  # [N, R] int64, right-padded with the engine's pad_id
+    response_mask: torch.Tensor  # [N, R] int64, 1 for generated tokens (the EOS included), 0 after
+    log_probs: torch.Tensor  # [N, R] float32, the engine's log-probs (module docstring); 0 where masked
 
     @property
     def response_lengths(self) -> torch.Tensor:
-        return self.response_mask.sum(-1)  # [B*n]
+        return self.response_mask.sum(-1)  # [N]
 
 
 @runtime_checkable
 class RolloutEngine(Protocol):
     """What the step loop needs from a rollout engine. Each rank calls it for its own prompt shard."""
 
-    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> RolloutOutput:
-        """Sample params.n responses for each prompt (unpadded token ids), returned prompt-major."""
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams) -> RolloutOutput:
+        """Sample one response for each row of left-padded prompts input_ids / attention_mask [N, P]."""
         ...
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

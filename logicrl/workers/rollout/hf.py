@@ -1,9 +1,10 @@
 """Rollout with the HF model itself: a manual KV-cached sampling loop, micro-batched.
 
 The fallback engine where vLLM is absent, and the reference the vLLM engine is checked
-against. It shares the module the actor trains (or a copy it is given), so it owns no weights:
-sleep()/wake() have nothing to release, and sync_weights() only copies when handed tensors that
-are not already its own.
+against. It runs the model it is given: in training its own full copy of the policy
+(engines._hf), synced from the actor after each update; tests may hand it the actor's module,
+and then sync_weights() copies nothing. Its KV cache lives inside one generate() call, so
+sleep()/wake() have nothing to release.
 
 Why not `model.generate`: it draws from the global RNG (no per-call generator, so no
 reproducible rollouts without touching global state), its `scores` are taken after its logits
@@ -19,7 +20,6 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from logicrl.trainer.faults import maybe_fail
 from logicrl.workers.rollout.base import RolloutOutput, SamplingParams
 
 
@@ -73,8 +73,9 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams,
 class HFRolloutEngine:
     """RolloutEngine over a HF *ForCausalLM (or a peft wrapper of one).
 
-    micro_batch_size caps the sequences decoded together (prompts repeated n times), so the KV
-    cache and the [b, V] logits of a step stay bounded whatever B*n is.
+    micro_batch_size caps the sequences decoded together, so the KV cache and the [b, V] logits
+    of a step stay bounded whatever the number of rows is; `generate` may be given a smaller one
+    (the worker's OOM retry halves it).
     """
 
     def __init__(self, model: nn.Module, pad_id: int, eos_ids: Sequence[int], micro_batch_size: int):
@@ -84,13 +85,16 @@ class HFRolloutEngine:
         self.pad_id = int(pad_id)
         self.eos_ids = [int(t) for t in eos_ids]  # may be empty: then only max_tokens stops a response
         self.micro_batch_size = micro_batch_size
-        self.calls = 0  # the caller's step label for fault injection (trainer/faults.py); HybridWorker sets it
 
-    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> RolloutOutput:
-        if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
-            raise ValueError("generate needs at least one prompt, and every prompt at least one token")
-        rows = [list(p) for p in prompt_ids for _ in range(params.n)]  # prompt-major
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,
+                 micro_batch_size: int | None = None) -> RolloutOutput:
+        """One response per row of the left-padded prompts input_ids / attention_mask [N, P]."""
+        if input_ids.shape[0] == 0 or not bool(attention_mask[:, -1].all()):
+            raise ValueError("generate needs at least one prompt, every prompt left-padded and at least one token")
+        micro = micro_batch_size or self.micro_batch_size
         device = next(self.model.parameters()).device
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        rows = input_ids.shape[0]
 
         chunks = []
         was_training = self.model.training
@@ -99,27 +103,23 @@ class HFRolloutEngine:
             # no_grad, not inference_mode: the returned ids feed the trainer's forward, where
             # inference tensors cannot be saved for backward (the embedding saves its indices).
             with torch.no_grad():
-                for start in range(0, len(rows), self.micro_batch_size):
-                    end = min(start + self.micro_batch_size, len(rows))
+                for start in range(0, rows, micro):
+                    end = min(start + micro, rows)
                     generators = row_generators(params.seed, range(start, end), device)
-                    if end == len(rows):  # fault injection (tests): an OOM after earlier micro-batches finished
-                        maybe_fail("gen", self.calls, kinds=("oom",))
-                    chunks.append(self._generate_micro_batch(rows[start:end], params, generators, device))
+                    chunks.append(self._generate_micro_batch(input_ids[start:end], attention_mask[start:end], params,
+                                                             generators, device))
         finally:
             self.model.train(was_training)
         responses, response_mask, log_probs = (torch.cat(parts) for parts in zip(*chunks, strict=True))
-        prompt_index = torch.arange(len(prompt_ids), device=device).repeat_interleave(params.n)  # [B*n]
-        return RolloutOutput(responses=responses, response_mask=response_mask, log_probs=log_probs,
-                             prompt_index=prompt_index)
+        return RolloutOutput(responses=responses, response_mask=response_mask, log_probs=log_probs)
 
-    def _generate_micro_batch(self, prompts: list[list[int]], params: SamplingParams,
+    def _generate_micro_batch(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,
                               generators: list[torch.Generator] | None, device: torch.device):
-        b, width, steps = len(prompts), max(map(len, prompts)), params.max_tokens
-        input_ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=device)  # [b, P]
-        attention_mask = torch.zeros((b, width), dtype=torch.long, device=device)  # [b, P]
-        for i, prompt in enumerate(prompts):  # left padding: every row's next token is at column P
-            input_ids[i, width - len(prompt):] = torch.tensor(prompt, device=device)
-            attention_mask[i, width - len(prompt):] = 1
+        # Left padding: every row's next token is at the last column. The rows were padded to the
+        # longest prompt of the whole batch; columns that are padding in every row are dropped.
+        first = int(attention_mask.any(0).long().argmax())
+        input_ids, attention_mask = input_ids[:, first:], attention_mask[:, first:].long()  # [b, P]
+        b, steps = input_ids.shape[0], params.max_tokens
         # Positions count real tokens only, so a padded prompt sees the positions it would alone.
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [b, P]
         next_position = position_ids[:, -1:] + 1  # [b, 1]

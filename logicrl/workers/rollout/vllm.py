@@ -153,9 +153,7 @@ class VLLMRolloutEngine:
     def _vllm_params(self, params: SamplingParams, seed: int | None):
         import vllm
 
-        # vLLM refuses n > 1 with greedy sampling; generate() sends greedy prompts n times instead.
-        common = dict(n=1 if params.greedy else params.n, max_tokens=params.max_tokens, seed=seed, logprobs=0,
-                      detokenize=False,
+        common = dict(n=1, max_tokens=params.max_tokens, seed=seed, logprobs=0, detokenize=False,
                       # Stop exactly at our eos_ids, not at whatever generation_config.json lists.
                       ignore_eos=True, stop_token_ids=self.eos_ids)
         if params.greedy and params.logprob_temperature == 1.0:
@@ -165,36 +163,40 @@ class VLLMRolloutEngine:
         return vllm.SamplingParams(temperature=params.temperature, top_p=params.top_p,
                                    top_k=params.top_k if params.top_k > 0 else 0, **common)
 
-    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> RolloutOutput:
-        if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams) -> RolloutOutput:
+        """One response per row of the left-padded prompts input_ids / attention_mask [N, P].
+
+        The controller has already repeated each prompt rollout.n times (trainer/batch.py), so every
+        row is its own request with n=1; vLLM's prefix cache shares the repeated prompts' KV.
+        """
+        prompts = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids.cpu(), attention_mask.cpu())]
+        if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate needs at least one prompt, and every prompt at least one token")
-        longest = max(map(len, prompt_ids))
+        longest = max(map(len, prompts))
         if longest + params.max_tokens > self.max_model_len:
             raise ValueError(f"prompt of {longest} tokens + max_tokens={params.max_tokens} exceeds the engine's "
                              f"max_model_len={self.max_model_len}: raise data.max_prompt_length + "
                              "data.max_response_length or shorten the prompts")
         if self.asleep:
             self.wake()
-        copies = params.n if params.greedy else 1  # requests per prompt; vLLM's own n covers the rest
-        requests = [list(p) for p in prompt_ids for _ in range(copies)]  # prompt-major
-        # vLLM gives the k-th of a request's n samples seed + k, so one seed for every prompt would
-        # reuse the same noise across prompts: each request gets its own seed, drawn from params.seed.
-        seeds: list[int | None] = [None] * len(requests)
+        # Each request gets its own seed, drawn from params.seed: one seed for every row would
+        # give the n copies of a prompt the same noise, hence the same response.
+        seeds: list[int | None] = [None] * len(prompts)
         if params.seed is not None:
             g = torch.Generator().manual_seed(params.seed)
-            seeds = torch.randint(0, 2**62, (len(requests),), generator=g).tolist()
+            seeds = torch.randint(0, 2**62, (len(prompts),), generator=g).tolist()
         from vllm.inputs import TokensPrompt
 
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in requests],
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                                     [self._vllm_params(params, s) for s in seeds], use_tqdm=False)
-        # LLM.generate returns requests in input order; a request's samples are ordered by index.
-        samples = [sample for request in outputs for sample in sorted(request.outputs, key=lambda c: c.index)]
+        # LLM.generate returns requests in input order.
+        samples = [request.outputs[0] for request in outputs]
 
-        rows, width = len(prompt_ids) * params.n, params.max_tokens
+        rows, width = len(prompts), params.max_tokens
         assert len(samples) == rows, f"vLLM returned {len(samples)} samples for {rows} rows"
-        responses = torch.full((rows, width), self.pad_id, dtype=torch.long)  # [B*n, R]
-        response_mask = torch.zeros((rows, width), dtype=torch.long)  # [B*n, R]
-        log_probs = torch.zeros((rows, width), dtype=torch.float32)  # [B*n, R]
+        responses = torch.full((rows, width), self.pad_id, dtype=torch.long)  # [N, R]
+        response_mask = torch.zeros((rows, width), dtype=torch.long)  # [N, R]
+        log_probs = torch.zeros((rows, width), dtype=torch.float32)  # [N, R]
         for row, sample in enumerate(samples):
             tokens = list(sample.token_ids)
             responses[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
@@ -202,9 +204,7 @@ class VLLMRolloutEngine:
             # logprobs=0: each step's dict holds just the sampled token's entry.
             log_probs[row, :len(tokens)] = torch.tensor(
                 [step[t].logprob for step, t in zip(sample.logprobs, tokens, strict=True)])
-        prompt_index = torch.arange(len(prompt_ids)).repeat_interleave(params.n)  # [B*n]
-        return RolloutOutput(responses=responses, response_mask=response_mask, log_probs=log_probs,
-                             prompt_index=prompt_index)
+        return RolloutOutput(responses=responses, response_mask=response_mask, log_probs=log_probs)
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load (HF name, full tensor) pairs into the running engine, consuming them as a stream.

@@ -1,0 +1,234 @@
+"""The step plan: every number a training step derives from the config, worked out once.
+
+    plan = build_plan(cfg, train_rows)    # cfg typed, migrated and normalised (config/validate.py)
+
+verl's batch meanings:
+  data.train_batch_size                 prompts per step (global)
+  rollout.n                             responses per prompt
+  *.ppo_mini_batch_size                 prompts per optimizer step (global)
+  *.ppo_micro_batch_size_per_gpu        responses per forward/backward on one rank
+  *.log_prob_micro_batch_size_per_gpu   responses per forward-only pass on one rank
+  *_max_token_len_per_gpu               a micro-batch's token budget, with use_dynamic_bsz
+
+This module is the only reader of those keys. The dry-run summary, the memory planner (and its
+auto_micro_batch), the trainer and the workers read the plan: how many prompts, responses and
+ranks; how many steps (`count_steps`); which phases run and why the others are skipped; and
+each phase's micro-batch or token budget with the key that sets it. `with_micro` gives a new
+plan with other micro-batch values (auto_micro_batch, OOM-halved values are per-rank state).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from omegaconf import DictConfig
+
+from logicrl.config.errors import ConfigError
+
+ARR = "actor_rollout_ref"
+
+# The phases of one step, in order, in the one spelling used by the step loop (timing_s/<phase>),
+# the workers' memory metrics (perf/memory/<phase>/...), the planner, the dry run and the benchmarks.
+PHASES = ("generate", "reward", "old_log_prob", "ref", "values", "advantages", "update_critic", "update_actor",
+          "update_weights")
+# The phases that run on the workers, i.e. the ones with a memory footprint to plan and measure.
+WORKER_PHASES = ("generate", "old_log_prob", "ref", "values", "update_critic", "update_actor", "update_weights")
+
+
+@dataclass(frozen=True)
+class Micro:
+    """How a phase splits a rank's rows: `value` rows per pass, or about `value` tokens (by_tokens)."""
+
+    key: str  # the config key that sets it, for messages and suggestions
+    value: int
+    by_tokens: bool = False
+
+    def describe(self) -> str:
+        return f"<= {self.value} tokens" if self.by_tokens else f"{self.value} rows"
+
+
+@dataclass(frozen=True)
+class Update:
+    """One trained role (actor or critic): its mini- and micro-batches on one rank."""
+
+    mini_prompts: int  # prompts per optimizer step (global)
+    per_rank_mini: int  # responses per optimizer step on one rank
+    micro: Micro  # rows per forward/backward, or a token budget
+    ppo_epochs: int
+    num_mini: int  # mini-batches per step
+
+    @property
+    def grad_accum(self) -> int | None:
+        """Micro-batches per mini-batch; None when packed by tokens (it varies)."""
+        return None if self.micro.by_tokens else self.per_rank_mini // self.micro.value
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.num_mini * self.ppo_epochs
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    name: str
+    skipped: str | None  # why the phase does not run; None when it runs
+    micro: Micro | None  # None for phases that do not split their rows
+
+    @property
+    def runs(self) -> bool:
+        return self.skipped is None
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    prompts: int  # per step, global
+    n: int  # responses per prompt
+    ranks: int
+    train_rows: int  # usable training prompts (rows in the files until the trainer has filtered them)
+    total_epochs: int
+    max_steps: int | None  # trainer.total_training_steps; None: every epoch runs
+    actor: Update
+    critic: Update | None  # only with a critic (gae)
+    phases: tuple[PhasePlan, ...]  # in PHASES order
+
+    @property
+    def responses(self) -> int:
+        return self.prompts * self.n
+
+    @property
+    def per_rank_responses(self) -> int:
+        return self.responses // self.ranks
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return count_steps(self.train_rows, self.prompts, self.total_epochs, self.max_steps)[0]
+
+    @property
+    def total_steps(self) -> int:
+        return count_steps(self.train_rows, self.prompts, self.total_epochs, self.max_steps)[1]
+
+    def phase(self, name: str) -> PhasePlan:
+        for p in self.phases:
+            if p.name == name:
+                return p
+        raise KeyError(f"no phase {name!r}; the phases are {', '.join(PHASES)}")
+
+    def runs(self, name: str) -> bool:
+        return self.phase(name).runs
+
+    def micro(self, name: str) -> Micro:
+        micro = self.phase(name).micro
+        if micro is None:
+            raise KeyError(f"phase {name!r} has no micro-batch")
+        return micro
+
+    def forwards(self, name: str) -> int:
+        """Forward-only passes per rank of a fixed-size phase; the last may be smaller."""
+        return math.ceil(self.per_rank_responses / self.micro(name).value)
+
+    def for_rows(self, train_rows: int) -> StepPlan:
+        """The same plan over `train_rows` usable prompts (after truncation=filter / skip_bad_rows)."""
+        if train_rows < self.prompts:
+            raise ConfigError(f"data.train_files hold {train_rows} usable prompts, fewer than data.train_batch_size="
+                              f"{self.prompts}: no step could run; lower the batch or add data")
+        return replace(self, train_rows=train_rows)
+
+    def with_micro(self, values: dict[str, int]) -> StepPlan:
+        """A new plan with the micro-batches or token budgets set by config key in `values` changed."""
+        known = {p.micro.key for p in self.phases if p.micro is not None}
+        unknown = set(values) - known
+        if unknown:
+            raise KeyError(f"not a micro-batch key of this plan: {sorted(unknown)}")
+
+        def swap(micro: Micro | None) -> Micro | None:
+            return replace(micro, value=values[micro.key]) if micro is not None and micro.key in values else micro
+
+        phases = tuple(replace(p, micro=swap(p.micro)) for p in self.phases)
+        updates = {role: replace(u, micro=swap(u.micro)) for role, u in (("actor", self.actor), ("critic", self.critic))
+                   if u is not None}
+        for role, u in updates.items():
+            _check_divides(u, role)
+        return replace(self, phases=phases, **updates)
+
+
+def count_steps(train_rows: int, prompts: int, total_epochs: int, max_steps: int | None) -> tuple[int, int]:
+    """(steps per epoch, steps in all). The last incomplete batch of an epoch is dropped, as verl does:
+    every step sees the same batch size. trainer.total_training_steps caps the run, it never adds epochs."""
+    per_epoch = train_rows // prompts
+    every_epoch = per_epoch * total_epochs
+    return per_epoch, min(every_epoch, max_steps) if max_steps else every_epoch
+
+
+def uses_critic(cfg: DictConfig) -> bool:
+    return cfg.algorithm.adv_estimator == "gae"
+
+
+def uses_ref(cfg: DictConfig) -> bool:
+    return bool(cfg[ARR].actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+
+
+def _micro(prefix: str, section: DictConfig, by_tokens: bool, rows_key: str, tokens_key: str) -> Micro:
+    key = tokens_key if by_tokens else rows_key
+    return Micro(f"{prefix}.{key}", int(section[key]), by_tokens)
+
+
+def _update(prefix: str, role: DictConfig, prompts: int, n: int, ranks: int) -> Update:
+    mini = role.ppo_mini_batch_size
+    if prompts % mini:
+        raise ConfigError(f"{prefix}.ppo_mini_batch_size={mini} must divide data.train_batch_size={prompts}")
+    if (mini * n) % ranks:
+        raise ConfigError(
+            f"{prefix}.ppo_mini_batch_size={mini} x {ARR}.rollout.n={n} = {mini * n} responses per mini-batch "
+            f"do not split across trainer.n_gpus={ranks} ranks: make the product a multiple of {ranks}")
+    update = Update(mini_prompts=mini, per_rank_mini=mini * n // ranks, ppo_epochs=role.ppo_epochs,
+                    num_mini=prompts // mini,
+                    micro=_micro(prefix, role, role.use_dynamic_bsz, "ppo_micro_batch_size_per_gpu",
+                                 "ppo_max_token_len_per_gpu"))
+    _check_divides(update, prefix)
+    return update
+
+
+def _check_divides(u: Update, prefix: str) -> None:
+    if not u.micro.by_tokens and u.per_rank_mini % u.micro.value:
+        raise ConfigError(
+            f"{u.micro.key}={u.micro.value} must divide the per-rank mini-batch of {u.per_rank_mini} responses "
+            f"({prefix}.ppo_mini_batch_size={u.mini_prompts} x rollout.n / trainer.n_gpus): use a divisor of "
+            f"{u.per_rank_mini}, or {prefix}.use_dynamic_bsz=true")
+
+
+def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
+    """Check the batch arithmetic of a normalised config and plan its steps; raises ConfigError."""
+    arr, algo = cfg[ARR], cfg.algorithm
+    prompts, n, ranks = cfg.data.train_batch_size, arr.rollout.n, cfg.trainer.n_gpus
+    if (prompts * n) % ranks:
+        raise ConfigError(
+            f"data.train_batch_size={prompts} x {ARR}.rollout.n={n} = {prompts * n} responses do not split "
+            f"across trainer.n_gpus={ranks} ranks: make the product a multiple of {ranks}")
+    actor = _update(f"{ARR}.actor", arr.actor, prompts, n, ranks)
+    critic = _update("critic", cfg.critic, prompts, n, ranks) if uses_critic(cfg) else None
+
+    no_critic = None if critic else f"no critic (algorithm.adv_estimator={algo.adv_estimator})"
+    # The old-log-prob pass is skipped when each step makes exactly one optimizer step and no reward
+    # term needs it: the policy that sampled is then the policy being updated, the ratio exactly 1.
+    on_policy = actor.optimizer_steps == 1 and not algo.use_kl_in_reward
+    old_skip = ("on-policy: one optimizer step per step and no KL in the reward, so the sampling policy's "
+                "log-probs are the update's own") if on_policy else None
+    ref_skip = None if uses_ref(cfg) else "no KL term (actor.use_kl_loss and algorithm.use_kl_in_reward are off)"
+    rollout, ref = arr.rollout, arr.ref
+    micro = {
+        # Sequences decoded together: hf's micro-batch, vLLM's scheduler cap.
+        "generate": Micro(f"{ARR}.rollout.max_num_seqs", rollout.max_num_seqs),
+        "old_log_prob": _micro(f"{ARR}.rollout", rollout, rollout.log_prob_use_dynamic_bsz,
+                               "log_prob_micro_batch_size_per_gpu", "log_prob_max_token_len_per_gpu"),
+        "ref": _micro(f"{ARR}.ref", ref, ref.log_prob_use_dynamic_bsz, "log_prob_micro_batch_size_per_gpu",
+                      "log_prob_max_token_len_per_gpu"),
+        # The values forward splits by rows, with the critic's training micro-batch.
+        "values": Micro("critic.ppo_micro_batch_size_per_gpu", cfg.critic.ppo_micro_batch_size_per_gpu),
+        "update_critic": critic.micro if critic else None,
+        "update_actor": actor.micro,
+    }
+    skipped = {"old_log_prob": old_skip, "ref": ref_skip, "values": no_critic, "update_critic": no_critic}
+    phases = tuple(PhasePlan(name, skipped.get(name), micro.get(name)) for name in PHASES)
+    plan = StepPlan(prompts=prompts, n=n, ranks=ranks, train_rows=train_rows, total_epochs=cfg.trainer.total_epochs,
+                    max_steps=cfg.trainer.total_training_steps, actor=actor, critic=critic, phases=phases)
+    return plan.for_rows(train_rows)

@@ -1,0 +1,94 @@
+"""The one PPO-style update loop, shared by the actor and the critic.
+
+    metrics = run_update(role, batch, retry)
+
+ppo_epochs passes over a rank's batch in mini-batches of `per_rank_mini` rows, one optimizer step
+each; every mini-batch runs as micro-batches (a fixed count of rows, or packed to a token budget)
+whose gradients accumulate. The loss normaliser is fixed per mini-batch across ranks
+(algos/aggregation.py), so micro-batch losses add up to the mini-batch's loss exactly however
+it was split, and FSDP2's gradient averaging over ranks is undone by the world-size factor.
+
+A mini-batch is the unit of OOM retry (`retry`, from the worker's phase wrapper): a failed
+attempt's gradients are dropped and the mini-batch re-runs with half the micro-batch; the
+optimizer has not stepped yet, so nothing is counted twice.
+
+One rule for metrics: within a mini-batch, `<role>/loss` is the sum over its micro-batches (the
+mini-batch's loss) and every other value the mean over them; across mini-batches and epochs,
+each is the mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+
+from logicrl.algos import loss_normalizer
+from logicrl.config.plan import Update
+from logicrl.workers.fsdp import all_reduce_sum, clip_grad_norm, drop_unreduced_grads
+from logicrl.workers.micro import split_fixed
+from logicrl.workers.oom import MicroSize
+
+# (micro-batch, normaliser) -> (the micro-batch's loss, its metrics)
+LossFn = Callable[[TensorDict, float], tuple[torch.Tensor, dict[str, float]]]
+
+
+@dataclass
+class Trained:
+    """A trained role: its sharded model, optimizer and schedule, and how it splits its batch."""
+
+    name: str  # "actor" or "critic": the metrics' prefix
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    plan: Update  # mini-batches and epochs (config/plan.py)
+    size: MicroSize  # the micro-batch as it stands (an OOM halves it)
+    loss_agg_mode: str
+    grad_clip: float
+    world_size: int
+    device: torch.device
+
+
+def run_update(role: Trained, batch: TensorDict, loss_fn: LossFn, retry) -> dict[str, float]:
+    role.model.train()
+    records: dict[str, list[float]] = {}
+    for _ in range(role.plan.ppo_epochs):
+        for mini in split_fixed(batch, role.plan.per_rank_mini):
+            for key, value in _step(role, mini, loss_fn, retry).items():
+                records.setdefault(key, []).append(value)
+    role.scheduler.step()
+    metrics = {k: sum(v) / len(v) for k, v in records.items()}
+    metrics[f"{role.name}/lr"] = role.scheduler.get_last_lr()[0]
+    return metrics
+
+
+def _step(role: Trained, mini: TensorDict, loss_fn: LossFn, retry) -> dict[str, float]:
+    normalizer = all_reduce_sum(float(loss_normalizer(mini["response_mask"], role.loss_agg_mode)), role.device)
+    stats = retry(lambda _: _accumulate(role, mini, normalizer, loss_fn),
+                  reset=lambda: drop_unreduced_grads(role.model))
+    grad_norm = clip_grad_norm(role.model, role.grad_clip)
+    if torch.isfinite(torch.tensor(grad_norm)):
+        role.optimizer.step()
+    role.optimizer.zero_grad(set_to_none=True)
+    stats[f"{role.name}/grad_norm"] = grad_norm
+    return stats
+
+
+def _accumulate(role: Trained, mini: TensorDict, normalizer: float, loss_fn: LossFn) -> dict[str, float]:
+    """Forward + backward of every micro-batch of `mini` (gradients add up); the mini-batch's metrics."""
+    micro_batches = role.size.split(mini, role.device)
+    sums: dict[str, float] = {}
+    loss_sum = 0.0
+    for i, micro in enumerate(micro_batches):
+        # Gradients are reduced across ranks once, with the last micro-batch's backward.
+        role.model.set_requires_gradient_sync(i == len(micro_batches) - 1)
+        loss, stats = loss_fn(micro, normalizer)
+        (loss * role.world_size).backward()
+        loss_sum += float(loss.detach())
+        for key, value in stats.items():
+            sums[key] = sums.get(key, 0.0) + float(value)
+    out = {key: value / len(micro_batches) for key, value in sums.items()}
+    out[f"{role.name}/loss"] = loss_sum
+    return out
