@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from logicrl.models.loading import checkpoint_dir
-from logicrl.trainer.checkpoint import capture_rng_state, restore_rng_state
+from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.workers.weight_sync import _full, iter_engine_weights
 
 SCHEDULER_FILE = "lr_scheduler.json"
