@@ -17,10 +17,11 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 from logicrl.config.batching import ARR, BatchPlan, check_batching, uses_critic
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
-from logicrl.config.schema import EMBEDDED_TINY, LOGGERS, RootConfig, all_keys, iter_fields
+from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.data.files import DATA_SUFFIXES, dataset_rows
 from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
+from logicrl.models.tiny import EMBEDDED_TINY
 
 NEEDS_GROUPS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}
