@@ -26,7 +26,6 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 LR_SCHEDULES = ("constant", "cosine")
 POLICY_LOSS_MODES = ("vanilla", "gspo")
 LOGGERS = ("console", "jsonl", "wandb", "tensorboard")
-EMBEDDED_TINY = "embedded:tiny"
 
 
 def key(*, choices=None, ge=None, gt=None, le=None):

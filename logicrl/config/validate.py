@@ -20,10 +20,11 @@ from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
 from logicrl.config.normalize import normalize, rank_count
 from logicrl.config.plan import ARR, StepPlan, build_plan, uses_critic
-from logicrl.config.schema import EMBEDDED_TINY, LOGGERS, RootConfig, all_keys, iter_fields
+from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.data.files import DATA_SUFFIXES, dataset_rows
 from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
+from logicrl.models.tiny import EMBEDDED_TINY
 
 NEEDS_GROUPS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from logicrl.config.schema import EMBEDDED_TINY
+from logicrl.models.tiny import EMBEDDED_TINY
 
 TINY_WEIGHTS_SEED = 0
 WEIGHTS_FILE = "model.safetensors"

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from logicrl.models.tiny import TINY_CONFIG
+from logicrl.models.tiny import EMBEDDED_TINY, TINY_CONFIG
 
 
 class ModelSpecError(ValueError):
@@ -75,8 +75,8 @@ class ModelSpec:
 
 def load_model_spec(path: str) -> ModelSpec:
     """The spec for `path`: the embedded tiny model, or a local HF checkpoint directory."""
-    if path == "embedded:tiny":
-        return ModelSpec.from_dict(TINY_CONFIG, "embedded:tiny")
+    if path == EMBEDDED_TINY:
+        return ModelSpec.from_dict(TINY_CONFIG, EMBEDDED_TINY)
     cfg_file = Path(path) / "config.json"
     try:
         return ModelSpec.from_dict(json.loads(cfg_file.read_text()), path)

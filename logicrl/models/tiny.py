@@ -20,6 +20,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+# The model path that names this model (actor_rollout_ref.model.path=embedded:tiny). Defined here, the
+# lowest layer that needs it; config/ validates paths against it (it already imports this module).
+EMBEDDED_TINY = "embedded:tiny"
+
 TINY_CONFIG = {
     "model_type": "qwen2",
     "architectures": ["Qwen2ForCausalLM"],

@@ -22,10 +22,8 @@ Nothing here unpickles: the trainer state is JSON, RNG states included.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import random
 import re
 import shutil
 import uuid
@@ -34,10 +32,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from logicrl.config.errors import ConfigError
+# Re-exported: trainer/ppo.py takes them from here; they live in logicrl/rng.py so workers can share them.
+from logicrl.rng import capture_rng_state, restore_rng_state  # noqa: F401
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name, so its tooling finds our runs
 COMPLETE_MARKER = "COMPLETE"
@@ -58,45 +55,8 @@ class TrainerState:
     sampler_position: int  # EpochSampler's position; today equal to `step`, kept apart so it can diverge
     kl_coef: float | None = None  # the KL controller's `.value` (adaptive controllers move it)
     curriculum_stage: int | None = None
-    rng: dict = field(default_factory=dict)  # capture_rng_state()
+    rng: dict = field(default_factory=dict)  # logicrl.rng.capture_rng_state()
     extra: dict = field(default_factory=dict)  # JSON-safe, for state added later without a format bump
-
-
-def _b64(t: torch.Tensor) -> str:
-    return base64.b64encode(t.cpu().numpy().tobytes()).decode("ascii")
-
-
-def _unb64(s: str) -> torch.Tensor:
-    return torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8)
-
-
-def capture_rng_state() -> dict:
-    """python, numpy and torch (CPU and every CUDA device) generator states as JSON-safe data."""
-    version, internal, gauss = random.getstate()
-    np_state = np.random.get_state(legacy=False)
-    state = {
-        "python": {"version": version, "internal": list(internal), "gauss_next": gauss},
-        "numpy": {"bit_generator": np_state["bit_generator"],
-                  "key": np_state["state"]["key"].tolist(), "pos": int(np_state["state"]["pos"]),
-                  "has_gauss": int(np_state["has_gauss"]), "gauss": float(np_state["gauss"])},
-        "torch": _b64(torch.get_rng_state()),
-    }
-    # Only query CUDA when it is already initialised: the controller must not grab a GPU context.
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["torch_cuda"] = [_b64(s) for s in torch.cuda.get_rng_state_all()]
-    return state
-
-
-def restore_rng_state(state: dict) -> None:
-    py = state["python"]
-    random.setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
-    n = state["numpy"]
-    np.random.set_state({"bit_generator": n["bit_generator"],
-                         "state": {"key": np.asarray(n["key"], dtype=np.uint32), "pos": n["pos"]},
-                         "has_gauss": n["has_gauss"], "gauss": n["gauss"]})
-    torch.set_rng_state(_unb64(state["torch"]))
-    if "torch_cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([_unb64(s) for s in state["torch_cuda"]])
 
 
 def write_trainer_state(directory: str | Path, state: TrainerState) -> None:

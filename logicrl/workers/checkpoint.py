@@ -35,8 +35,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from logicrl.models.loading import checkpoint_dir
-from logicrl.trainer.checkpoint import capture_rng_state, restore_rng_state
-from logicrl.workers.weight_sync import _full, iter_engine_weights
+from logicrl.rng import capture_rng_state, restore_rng_state
+from logicrl.workers.fsdp import full_tensor
+from logicrl.workers.weight_sync import iter_engine_weights
 
 SCHEDULER_FILE = "lr_scheduler.json"
 META_FILE = "meta.json"
@@ -248,7 +249,8 @@ def _export_lora_adapter(model: torch.nn.Module, out_dir: Path, source_path: str
 
     # Gather only the adapter parameters (small); peft then maps names to its save format
     # (drops the adapter name, keeps the `base_model.model.` prefix it expects on load).
-    gathered = {name: _full(p).cpu().contiguous() for name, p in model.named_parameters() if ".lora_" in name}
+    gathered = {name: full_tensor(p).detach().cpu().contiguous()
+                for name, p in model.named_parameters() if ".lora_" in name}
     if not rank0:
         return
     out_dir.mkdir(parents=True, exist_ok=True)

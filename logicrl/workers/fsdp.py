@@ -1,8 +1,12 @@
-"""FSDP2 plumbing shared by the actor, reference and critic: process group, sharding, optimizer.
+"""FSDP2 plumbing shared by the actor, reference and critic: process group, sharding, optimizer,
+and the few collectives the workers run themselves (gathering a DTensor, reducing a number).
 
 FSDP2 (`fully_shard`) shards each decoder layer and then the root, so only one layer's full
 parameters exist at a time during forward and backward. On CUDA it runs over NCCL; without CUDA
 the same code runs on CPU ranks over gloo (the CI path).
+
+Every helper below that gathers or reduces is a collective: all ranks must call it, in the same
+order, or the others wait in it until the process group's timeout.
 """
 
 from __future__ import annotations
@@ -76,8 +80,7 @@ def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> float:
     """Clip the global gradient norm (over all shards) and return it, taken before clipping."""
     params = [p for p in model.parameters() if p.grad is not None]
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-    return float(norm)
+    return float(full_tensor(norm))
 
 
 def drop_unreduced_grads(model: torch.nn.Module) -> None:
@@ -104,16 +107,35 @@ def drop_unreduced_grads(model: torch.nn.Module) -> None:
         p.grad = None
 
 
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: a DTensor (an FSDP2 shard) is all-gathered, a plain tensor comes back as is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def _multi_rank() -> bool:
+    return dist.is_initialized() and dist.get_world_size() > 1
+
+
 def all_reduce_sum(value: float | int, device: torch.device) -> float:
     """Sum a number over ranks (e.g. a mini-batch's valid tokens, for the loss normaliser)."""
     t = torch.tensor(float(value), dtype=torch.float64, device=device)
-    if dist.is_initialized() and dist.get_world_size() > 1:
+    if _multi_rank():
         dist.all_reduce(t)
     return float(t)
+
+
+def all_reduce_max(value: int, device: torch.device) -> int:
+    """The largest integer over ranks: a count every rank must agree on (micro-batches, since each
+    runs FSDP2's collectives), or a 0/1 flag raised on any rank (an OOM). One rank: `value` itself,
+    with no device round trip."""
+    if not _multi_rank():
+        return value
+    t = torch.tensor(value, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t)
 
 
 def iter_full_params(model: torch.nn.Module):
     """(name, full tensor) one parameter at a time: all-gathers a shard, never the whole state dict."""
     for name, param in model.named_parameters():
-        full = param.full_tensor() if hasattr(param, "full_tensor") else param
-        yield name, full.detach()
+        yield name, full_tensor(param).detach()

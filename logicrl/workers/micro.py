@@ -11,16 +11,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 from tensordict import TensorDict
 
-
-def _sync_max(count: int, device: torch.device) -> int:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        t = torch.tensor(count, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t)
-    return count
+from logicrl.workers.fsdp import all_reduce_max
 
 
 def split_fixed(batch: TensorDict, size: int) -> list[TensorDict]:
@@ -38,7 +31,7 @@ def split_by_tokens(batch: TensorDict, max_tokens: int, device: torch.device, wi
     """
     lengths = batch["attention_mask"].sum(-1).tolist()  # [N] real tokens per row
     count = max(1, math.ceil(sum(lengths) / max_tokens), max(1, sum(1 for n in lengths if n > max_tokens)))
-    count = min(_sync_max(count, device), len(lengths))
+    count = min(all_reduce_max(count, device), len(lengths))
     bins: list[list[int]] = [[] for _ in range(count)]
     loads = [0] * count
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
-import torch.distributed as dist
 from tensordict import TensorDict
 
+from logicrl.workers.fsdp import all_reduce_max
 from logicrl.workers.micro import split_by_tokens, split_fixed
 
 log = logging.getLogger("logicrl.workers")
@@ -70,14 +70,6 @@ class MicroSize:
                     "of the run; the phase is re-run from its start")
 
 
-def _any_rank(flag: bool, device: torch.device) -> bool:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        t = torch.tensor(int(flag), device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t)
-    return flag
-
-
 def _release(device: torch.device) -> None:
     gc.collect()  # the failed attempt's activations are garbage now; free them before retrying
     if device.type == "cuda":
@@ -93,7 +85,7 @@ def retry_on_oom(size: MicroSize, attempt: Callable[[int], T], device: torch.dev
             result = attempt(size.value)
         except torch.OutOfMemoryError:
             failed = True
-        if not _any_rank(failed, device):
+        if not all_reduce_max(int(failed), device):  # an OOM on any rank retries on all
             return result
         result = None
         if reset is not None:

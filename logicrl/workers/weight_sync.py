@@ -26,11 +26,9 @@ from collections.abc import Iterator
 
 import torch
 
+from logicrl.workers.fsdp import full_tensor
+
 MB = 2**20
-
-
-def _full(t: torch.Tensor) -> torch.Tensor:
-    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
 
 
 def _plain_name(name: str) -> str:
@@ -40,11 +38,11 @@ def _plain_name(name: str) -> str:
 
 def _merged(param: torch.Tensor, layer) -> torch.Tensor:
     """The gathered parameter, with its LoRA layer's active adapters folded in when it has one."""
-    tensor = _full(param)
+    tensor = full_tensor(param).detach()
     if layer is not None:
         for adapter in layer.active_adapters:
-            a = _full(layer.lora_A[adapter].weight)  # [r, in]
-            b = _full(layer.lora_B[adapter].weight)  # [out, r]
+            a = full_tensor(layer.lora_A[adapter].weight).detach()  # [r, in]
+            b = full_tensor(layer.lora_B[adapter].weight).detach()  # [out, r]
             tensor = tensor + layer.scaling[adapter] * (b @ a).to(tensor.dtype)
     return tensor
 

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logicrl.config.errors import ConfigError
+from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.trainer import checkpoint as ckpt
 
 
@@ -142,14 +143,14 @@ def test_stale_tmp_sweep_touches_only_tmp_dirs(tmp_path):
 
 def test_trainer_state_round_trip_restores_rng(tmp_path):
     state = ckpt.TrainerState(step=7, sampler_position=7, kl_coef=0.0123, curriculum_stage=2,
-                              rng=ckpt.capture_rng_state(), extra={"stage_name": "ppl4"})
+                              rng=capture_rng_state(), extra={"stage_name": "ppl4"})
     draws = (random.random(), np.random.rand(), torch.rand(3))
     ckpt.write_trainer_state(tmp_path, state)
     json.loads((tmp_path / ckpt.STATE_FILE).read_text())  # plain JSON, nothing to unpickle
     loaded = ckpt.read_trainer_state(tmp_path)
     assert loaded == state
     random.seed(99), np.random.seed(99), torch.manual_seed(99)
-    ckpt.restore_rng_state(loaded.rng)
+    restore_rng_state(loaded.rng)
     assert (random.random(), np.random.rand()) == draws[:2] and torch.equal(torch.rand(3), draws[2])
 
 

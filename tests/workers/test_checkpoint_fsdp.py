@@ -16,6 +16,7 @@ import torch
 import torch.multiprocessing as mp
 
 from logicrl.controller.worker_group import free_port
+from logicrl.rng import capture_rng_state
 from logicrl.trainer import checkpoint as ckpt
 
 WORLD = 2
@@ -73,7 +74,7 @@ def _train_save_crash(rank: int, port: int, root: str, tmp1: str, tmp2: str, src
         save_file({"logits": logits.contiguous()}, os.path.join(ref, "logits.safetensors"))
         (Path(ref) / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
         ckpt.write_trainer_state(tmp1, ckpt.TrainerState(step=1, sampler_position=1, kl_coef=0.001,
-                                                         rng=ckpt.capture_rng_state()))
+                                                         rng=capture_rng_state()))
         ckpt.commit(tmp1)
     torch.distributed.barrier()
 

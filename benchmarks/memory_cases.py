@@ -1,6 +1,6 @@
 """Issue 8's three out-of-memory reports, planned from the shape configs in logicrl/memory/shapes/.
 
-    python -m logicrl.memory.cases > /tmp/cases.md     # the tables of docs/memory.md
+    .venv/bin/python benchmarks/memory_cases.py > /tmp/cases.md     # the tables of docs/memory.md
 
 For each case: the plan of the configuration as a user would first write it, the refusal the
 preflight gives, and the settings `settle` reaches by applying what the planner proposes, one
@@ -9,9 +9,13 @@ change at a time (auto_micro_batch first, then the remedy check_fit names), unti
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # a script, not part of the package: find logicrl from any directory
 
 from logicrl.config import ConfigError, compose, validate
 from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, check_fit, remedies, worst_phase
@@ -20,7 +24,7 @@ from logicrl.memory.phases import GB
 from logicrl.memory.planner import COMPONENTS, MemoryPlan, plan_inputs
 from logicrl.models.spec import load_model_spec
 
-SHAPES = Path(__file__).parent / "shapes"
+SHAPES = ROOT / "logicrl" / "memory" / "shapes"
 ARR = "actor_rollout_ref"
 # QLoRA's NF4: 4 bits per weight plus blockwise scales, 0.127 bits per weight with double quantisation.
 NF4_BITS = 4.127
