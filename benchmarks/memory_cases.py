@@ -88,12 +88,12 @@ CASES = [
 
 
 def case_inputs(case: Case, data: Path) -> PlanInputs:
-    cfg, spec, _ = validate(compose([*_common(case.shape, case.gpus, case.gpu_gb), f"data.train_files={data}",
+    cfg, spec, plan = validate(compose([*_common(case.shape, case.gpus, case.gpu_gb), f"data.train_files={data}",
                                      f"data.val_files={data}", *case.overrides]))
     what_if = dict(case.what_if)
     if "reward_spec" in what_if:
         what_if["reward_spec"] = load_model_spec(str(SHAPES / what_if["reward_spec"]))
-    return PlanInputs.from_config(cfg, spec, "cuda", **what_if)
+    return PlanInputs.from_plan(plan, cfg, spec, "cuda", **what_if)
 
 
 def settle(x: PlanInputs, capacity: int, limit: int = 8) -> tuple[MemoryPlan, list[str]]:

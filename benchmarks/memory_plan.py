@@ -82,44 +82,35 @@ def overrides(model_dir: Path, data: Path, prompt: int, response: int, micro: in
 
 
 def set_micro(worker, micro: int) -> None:
-    """Every phase's micro-batch to `micro`: in the worker's config, and where the OOM recovery
-    keeps each phase's current size (read from the config once, then owned by the worker)."""
-    arr = worker.cfg.actor_rollout_ref
-    arr.actor.ppo_micro_batch_size_per_gpu = arr.rollout.log_prob_micro_batch_size_per_gpu = micro
-    arr.ref.log_prob_micro_batch_size_per_gpu = worker.cfg.critic.ppo_micro_batch_size_per_gpu = micro
-    worker.engine.micro_batch_size = micro
-    getattr(worker, "sizes", {}).clear()  # re-read from the config and the engine at the next call
-    for role in (worker.actor, worker.critic):
-        if hasattr(role, "micro_size"):
-            role.micro_size.value = micro
+    """Every phase's micro-batch to `micro`, where the worker keeps each phase's current size (from
+    the step plan at start-up; the OOM recovery halves it there)."""
+    for size in worker.sizes.values():
+        size.value = micro
 
 
-def run_phases(worker, prompts, response: int, per_rank_mini: int, tracker_cls, device) -> dict[str, tuple]:
+def run_phases(worker, prompts, response: int, tracker_cls, device) -> dict[str, tuple]:
     """The trainer's phases in its order on one rank: (live bytes at the start, peak) of each."""
     import torch
 
-    from logicrl.trainer.batch import build_batch
-
     peaks: dict[str, tuple[int, int]] = {}
 
-    def measured(name, fn):
+    def measured(name, batch=None, **kwargs):
         with tracker_cls(device) as t:
-            out = fn()
+            out, _ = worker.run(batch, name, **kwargs)
         peaks[name] = (t.start_bytes, t.peak_bytes)
-        return out
+        if out is not None:
+            batch.update(out)
 
-    out, _ = measured("generate", lambda: worker.generate(prompts, dict(n=1, max_tokens=response, seed=1)))
-    batch = build_batch(prompts, out["responses"], out["response_mask"], worker.engine.pad_id)
-    del out
-    batch["old_log_probs"] = measured("old_log_prob", lambda: worker.compute_log_prob(batch))[0]
-    batch["ref_log_probs"] = measured("ref", lambda: worker.compute_ref_log_prob(batch))[0]
-    batch["values"] = measured("values", lambda: worker.compute_values(batch))[0]
+    batch = prompts.clone()
+    measured("generate", batch, params=dict(max_tokens=response, seed=1))
+    for phase in ("old_log_prob", "ref", "values"):
+        measured(phase, batch)
     g = torch.Generator().manual_seed(0)
     batch["advantages"] = torch.randn(batch["responses"].shape, generator=g) * batch["response_mask"]
     batch["returns"] = torch.randn(batch["responses"].shape, generator=g)
-    measured("update_critic", lambda: worker.update_critic(batch, per_rank_mini))
-    measured("update_actor", lambda: worker.update_actor(batch, per_rank_mini))
-    measured("update_weights", lambda: worker.sync_weights())
+    for phase in ("update_critic", "update_actor"):
+        measured(phase, batch)
+    measured("update_weights")
     return peaks
 
 
@@ -128,25 +119,32 @@ def micros(world: int) -> list[int]:
     return [1, PROMPTS // 2 * N // world]
 
 
-def measure_shape(rank: int, world: int, port: int, config: dict, shape_name: str, predicted: dict, out) -> None:
+def measure_shape(rank: int, world: int, port: int, config: dict, step_plan, shape_name: str, predicted: dict,
+                  out) -> None:
     """One rank of one shape: warm up, then every (lengths, micro) cell; rank 0 puts its rows in `out`."""
     import torch
 
     from logicrl.memory.tracker import PeakTracker
     from logicrl.workers.hybrid import HybridWorker
 
-    worker = HybridWorker(config, rank, world, "127.0.0.1", port, total_steps=100)
+    from tensordict import TensorDict
+
+    from tests.workers.conftest import left_padded
+
+    # One thread per rank: on 2 shared cores OpenMP's spinning threads slow small matmuls ten-fold.
+    worker = HybridWorker(config, step_plan, rank, world, "127.0.0.1", port, threads=1)
     gen = torch.Generator().manual_seed(0)
     rows = []
     for i, (prompt, response) in enumerate([LENGTHS[0]] + LENGTHS):
         # Prompts of length P, P-1, P-2: left padding, so the padding mask every RL batch has exists.
-        prompts = [torch.randint(10, 1000, (prompt - j % 3,), generator=gen).tolist()
-                   for j in range(PROMPTS) for _ in range(N)]
-        share = len(prompts) // world
-        mine = prompts[rank * share:(rank + 1) * share]  # trainer/batch.py: contiguous equal shards
+        prompts = [torch.randint(10, 1000, (prompt - j % 3,), generator=gen).tolist() for j in range(PROMPTS)]
+        ids, mask = left_padded(prompts, N, worker.engine.pad_id)  # each prompt N times, as trainer/batch.py does
+        share = len(ids) // world
+        rows_of_rank = slice(rank * share, (rank + 1) * share)  # trainer/batch.py: contiguous equal shards
+        mine = TensorDict({"input_ids": ids[rows_of_rank], "attention_mask": mask[rows_of_rank]}, batch_size=[share])
         for micro in micros(world) if i else [1]:  # i == 0: warm-up to steady state, not reported
             set_micro(worker, micro)
-            measured = run_phases(worker, mine, response, PROMPTS // 2 * N // world, PeakTracker, worker.device)
+            measured = run_phases(worker, mine, response, PeakTracker, worker.device)
             if not i:
                 continue
             for phase, (begin, peak) in measured.items():
@@ -176,8 +174,6 @@ def main() -> None:
 
     from tests.conftest import write_jsonl
 
-    # One thread per rank: on 2 shared cores OpenMP's spinning threads slow small matmuls ten-fold.
-    os.environ.setdefault("LOGICRL_TORCH_THREADS", "1")
     device_kind = "cuda" if torch.cuda.is_available() else "cpu"
     capacity_gb = torch.cuda.get_device_properties(0).total_memory / 2**30 if device_kind == "cuda" else 64.0
     every, small = list(SHAPES.items()), list(SHAPES.items())[:1]
@@ -211,17 +207,17 @@ def measure(name: str, shape: dict, ranks: int, model_dir: Path, data: Path, dev
     predicted = {}
     for prompt, response in LENGTHS:
         for micro in micros(ranks):
-            cfg, spec, _ = validate(compose(overrides(model_dir, data, prompt, response, micro, ranks)))
-            plan = plan_memory(cfg, spec, device=device_kind, capacity_gb=capacity_gb)
+            cfg, spec, step_plan = validate(compose(overrides(model_dir, data, prompt, response, micro, ranks)))
+            plan = plan_memory(step_plan, cfg, spec, device=device_kind, capacity_gb=capacity_gb)
             predicted[prompt, response, micro] = {p.name: (p.total, p.moment) for p in plan.phases}
-    cfg, _, _ = validate(compose(overrides(model_dir, data, *max(LENGTHS), 1, ranks)))
+    cfg, _, step_plan = validate(compose(overrides(model_dir, data, *max(LENGTHS), 1, ranks)))
     config = OmegaConf.to_container(cfg, resolve=True)
     if ranks == 1:
         queue = _List()
-        measure_shape(0, 1, free_port(), config, name, predicted, queue)
+        measure_shape(0, 1, free_port(), config, step_plan, name, predicted, queue)
     else:
         queue = mp.get_context("spawn").SimpleQueue()
-        mp.spawn(measure_shape, args=(ranks, free_port(), config, name, predicted, queue), nprocs=ranks)
+        mp.spawn(measure_shape, args=(ranks, free_port(), config, step_plan, name, predicted, queue), nprocs=ranks)
     return queue.get()
 
 

@@ -46,8 +46,9 @@ class _RSSSampler(threading.Thread):
 
 
 @contextmanager
-def measure(phase: str, metrics: dict, device: torch.device | str = "cpu"):
-    """Time `phase` and record its peak memory into `metrics` (see the module docstring)."""
+def measure(phase: str, metrics: dict, device: torch.device | str = "cpu", memory_prefix: str = "perf/memory"):
+    """Time `phase` and record its peak memory into `metrics` (see the module docstring) under
+    `<memory_prefix>/<phase>/`: perf/memory/ holds a step's phases, the rows of the memory plan."""
     device = torch.device(device)
     start = time.perf_counter()
     if device.type == "cuda":
@@ -60,7 +61,7 @@ def measure(phase: str, metrics: dict, device: torch.device | str = "cpu"):
     try:
         yield
     finally:
-        prefix = f"perf/memory/{phase}"
+        prefix = f"{memory_prefix}/{phase}"
         if sampler is None:
             torch.cuda.synchronize(device)
             metrics[f"{prefix}/peak_gb"] = torch.cuda.max_memory_allocated(device) / GB

@@ -33,8 +33,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from logicrl.config.errors import ConfigError
-# Re-exported: trainer/ppo.py takes them from here; they live in logicrl/rng.py so workers can share them.
-from logicrl.rng import capture_rng_state, restore_rng_state  # noqa: F401
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name, so its tooling finds our runs
 COMPLETE_MARKER = "COMPLETE"

@@ -26,15 +26,14 @@ from logicrl.controller.worker_group import WorkerGroup
 from logicrl.data.dataset import load_prompts
 from logicrl.faults import Faults
 from logicrl.models.loading import load_tokenizer
+from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
 from logicrl.trainer.batch import balanced_order, merge_rank_metrics, prompt_batch, tensors
 from logicrl.trainer.checkpoint import (
     TrainerState,
-    capture_rng_state,
     find_resume_point,
     prune,
     read_trainer_state,
-    restore_rng_state,
     saving,
     step_dir,
     write_trainer_state,

@@ -180,7 +180,8 @@ class HybridWorker:
     def save_checkpoint(self, directory: str, save_hf: bool, merge_lora: bool) -> dict:
         """Every rank writes its shards into `directory` (the controller's tmp dir, committed after)."""
         metrics: dict = {}
-        with measure("save", metrics, self.device):
+        # Not a phase of the step (the plan has no row for it): its memory goes under perf/checkpoint/.
+        with measure("save", metrics, self.device, memory_prefix="perf/checkpoint"):
             directory = Path(directory)
             # With LoRA only the adapter trains: the base comes back from model.path on load.
             save_sharded(directory / "actor", self.actor.model, self.actor.optimizer, self.actor.scheduler,

@@ -115,7 +115,7 @@ def test_sigkill_mid_save_and_mid_step_then_rerun_reproduces_the_uninterrupted_r
     assert not (stage1 / "global_step_3").exists() and not (ckpt / "curriculum.json").exists()
 
     # 2. Re-run: resumes stage 1 from step 2, then is killed mid-step in stage 2 (after its step-2 save).
-    second = launch(ckpt, tmp_path / "run2", fault="sigkill@gen:3#2")
+    second = launch(ckpt, tmp_path / "run2", fault="sigkill@generate:3#2")
     assert second.returncode == -9, second.stderr[-3000:]
     assert f"resumed from {stage1 / 'global_step_2'} at step 2" in second.stdout + second.stderr
     assert not any(".tmp-" in p.name for p in stage1.iterdir())  # the debris was cleaned

@@ -22,7 +22,7 @@ RUN = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={
        # Two epochs: the old-log-prob pass runs (the update is no longer on-policy after epoch 1).
        f"{ARR}.actor.ppo_epochs=2", "trainer.total_training_steps=3", "trainer.logger=[jsonl]",
        "trainer.val_before_train=false", "trainer.test_freq=-1"]
-FAULTS = "oom@gen:2,oom@old_log_prob:2,oom@update_actor:2"
+FAULTS = "oom@generate:2,oom@old_log_prob:2,oom@update_actor:2"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,7 +60,7 @@ def test_injected_ooms_are_recovered_with_identical_results(tmp_path):
         faulty.stdout + faulty.stderr
 
     a, b = rows(tmp_path / "clean"), rows(tmp_path / "faulty")
-    for phase, key in (("gen", 8), ("old_log_prob", 8), ("update_actor", 8)):
+    for phase, key in (("generate", 8), ("old_log_prob", 8), ("update_actor", 8)):
         assert [r[f"perf/micro_size/{phase}"] for r in a] == [key] * 3
         # Halved at step 2 and kept for step 3.
         assert [r[f"perf/micro_size/{phase}"] for r in b] == [key, key // 2, key // 2], phase

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_main
+import re
+
+from tests.conftest import ROOT, run_main, write_jsonl
 
 pytestmark = pytest.mark.integration
 ARR = "actor_rollout_ref"
@@ -32,13 +34,37 @@ def test_grpo_two_cpu_ranks(tmp_path):
     rows = train(tmp_path, "trainer.n_gpus=2")
     assert [r["step"] for r in rows] == [1, 2]
     for key in ("critic/score/mean", "reward/acc/mean", "actor/grad_norm", "actor/entropy", "response_length/mean",
-                "timing_s/gen", "timing_s/update_actor", "timing_s/update_weights",
-                "perf/memory/gen/peak_gb", "perf/memory/update_actor/peak_gb"):
+                "timing_s/generate", "timing_s/update_actor", "timing_s/update_weights",
+                "perf/memory/generate/peak_gb", "perf/memory/update_actor/peak_gb"):
         assert key in rows[-1], key
     # one optimizer step per step: the old-log-prob pass is provably redundant and skipped
     assert "timing_s/old_log_prob" not in rows[-1]
     assert (tmp_path / "run" / "curves.png").stat().st_size > 0
     assert list((tmp_path / "run" / "tensorboard").iterdir())
+
+
+def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
+    # 20 usable rows in batches of 4: 5 steps per epoch, and total_training_steps=50 cannot add epochs.
+    data = write_jsonl(tmp_path / "d" / "train.jsonl", 20)
+    args = [f"data.train_files={data}", f"data.val_files={data}", *SMALL, "trainer.total_training_steps=50",
+            "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.actor.ppo_epochs=2"]
+    dry = run_main(*args, "trainer.dry_run=true", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "5 steps per epoch, 5 steps in all" in dry.stdout
+    table = dry.stdout[dry.stdout.index("memory plan per device"):]
+    planned = {line.split()[0] for line in table.splitlines()[2:] if line and not line.startswith("note")}
+
+    run_dir = tmp_path / "run"
+    result = run_main(*args, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    measured = {m.group(1) for key in rows[-1] if (m := re.fullmatch(r"perf/memory/(\w+)/peak_gb", key))}
+    # Every phase that reported its memory is a row of the dry run's table, under the same name.
+    assert measured == {"generate", "old_log_prob", "ref", "values", "update_critic", "update_actor",
+                        "update_weights"} <= planned
+    # The engine's log-probs of its samples equal the trainer's before the update (weights in sync).
+    assert rows[-1]["rollout/logprob_diff"] < 1e-3
 
 
 def test_ppo_with_critic_two_mini_batches_and_gradient_checkpointing(tmp_path):
