@@ -74,7 +74,7 @@ class PPOTrainer:
             log.warning(f"{plan.train_rows} of the {planned.train_rows} training prompts are usable (data.truncation="
                         f"{data.truncation}, data.skip_bad_rows={data.skip_bad_rows}): {plan.total_steps} steps, "
                         f"not the {planned.total_steps} the dry run counted")
-        self.sampler = EpochSampler(plan.train_rows, plan.prompts, data.shuffle, data.seed)
+        self.sampler = EpochSampler(plan, data.shuffle, data.seed)
         self.total_steps = plan.total_steps
         custom = cfg.reward.custom
         custom_fn = wrap_custom_reward(load_custom_reward(custom.path, custom.name), custom.name) \

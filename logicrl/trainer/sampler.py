@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import torch
 
+from logicrl.config.plan import StepPlan
+
 
 class EpochSampler:
-    def __init__(self, n_rows: int, batch_size: int, shuffle: bool, seed: int):
-        if n_rows < batch_size:
-            raise ValueError(f"{n_rows} prompts cannot fill one batch of data.train_batch_size={batch_size}")
-        self.n_rows, self.batch_size, self.shuffle, self.seed = n_rows, batch_size, shuffle, seed
-        self.steps_per_epoch = n_rows // batch_size
+    def __init__(self, plan: StepPlan, shuffle: bool, seed: int):
+        # The step plan says how many rows there are and how many batches an epoch holds
+        # (config/plan.py count_steps); the sampler only orders them.
+        self.n_rows, self.batch_size, self.shuffle, self.seed = plan.train_rows, plan.prompts, shuffle, seed
+        self.steps_per_epoch = plan.steps_per_epoch
 
     def order(self, epoch: int) -> list[int]:
         if not self.shuffle:

@@ -92,7 +92,7 @@ class HybridWorker:
 
         # The engine holds its own full copy of the policy: generation lengths differ per rank,
         # and a sharded model would need every rank in lock-step for each decode step.
-        self.engine = build_engine(cfg, tokenizer, self.dtype, self.device)
+        self.engine = build_engine(cfg, tokenizer, self.dtype, self.device, plan.micro("generate").value)
 
     def _trained(self, name: str, model, role_cfg: DictConfig, loss_agg_mode: str, update) -> Trained:
         o = role_cfg.optim

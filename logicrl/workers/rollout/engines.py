@@ -1,7 +1,9 @@
 """`actor_rollout_ref.rollout.name` -> the engine a rank builds: the one registry for that switch.
 
-Each builder takes the resolved config, the rank's tokenizer, dtype and device, and returns a
-RolloutEngine holding its own copy of the policy (synced from the actor after each update).
+Each builder takes the resolved config, the rank's tokenizer, dtype and device, and the sequences
+decoded at once (the step plan's generate micro-batch, config/plan.py: rollout.max_num_seqs unless
+auto_micro_batch chose another), and returns a RolloutEngine holding its own copy of the policy
+(synced from the actor after each update).
 """
 
 from __future__ import annotations
@@ -15,21 +17,21 @@ from omegaconf import DictConfig
 log = logging.getLogger("logicrl.rollout")
 
 
-def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device):
+def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
     from logicrl.models.loading import load_causal_lm
     from logicrl.workers.rollout.hf import HFRolloutEngine
 
     arr = cfg.actor_rollout_ref
     model = load_causal_lm(arr.model.path, dtype).to(device).eval().requires_grad_(False)
     return HFRolloutEngine(model, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
-                           micro_batch_size=arr.rollout.max_num_seqs)
+                           micro_batch_size=max_num_seqs)
 
 
 # vLLM needs a few blocks of headroom beyond the sequences it schedules at once.
 MIN_KV_CACHE_GB = 0.0625
 
 
-def kv_cache_gb(cfg: DictConfig, dtype: torch.dtype, device: torch.device) -> float | None:
+def kv_cache_gb(cfg: DictConfig, dtype: torch.dtype, device: torch.device, max_num_seqs: int) -> float | None:
     """The engine's KV cache budget: the configured one, else on CPU what max_num_seqs full sequences need."""
     from logicrl.models.spec import load_model_spec
 
@@ -38,11 +40,11 @@ def kv_cache_gb(cfg: DictConfig, dtype: torch.dtype, device: torch.device) -> fl
         return r.kv_cache_gb
     spec = load_model_spec(cfg.actor_rollout_ref.model.path)
     per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * torch.finfo(dtype).bits // 8
-    tokens = r.max_num_seqs * (cfg.data.max_prompt_length + cfg.data.max_response_length)
+    tokens = max_num_seqs * (cfg.data.max_prompt_length + cfg.data.max_response_length)
     return max(MIN_KV_CACHE_GB, per_token * tokens / 2**30)
 
 
-def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device):
+def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
     from logicrl.models.loading import checkpoint_dir
     from logicrl.workers.rollout.vllm import VLLMRolloutEngine
 
@@ -51,8 +53,8 @@ def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device):
         str(checkpoint_dir(cfg.actor_rollout_ref.model.path)), pad_id=tokenizer.pad_token_id,
         eos_ids=[tokenizer.eos_token_id], max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
         dtype=str(dtype).removeprefix("torch."), seed=cfg.trainer.seed,
-        gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_gb=kv_cache_gb(cfg, dtype, device),
-        max_num_seqs=r.max_num_seqs,
+        gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_gb=kv_cache_gb(cfg, dtype, device, max_num_seqs),
+        max_num_seqs=max_num_seqs,
         max_num_batched_tokens=r.max_num_batched_tokens, enforce_eager=r.enforce_eager,
         enable_prefix_caching=r.enable_prefix_caching, free_cache_engine=r.free_cache_engine,
         tensor_model_parallel_size=r.tensor_model_parallel_size)
@@ -72,7 +74,7 @@ def vllm_unavailable_reason() -> str | None:
     return None
 
 
-def build_engine(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device):
+def build_engine(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
     name = cfg.actor_rollout_ref.rollout.name
     if name == "vllm":
         reason = vllm_unavailable_reason()
@@ -80,4 +82,4 @@ def build_engine(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.d
             # vllm is the default, so a machine without it still trains, with the engine it has.
             log.warning(f"actor_rollout_ref.rollout.name=vllm but {reason}: generating with hf instead")
             name = "hf"
-    return ENGINES[name](cfg, tokenizer, dtype, device)
+    return ENGINES[name](cfg, tokenizer, dtype, device, max_num_seqs)
