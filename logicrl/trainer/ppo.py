@@ -22,6 +22,7 @@ from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage
 from logicrl.config.batching import ARR, BatchPlan, uses_critic, uses_ref
 from logicrl.controller.worker_group import WorkerGroup
 from logicrl.data.dataset import load_prompts
+from logicrl.logs import quiet_driver
 from logicrl.models.loading import load_tokenizer
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
 from logicrl.trainer.batch import balanced_order, build_batch, gather, merge_rank_metrics, shards
@@ -103,8 +104,10 @@ class PPOTrainer:
             log.info(f"{resume} is at step {state.step} of {self.total_steps}: nothing left to train "
                      "(trainer.resume_mode=disable starts over)")
             return
+        log_file = quiet_driver(run_dir, cfg.trainer.verbose)  # engine and Ray output to the log file (logs.py)
         self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda,
-                                   config=OmegaConf.to_container(cfg, resolve=True), total_steps=self.total_steps)
+                                   config=OmegaConf.to_container(cfg, resolve=True), total_steps=self.total_steps,
+                                   log_file=log_file)
         if init_from is not None:
             log.info(f"starting from {init_from} (optimizer state {'carried' if carry_optimizer else 'fresh'})")
             self.workers.call("start_from", str(init_from), carry_optimizer)

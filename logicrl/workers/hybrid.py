@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.config.batching import uses_critic, uses_ref
+from logicrl.logs import quiet_worker
 from logicrl.memory.telemetry import measure
 from logicrl.models.loading import LoraSpec, load_causal_lm, load_tokenizer, load_value_model, resolve_dtype
 from logicrl.workers.actor import Actor, forward_logprobs
@@ -41,7 +42,9 @@ def pick_device(kind: str, rank: int) -> torch.device:
 
 class HybridWorker:
     def __init__(self, config: dict, rank: int, world_size: int, master_addr: str, master_port: int,
-                 total_steps: int):
+                 total_steps: int, log_file: str | None = None):
+        if log_file:  # engine and Ray output to the run's log file, not the console (logicrl/logs.py)
+            quiet_worker(log_file, rank)
         cfg: DictConfig = OmegaConf.create(config)
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         threads = os.environ.get("LOGICRL_TORCH_THREADS")
