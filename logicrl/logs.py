@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's, so the file reads as one log
@@ -84,3 +86,45 @@ def quiet_worker(log_file: str, rank: int) -> None:
     logicrl_log.setLevel(logging.INFO)
     logicrl_log.propagate = False  # the root logger's last-resort handler would write it a third time
 
+
+class _AboveBar:
+    """A stand-in for sys.stdout or sys.stderr that writes each complete line above a tqdm bar."""
+
+    def __init__(self, stream, bar):
+        self.stream, self.bar, self.pending = stream, bar, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        if lines:
+            with self.bar.get_lock():  # Ray prints worker lines from its own thread
+                self.bar.clear(nolock=True)
+                self.stream.write("".join(line + "\n" for line in lines))
+                self.stream.flush()
+                self.bar.refresh(nolock=True)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding: the real stream's
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def lines_above(bar) -> Iterator[None]:
+    """While `bar` is on the console, every line printed (the step lines, log records, the worker
+    lines Ray forwards with print(file=sys.stderr)) goes above it instead of being glued onto its
+    end. The bar itself keeps the real stderr it was created with."""
+    real = {id(sys.stdout): _AboveBar(sys.stdout, bar), id(sys.stderr): _AboveBar(sys.stderr, bar)}
+    saved = sys.stdout, sys.stderr
+    # Hydra's console handler holds the real stdout, so print's redirection alone would miss it.
+    handlers = [h for h in logging.getLogger().handlers
+                if type(h) is logging.StreamHandler and id(h.stream) in real]
+    old_streams = [h.setStream(real[id(h.stream)]) for h in handlers]
+    sys.stdout, sys.stderr = real[id(saved[0])], real[id(saved[1])]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        for handler, stream in zip(handlers, old_streams):
+            handler.setStream(stream)

@@ -9,10 +9,53 @@ import sys
 
 import pytest
 
-from logicrl.logs import quiet_driver, run_log_file
+from logicrl.logs import lines_above, quiet_driver, run_log_file
+from logicrl.trainer.tracking import Tracker
 from tests.conftest import ROOT, run_main
 
 ARR = "actor_rollout_ref"
+
+
+def tracker(tmp_path, total_steps):
+    return Tracker(tmp_path, ["console"], total_steps, {}, "p", "e")
+
+
+def test_bar_counts_training_steps_not_validation_before_training(tmp_path):
+    t = tracker(tmp_path, 3)
+    for step in range(4):  # step 0 is validation before training
+        t.log({"val/acc": 0.5}, step)
+    assert (t.bar.n, t.bar.total) == (3, 3)  # was 4 of 3: "4step" on the final line
+    t.close()
+
+
+def test_resumed_bar_starts_where_the_run_stands(tmp_path):
+    t = tracker(tmp_path, 5)
+    t.log({}, 4)
+    assert (t.bar.n, t.bar.initial) == (4, 3)  # the rate counts the steps this process ran
+    t.log({}, 5)
+    assert t.bar.n == 5
+    t.close()
+
+
+def test_lines_printed_while_the_bar_is_up_go_above_it(capsys):
+    from tqdm import tqdm
+
+    bar = tqdm(total=2, desc="steps")  # on (captured) stderr, as the tracker's
+    hydra_console = logging.StreamHandler(sys.stdout)  # what Hydra puts on the root logger
+    logging.getLogger().addHandler(hydra_console)
+    try:
+        with lines_above(bar):
+            print("step 1: reward 0.5")
+            print("(HybridWorker pid=1) rank 0: update_actor ran out of memory", file=sys.stderr)  # as Ray prints
+            logging.getLogger("logicrl.trainer").warning("saved global_step_1")
+    finally:
+        logging.getLogger().removeHandler(hydra_console)
+    bar.close()
+    out, err = capsys.readouterr()
+    assert out == "step 1: reward 0.5\nsaved global_step_1\n"
+    assert hydra_console.stream is sys.stdout  # given back
+    segments = err.split("\r")  # the bar redraws itself after \r; a line glued onto it would share its segment
+    assert any(s.startswith("(HybridWorker pid=1) rank 0: update_actor") for s in segments), err
 
 
 def test_worker_output_goes_to_the_file_and_logicrl_lines_to_the_console(tmp_path):
@@ -88,6 +131,7 @@ def test_default_run_console_is_readable(tmp_path, monkeypatch):
     assert "memory plan per device" in result.stdout  # the plan
     assert re.findall(r"^step (\d+):", result.stdout, re.M) == ["0", "1", "2", "3"]
     assert "3 steps done" in result.stdout  # the result
+    assert "3/3" in result.stderr and "4step" not in result.stderr  # the bar ends at the step count
     assert "update_actor ran out of memory" in console  # logicrl's worker-side warning still shows
     for noise in ("Failed to load weights", "reset prefix cache", "(MainProcess pid=", "Loading safetensors",
                   "Started a local Ray instance"):
