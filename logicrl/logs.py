@@ -2,18 +2,19 @@
 
 The console is for a person: the plan, one line per step under the progress bar, logicrl's own
 warnings (an OOM halving, a checkpoint), the result. What vLLM and Ray say (start-up chatter, a
-"Failed to load weights" and two "reset prefix cache" lines per weight sync, Ray's INFO lines and
-its token-auth notice) goes to the log file only: Hydra's `<job>.log` in the run directory, beside
-metrics.jsonl. trainer.verbose=true leaves every console stream as the engines set it up.
+"Failed to load weights" and two "reset prefix cache" lines per weight sync, Ray's INFO lines)
+goes to the log file only: Hydra's `<job>.log` in the run directory, beside metrics.jsonl.
+trainer.verbose=true leaves every console stream as the engines set it up.
 
-Two halves, because the noise comes from two kinds of process:
-- the driver: Ray's token-auth mode is pinned so it stops announcing its default (`pin_ray_auth`),
-  and Ray's own `ray` logger keeps its console handler for warnings only and gains a file handler
-  (`quiet_driver`).
-- each worker (`quiet_worker`): vLLM writes through its own logging handlers, tqdm bars, `print`
+Three pieces:
+- in the driver, before Ray is imported, `pin_ray_auth` chooses Ray's token-auth mode, so Ray
+  stops warning at every start that it chose it; before Ray starts, `quiet_driver` leaves Ray's
+  own `ray` logger its console handler for warnings only and gives it a handler on the file.
+- in each worker, `quiet_worker`: vLLM writes through its own logging handlers, tqdm bars, `print`
   and C++ (oneDNN, NUMA, gloo), all on file descriptors 1 and 2, which Ray forwards to the
   driver's console. Only moving the descriptors catches all of them, so both are pointed at the
   log file; logicrl's loggers get a handler on a copy of the old stderr, which Ray still forwards.
+- while the progress bar is up, `lines_above` puts every printed line above it.
 """
 
 from __future__ import annotations
@@ -61,9 +62,14 @@ def quiet_driver(run_dir: Path, verbose: bool) -> str | None:
     for handler in ray_log.handlers:
         if not isinstance(handler, logging.FileHandler):
             handler.setLevel(logging.WARNING)
-    if not any(isinstance(h, logging.FileHandler) and h.baseFilename == os.path.abspath(log_file)
-               for h in ray_log.handlers):  # a curriculum starts one trainer per stage
-        ray_log.addHandler(logging.FileHandler(log_file))  # ray.init gives it Ray's own format
+    # One file handler, to this run's file: a curriculum calls this once per stage, a multirun once
+    # per job (each with its own run directory).
+    for handler in [h for h in ray_log.handlers if getattr(h, "logicrl_run_log", False)]:
+        ray_log.removeHandler(handler)
+        handler.close()
+    to_file = logging.FileHandler(log_file)  # ray.init gives it Ray's own format
+    to_file.logicrl_run_log = True
+    ray_log.addHandler(to_file)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # "generated new fontManager" once per machine
     return str(log_file)
 
@@ -74,6 +80,9 @@ def quiet_worker(log_file: str, rank: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     console = os.fdopen(os.dup(2), "w", buffering=1)  # Ray's worker-*.err: forwarded to the driver
+    # On another node of a cluster without a shared filesystem the run directory does not exist yet:
+    # that node's workers then write to the same path on their own disk.
+    os.makedirs(os.path.dirname(log_file), exist_ok=True)
     fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # O_APPEND: ranks interleave lines
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -115,16 +124,18 @@ def lines_above(bar) -> Iterator[None]:
     """While `bar` is on the console, every line printed (the step lines, log records, the worker
     lines Ray forwards with print(file=sys.stderr)) goes above it instead of being glued onto its
     end. The bar itself keeps the real stderr it was created with."""
-    real = {id(sys.stdout): _AboveBar(sys.stdout, bar), id(sys.stderr): _AboveBar(sys.stderr, bar)}
+    wrappers = {id(sys.stdout): _AboveBar(sys.stdout, bar), id(sys.stderr): _AboveBar(sys.stderr, bar)}
     saved = sys.stdout, sys.stderr
     # Hydra's console handler holds the real stdout, so print's redirection alone would miss it.
     handlers = [h for h in logging.getLogger().handlers
-                if type(h) is logging.StreamHandler and id(h.stream) in real]
-    old_streams = [h.setStream(real[id(h.stream)]) for h in handlers]
-    sys.stdout, sys.stderr = real[id(saved[0])], real[id(saved[1])]
+                if type(h) is logging.StreamHandler and id(h.stream) in wrappers]
+    old_streams = [h.setStream(wrappers[id(h.stream)]) for h in handlers]
+    sys.stdout, sys.stderr = wrappers[id(saved[0])], wrappers[id(saved[1])]
     try:
         yield
     finally:
         sys.stdout, sys.stderr = saved
         for handler, stream in zip(handlers, old_streams):
             handler.setStream(stream)
+        for wrapper in wrappers.values():  # a last line without its newline
+            wrapper.stream.write(wrapper.pending)

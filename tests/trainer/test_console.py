@@ -106,6 +106,10 @@ def test_quiet_driver_sends_ray_info_to_the_file(tmp_path, ray_logger):
     log_file = quiet_driver(tmp_path, verbose=False)
     assert log_file == str(run_log_file(tmp_path)) == str(tmp_path / "logicrl.log")  # no Hydra file handler here
     assert quiet_driver(tmp_path, verbose=False) == log_file  # a second stage adds no second handler
+    quiet_driver(tmp_path / "job1", verbose=False)  # a multirun's next job: its own file only
+    assert [h.baseFilename for h in ray_logger.handlers if isinstance(h, logging.FileHandler)] == \
+        [str(tmp_path / "job1" / "logicrl.log")]
+    log_file = quiet_driver(tmp_path, verbose=False)
     assert ray_logger.handlers[0].level == logging.WARNING  # Ray's own stderr handler: warnings only
     assert [h.baseFilename for h in ray_logger.handlers if isinstance(h, logging.FileHandler)] == [log_file]
     ray_logger.info("Started a local Ray instance.")
