@@ -70,6 +70,9 @@ def main(cfg: DictConfig) -> None:
     if dry_run:
         return
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
+    from logicrl.logs import pin_ray_auth
+
+    pin_ray_auth()  # before Ray is imported: it reads RAY_AUTH_MODE once (logicrl/logs.py)
     import ray
 
     from logicrl.workers.oom import OutOfMemoryAtMinimum

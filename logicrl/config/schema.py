@@ -259,6 +259,7 @@ class TrainerConfig:
     dry_run: bool = key()
     gpu_memory_gb: Optional[float] = key(gt=0)  # null: detect (logicrl/memory/preflight.py)
     auto_micro_batch: bool = key()
+    verbose: bool = key()
 
 
 # ---------------------------------------------------------------- curriculum

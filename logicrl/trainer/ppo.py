@@ -25,6 +25,7 @@ from logicrl.config.plan import ARR, StepPlan
 from logicrl.controller.worker_group import WorkerGroup
 from logicrl.data.dataset import load_prompts
 from logicrl.faults import Faults
+from logicrl.logs import quiet_driver
 from logicrl.models.loading import load_tokenizer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
@@ -98,8 +99,9 @@ class PPOTrainer:
             log.info(f"{resume} is at step {state.step} of {self.total_steps}: nothing left to train "
                      "(trainer.resume_mode=disable starts over)")
             return
+        log_file = quiet_driver(run_dir, cfg.trainer.verbose)  # engine and Ray output to the log file (logs.py)
         self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda, config=OmegaConf.to_container(cfg, resolve=True),
-                                   plan=plan, faults=self.faults)
+                                   plan=plan, faults=self.faults, log_file=log_file)
         if init_from is not None:
             log.info(f"starting from {init_from} (optimizer state {'carried' if carry_optimizer else 'fresh'})")
             self.workers.call("start_from", str(init_from), carry_optimizer)

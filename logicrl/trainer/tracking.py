@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+from contextlib import ExitStack
 from pathlib import Path
+
+from logicrl.logs import lines_above
 
 log = logging.getLogger("logicrl.trainer")
 
@@ -37,6 +40,7 @@ class Tracker:
         self.jsonl = (run_dir / "metrics.jsonl").open("a")
         self.console = "console" in loggers
         self.bar = None
+        self.redirect = ExitStack()
         if self.console:
             from tqdm import tqdm
 
@@ -52,6 +56,8 @@ class Tracker:
                 log.warning("trainer.logger has wandb but it is not installed: pip install wandb; skipping it")
             else:
                 self.wandb = wandb.init(project=project, name=experiment, config=config, dir=str(run_dir))
+        if self.bar is not None:  # last, inside any console capture wandb set up
+            self.redirect.enter_context(lines_above(self.bar))
 
     def log(self, metrics: dict, step: int) -> None:
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
@@ -63,11 +69,21 @@ class Tracker:
             self.wandb.log(clean, step=step)
         if self.bar is not None:
             line = "  ".join(f"{short} {clean[key]:.3g}" for key, short in CONSOLE_KEYS if key in clean)
-            self.bar.write(f"step {step}: {line}")
-            self.bar.update(1)
+            print(f"step {step}: {line}")  # above the bar (lines_above)
+            self._advance(step)
+
+    def _advance(self, step: int) -> None:
+        """The bar counts training steps, so it ends at total_steps: step 0 (validation before training)
+        is not one of them, and a resumed run's bar starts where the run stands, its rate from there."""
+        if step <= self.bar.n:
+            return
+        if self.bar.n == 0 and step > 1:
+            self.bar.initial = self.bar.n = self.bar.last_print_n = step - 1
+        self.bar.update(step - self.bar.n)
 
     def close(self) -> None:
         self.jsonl.close()
+        self.redirect.close()
         if self.bar is not None:
             self.bar.close()
         self.tb.close()

@@ -25,6 +25,7 @@ from tensordict import TensorDict
 
 from logicrl.config.plan import StepPlan
 from logicrl.faults import Faults
+from logicrl.logs import quiet_worker
 from logicrl.memory.telemetry import measure
 from logicrl.models.loading import LoraSpec, load_causal_lm, load_tokenizer, load_value_model, resolve_dtype
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
@@ -50,7 +51,10 @@ def pick_device(kind: str, rank: int) -> torch.device:
 
 class HybridWorker:
     def __init__(self, config: dict, plan: StepPlan, rank: int, world_size: int, master_addr: str,
-                 master_port: int, threads: int | None = None, faults: Faults | None = None):
+                 master_port: int, threads: int | None = None, faults: Faults | None = None,
+                 log_file: str | None = None):
+        if log_file:  # engine and Ray output to the run's log file, not the console (logicrl/logs.py)
+            quiet_worker(log_file, rank)
         cfg: DictConfig = OmegaConf.create(config)
         self.cfg, self.plan, self.rank, self.world_size = cfg, plan, rank, world_size
         self.faults = faults or Faults()

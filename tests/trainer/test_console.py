@@ -1,0 +1,147 @@
+"""The console a person reads: the plan, one line per step under the bar, logicrl's warnings, the
+result; vLLM's and Ray's own output only in the run directory's log file (logicrl/logs.py)."""
+
+import logging
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from logicrl.logs import lines_above, quiet_driver, run_log_file
+from logicrl.trainer.tracking import Tracker
+from tests.conftest import ROOT, run_main
+
+ARR = "actor_rollout_ref"
+
+
+def tracker(tmp_path, total_steps):
+    return Tracker(tmp_path, ["console"], total_steps, {}, "p", "e")
+
+
+def test_bar_counts_training_steps_not_validation_before_training(tmp_path):
+    t = tracker(tmp_path, 3)
+    for step in range(4):  # step 0 is validation before training
+        t.log({"val/acc": 0.5}, step)
+    assert (t.bar.n, t.bar.total) == (3, 3)  # was 4 of 3: "4step" on the final line
+    t.close()
+
+
+def test_resumed_bar_starts_where_the_run_stands(tmp_path):
+    t = tracker(tmp_path, 5)
+    t.log({}, 4)
+    assert (t.bar.n, t.bar.initial) == (4, 3)  # the rate counts the steps this process ran
+    t.log({}, 5)
+    assert t.bar.n == 5
+    t.close()
+
+
+def test_lines_printed_while_the_bar_is_up_go_above_it(capsys):
+    from tqdm import tqdm
+
+    bar = tqdm(total=2, desc="steps")  # on (captured) stderr, as the tracker's
+    hydra_console = logging.StreamHandler(sys.stdout)  # what Hydra puts on the root logger
+    logging.getLogger().addHandler(hydra_console)
+    try:
+        with lines_above(bar):
+            print("step 1: reward 0.5")
+            print("(HybridWorker pid=1) rank 0: update_actor ran out of memory", file=sys.stderr)  # as Ray prints
+            logging.getLogger("logicrl.trainer").warning("saved global_step_1")
+    finally:
+        logging.getLogger().removeHandler(hydra_console)
+    bar.close()
+    out, err = capsys.readouterr()
+    assert out == "step 1: reward 0.5\nsaved global_step_1\n"
+    assert hydra_console.stream is sys.stdout  # given back
+    segments = err.split("\r")  # the bar redraws itself after \r; a line glued onto it would share its segment
+    assert any(s.startswith("(HybridWorker pid=1) rank 0: update_actor") for s in segments), err
+
+
+def test_worker_output_goes_to_the_file_and_logicrl_lines_to_the_console(tmp_path):
+    """In a fresh process, as in a Ray worker: everything on fds 1 and 2 moves to the file."""
+    log_file = tmp_path / "main_ppo.log"
+    code = f"""
+import logging, os, sys
+from logicrl.logs import quiet_worker
+quiet_worker({str(log_file)!r}, rank=1)
+print("engine print")
+logging.getLogger("vllm").warning("ParallelLMHead: Failed to load weights")
+os.write(2, b"C++ warning\\n")
+logging.getLogger("logicrl.workers").warning("gen ran out of memory: a 8 -> 4")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert re.fullmatch(r"\[.*\]\[logicrl.workers\]\[WARNING\] - rank 1: gen ran out of memory: a 8 -> 4\n",
+                        result.stderr)
+    written = log_file.read_text()
+    for line in ("engine print", "Failed to load weights", "C++ warning", "rank 1: gen ran out of memory"):
+        assert line in written, line
+
+
+@pytest.fixture
+def ray_logger():
+    """The `ray` logger as Ray leaves it at import (one stderr handler, no propagation), restored after."""
+    logger = logging.getLogger("ray")
+    saved = logger.handlers, logger.propagate, logger.level
+    logger.handlers, logger.propagate = [logging.StreamHandler(sys.stderr)], False
+    logger.setLevel(logging.INFO)
+    yield logger
+    for h in logger.handlers:
+        if isinstance(h, logging.FileHandler):
+            h.close()
+    logger.handlers, logger.propagate = saved[:2]
+    logger.setLevel(saved[2])
+
+
+def test_verbose_leaves_the_console_as_the_engines_set_it(tmp_path, ray_logger):
+    assert quiet_driver(tmp_path, verbose=True) is None  # the workers get no log file: nothing moves
+    assert ray_logger.handlers[0].level == logging.NOTSET
+    assert not [h for h in ray_logger.handlers if isinstance(h, logging.FileHandler)]
+
+
+def test_quiet_driver_sends_ray_info_to_the_file(tmp_path, ray_logger):
+    log_file = quiet_driver(tmp_path, verbose=False)
+    assert log_file == str(run_log_file(tmp_path)) == str(tmp_path / "logicrl.log")  # no Hydra file handler here
+    assert quiet_driver(tmp_path, verbose=False) == log_file  # a second stage adds no second handler
+    quiet_driver(tmp_path / "job1", verbose=False)  # a multirun's next job: its own file only
+    assert [h.baseFilename for h in ray_logger.handlers if isinstance(h, logging.FileHandler)] == \
+        [str(tmp_path / "job1" / "logicrl.log")]
+    log_file = quiet_driver(tmp_path, verbose=False)
+    assert ray_logger.handlers[0].level == logging.WARNING  # Ray's own stderr handler: warnings only
+    assert [h.baseFilename for h in ray_logger.handlers if isinstance(h, logging.FileHandler)] == [log_file]
+    ray_logger.info("Started a local Ray instance.")
+    assert "Started a local Ray instance." in (tmp_path / "logicrl.log").read_text()
+
+
+@pytest.mark.integration
+def test_default_run_console_is_readable(tmp_path, monkeypatch):
+    """The real entry point with the vLLM engine: the console has the plan, one line per step, the
+    bar ending at the step count, an injected OOM's warning from the worker, and no engine or Ray
+    chatter, which is all in the run's log file."""
+    if not (ROOT / "data/kk_role/train.parquet").is_file():
+        pytest.skip("data/kk_role is missing: run `make data`")
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv("LOGICRL_INJECT_FAULT", "oom@update_actor:1")  # reaches Ray's workers through the driver
+    result = run_main(
+        f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet",
+        "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
+        f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4", "trainer.total_training_steps=3", "trainer.test_freq=-1",
+        f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    console = result.stdout + result.stderr
+    assert "memory plan per device" in result.stdout  # the plan
+    assert re.findall(r"^step (\d+):", result.stdout, re.M) == ["0", "1", "2", "3"]
+    assert "3 steps done" in result.stdout  # the result
+    assert "3/3" in result.stderr and "4step" not in result.stderr  # the bar ends at the step count
+    assert "update_actor ran out of memory" in console  # logicrl's worker-side warning still shows
+    for noise in ("Failed to load weights", "reset prefix cache", "(MainProcess pid=", "Loading safetensors",
+                  "Started a local Ray instance"):
+        assert noise not in console, noise
+    assert "auth" not in console.lower()
+    log = (run_dir / "main_ppo.log").read_text()
+    for line in ("Failed to load weights", "reset prefix cache", "Started a local Ray instance",
+                 "update_actor ran out of memory"):
+        assert line in log, line
