@@ -18,6 +18,7 @@ from logicrl.config.batching import ARR, BatchPlan, check_batching, uses_critic
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
 from logicrl.config.schema import EMBEDDED_TINY, LOGGERS, RootConfig, all_keys, iter_fields
+from logicrl.config.verl_keys import take_verl_keys
 from logicrl.data.files import DATA_SUFFIXES, dataset_rows
 from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
@@ -181,7 +182,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
 
 def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, BatchPlan]:
     """Type, migrate and check a composed config; returns it typed and resolved, with its model and plan."""
-    typed = typed_config(cfg)
+    typed = typed_config(take_verl_keys(cfg))
     check_fields(typed)
     ranks = resolve_ranks(typed)
     migrate(typed, ranks)

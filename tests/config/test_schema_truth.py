@@ -2,7 +2,8 @@
 
 "Read" is found by an AST scan of logicrl/ and main_ppo.py (schema.py left out): a key's leaf name
 used as an attribute (`cfg.data.shuffle`), as a subscript or as a string argument of getattr,
-OmegaConf.select/update, .get or .pop, or the whole dotted key as a string (migrate.py's tables).
+OmegaConf.select/update, .get or .pop, or the whole dotted key as a string (migrate.py's tables;
+not the table of ignored keys itself, nor a verl key's rename target).
 Words in error messages do not count. A leaf name shared by several keys (`path`, `n`) is found
 through any of them, so the scan proves little for those; it is exact for the distinctive ones.
 """
@@ -47,6 +48,9 @@ def names_read() -> tuple[set[str], set[str]]:
         # The table names keys in order to ignore them: that is not reading them.
         tree.body = [n for n in tree.body if not (isinstance(n, ast.Assign) and
                                                   any(getattr(t, "id", "") == "IGNORED_KEYS" for t in n.targets))]
+        # verl_keys.rename(target) writes its target key; that is not reading it either.
+        written = {id(a) for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "rename"
+                   for a in n.args}
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute):
                 leaves.add(node.attr)
@@ -57,7 +61,7 @@ def names_read() -> tuple[set[str], set[str]]:
                 if func in READERS:
                     for arg in node.args:
                         leaves.update(string_parts(arg))
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in written:
                 whole.add(node.value)
     return leaves, whole
 
