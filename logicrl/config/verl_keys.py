@@ -90,22 +90,22 @@ def resume_from_path(key: str, value: Any) -> list[tuple[str, Any]]:
 
 def multi_turn(key: str, value: Any) -> list[tuple[str, Any]]:
     if isinstance(value, dict) and value.get("enable"):
-        raise ConfigError(f"{key}.enable={value['enable']}: multi-turn rollout (tools, interactions) is not implemented; "
-                          "logicrl generates one response per prompt: drop the multi_turn keys")
+        raise ConfigError(f"{key}.enable={value['enable']}: multi-turn rollout (tools, interactions) is not "
+                          "implemented; logicrl generates one response per prompt: drop the multi_turn keys")
     return ignore("multi-turn settings take effect only with multi_turn.enable=True")(key, value)
 
 
 def rollout_correction(key: str, value: Any) -> list[tuple[str, Any]]:
     if isinstance(value, dict) and (value.get("rollout_is") or value.get("rollout_rs")):
-        raise ConfigError(f"{shown(key, value)}: rollout importance sampling / rejection is not implemented (logicrl samples "
-                          "with the policy it trains, synced each step): drop the rollout_correction keys")
+        raise ConfigError(f"{shown(key, value)}: rollout importance sampling / rejection is not implemented "
+                          "(logicrl samples with the policy it trains, synced each step): drop the rollout_correction keys")
     return ignore("rollout correction is off without rollout_is or rollout_rs")(key, value)
 
 
 def reward_model(key: str, value: Any) -> list[tuple[str, Any]]:
     if isinstance(value, dict) and (value.get("enable") or value.get("reward_kwargs")):
-        raise ConfigError(f"{shown(key, value)}: logicrl has no reward-model worker or reward manager kwargs; rewards are "
-                          "rules by data_source, or reward.custom.path, with DAPO's overlong penalty as "
+        raise ConfigError(f"{shown(key, value)}: logicrl has no reward-model worker or reward manager kwargs; "
+                          "rewards are rules by data_source, or reward.custom.path, with DAPO's overlong penalty as "
                           "reward.overlong_buffer.*")
     return ignore("with reward_model.enable=False verl scores with rules too")(key, value)
 
@@ -118,7 +118,8 @@ SEQUENCE_PARALLEL = ignore_only(
     "the preflight memory plan says whether whole sequences fit")
 LOGPROB_INTERNALS = ("logicrl computes log-probs and entropy chunked over tokens (workers/actor.py "
                      "LOGPROB_CHUNK_TOKENS): the same numbers")
-FSDP_INTERNALS = "FSDP2 wrapping and prefetching in logicrl is fixed (one unit per decoder layer and a root): the same results"
+FSDP_INTERNALS = ("FSDP2 wrapping and prefetching in logicrl is fixed (one unit per decoder layer and a root): "
+                  "the same results")
 OFFLOAD_MEMORY = "only moves memory, which the preflight plan checks: the same results"
 
 VERL_KEYS: dict[str, Rule] = {
@@ -129,17 +130,18 @@ VERL_KEYS: dict[str, Rule] = {
     "data.return_raw_chat": ignore("logicrl applies the chat template itself (data/prompts.py); verl's raw chat "
                                    "feeds its async agent loop"),
     "data.use_shm": ignore("logicrl reads the data files where they are"),
-    "data.trust_remote_code": ignore("logicrl runs no code from a checkpoint or dataset"),
+    "data.trust_remote_code": ignore("logicrl loads tokenizers without running code from the checkpoint"),
     # ---- actor_rollout_ref.model
     f"{ARR}.model.use_shm": ignore("logicrl loads the checkpoint from its directory, not through /dev/shm"),
-    f"{ARR}.model.trust_remote_code": ignore("logicrl runs no code from a checkpoint"),
+    f"{ARR}.model.trust_remote_code": ignore("logicrl loads architectures transformers ships, without running code "
+                                            "from the checkpoint"),
     f"{ARR}.model.use_fused_kernels": ignore(LOGPROB_INTERNALS),
     f"{ARR}.model.fused_kernel_options": ignore(LOGPROB_INTERNALS),
     f"{ARR}.model.use_liger": ignore("Liger kernels compute the same numbers faster; logicrl uses transformers' modules"),
     f"{ARR}.model.enable_activation_offload": ignore(OFFLOAD_MEMORY),
     f"{ARR}.hybrid_engine": ignore_only((True,), "actor and rollout always share each rank",
                                         "logicrl always colocates actor and rollout on each rank: drop it"),
-    f"{ARR}.nccl_timeout": ignore("logicrl keeps torch.distributed's default timeout"),
+    f"{ARR}.nccl_timeout": ignore("logicrl's process group times out after 30 minutes (workers/fsdp.py)"),
     # ---- actor and ref internals
     f"{ARR}.actor.use_torch_compile": ignore(LOGPROB_INTERNALS),
     f"{ARR}.ref.use_torch_compile": ignore(LOGPROB_INTERNALS),
@@ -178,12 +180,13 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.rollout.layered_summon": ignore("logicrl syncs weights in buckets of rollout.update_weights_bucket_mb"),
     f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes":
         rename(f"{ARR}.rollout.update_weights_bucket_mb"),
-    f"{ARR}.rollout.enable_chunked_prefill": ignore("vLLM's prefill scheduling; logicrl's chunk is "
-                                                    "rollout.max_num_batched_tokens"),
+    f"{ARR}.rollout.enable_chunked_prefill": ignore("vLLM's prefill scheduling, not the samples; logicrl "
+                                                    "chunks prefills on CUDA only, by rollout.max_num_batched_tokens"),
     f"{ARR}.rollout.multi_stage_wake_up": ignore(OFFLOAD_MEMORY),
-    f"{ARR}.rollout.calculate_log_probs": ignore("logicrl recomputes old log-probs with the actor (old_log_prob)"),
+    f"{ARR}.rollout.calculate_log_probs": ignore("verl keeps the engine's log-probs for rollout-correction "
+                                                 "metrics; logicrl's old log-probs come from the actor"),
     f"{ARR}.rollout.disable_log_stats": ignore("vLLM's own logging"),
-    f"{ARR}.rollout.skip_tokenizer_init": ignore("logicrl's engine detokenises nothing it does not need"),
+    f"{ARR}.rollout.skip_tokenizer_init": ignore("whether vLLM loads a tokenizer; logicrl hands it token ids either way"),
     f"{ARR}.rollout.cudagraph_capture_sizes": ignore("CUDA graph sizes change speed, not samples"),
     f"{ARR}.rollout.max_model_len": ignore("logicrl sizes the engine to data.max_prompt_length + "
                                            "data.max_response_length"),
