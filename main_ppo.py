@@ -105,7 +105,9 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     try:
-        check_overrides(sys.argv[1:])
+        # Keys only today's verl has come back as ++key=value, so Hydra's struct mode lets them
+        # through to validation, which maps, ignores or refuses each (config/verl_keys.py).
+        sys.argv[1:] = check_overrides(sys.argv[1:])
     except ConfigError as err:
         fail(err)
     main()

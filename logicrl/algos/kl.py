@@ -5,10 +5,13 @@ Estimators (KL_ESTIMATORS, chosen by `actor_rollout_ref.actor.kl_loss_type` and
 Schulman, "Approximating KL Divergence" (2020, http://joschu.net/blog/kl-approx.html), with
 d = log pi - log pi_ref:
 
-    kl          k1 = d                       unbiased, high variance, can be negative
-    abs         |d|
-    mse         k2 = d^2 / 2                 biased, low variance
-    low_var_kl  k3 = exp(-d) - 1 + d         unbiased, >= 0, low variance; clamped like verl
+    kl, k1          k1 = d                       unbiased, high variance, can be negative
+    abs             |d|
+    mse, k2         k2 = d^2 / 2                 biased, low variance
+    low_var_kl, k3  k3 = exp(-d) - 1 + d         unbiased, >= 0, low variance; clamped like verl
+
+Each estimator answers to both of verl's names (the older `kl`/`mse`/`low_var_kl` and the newer
+`k1`/`k2`/`k3`), so scripts written for either verl run unchanged.
 
 As a loss term (actor.use_kl_loss): add `kl_loss_coef * kl_penalty(...)` to the token losses
 (GRPO's choice). As a reward penalty (algorithm.use_kl_in_reward): `apply_kl_penalty` subtracts
@@ -33,6 +36,7 @@ K3_LOG_RATIO_CLAMP = 20.0
 K3_CLAMP = 10.0
 
 
+@register_kl_estimator("k1")
 @register_kl_estimator("kl")
 def kl_k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:  # [B, T] -> [B, T]
     return log_probs - ref_log_probs
@@ -43,11 +47,13 @@ def kl_abs(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor
     return (log_probs - ref_log_probs).abs()
 
 
+@register_kl_estimator("k2")
 @register_kl_estimator("mse")
 def kl_k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:  # [B, T] -> [B, T]
     return 0.5 * (log_probs - ref_log_probs) ** 2
 
 
+@register_kl_estimator("k3")
 @register_kl_estimator("low_var_kl")
 def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:  # [B, T] -> [B, T]
     log_ratio = (ref_log_probs - log_probs).clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)

@@ -2,7 +2,8 @@
 
 Hydra rejects an unknown override key with a multi-line message and exit code 1; logicrl wants
 one line, exit code 2 and the closest valid key. So main_ppo checks the override keys against
-the schema before handing argv to Hydra.
+the schema before handing argv to Hydra. Keys only verl has (verl_keys.py) are let through as
+`++key=value`, which Hydra adds to the composed config, where validate maps, ignores or refuses them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hydra.errors import HydraException
 from logicrl.config.errors import ConfigError
 from logicrl.config.schema import all_keys
 from logicrl.config.validate import unknown_key
+from logicrl.config.verl_keys import verl_rule_key
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = ROOT / "conf"
@@ -42,8 +44,12 @@ def override_args(argv: list[str]) -> list[str]:
     return out
 
 
-def check_overrides(argv: list[str]) -> None:
-    """Reject unknown keys and recipes in command-line overrides, before Hydra composes."""
+def check_overrides(argv: list[str]) -> list[str]:
+    """Reject unknown keys and recipes in command-line overrides, before Hydra composes.
+
+    Returns argv with verl-only keys written `++key=value`, for main_ppo to hand to Hydra.
+    """
+    rewritten = for_hydra(argv)
     try:
         overrides = OverridesParser.create().parse_overrides(override_args(argv))
     except HydraException as e:
@@ -65,8 +71,24 @@ def check_overrides(argv: list[str]) -> None:
         # its stage (config/stages.py), where the stage is named in the error.
         if key.startswith("curriculum.stages."):
             continue
-        if not (o.is_add() or o.is_force_add() or o.is_delete()) and key not in valid:
+        if not (o.is_add() or o.is_force_add() or o.is_delete()) and key not in valid and not verl_rule_key(key):
             raise unknown_key(key)
+    return rewritten
+
+
+def for_hydra(argv: list[str]) -> list[str]:
+    """argv with each plain `key=value` whose key only verl has made `++key=value`: Hydra's struct
+    mode refuses a key its config lacks, and force-adding it hands it on to validate (verl_keys.py)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg.startswith("-"):
+            skip = arg in FLAGS_WITH_VALUE
+        elif "=" in arg and not arg.startswith(("+", "~")) and verl_rule_key(arg.split("=", 1)[0]):
+            arg = f"++{arg}"
+        out.append(arg)
+    return out
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()):
@@ -75,4 +97,4 @@ def compose(overrides: list[str] | tuple[str, ...] = ()):
     from hydra import initialize_config_dir
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(CONFIG_NAME, overrides=list(overrides))
+        return hydra_compose(CONFIG_NAME, overrides=for_hydra(list(overrides)))

@@ -2,8 +2,10 @@
 
 verl's first releases counted micro-batches globally (`ppo_micro_batch_size=64` over all ranks);
 current verl and logicrl count them per rank. Run scripts from Logic-RL still use the old keys, so
-they are converted here rather than rejected. A key with no meaning here (HDFS) is ignored with a
-warning; a key that changes behaviour is never dropped silently.
+they are converted here rather than rejected. A schema key logicrl does not act on is listed in
+IGNORED_KEYS and warned about whenever it asks for something (tests/config/test_schema_truth.py
+checks every other schema key is read by code); a key that changes behaviour is never dropped
+silently. Keys verl has and the schema does not are handled before this, in verl_keys.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,20 @@ GLOBAL_MICRO_BATCH_KEYS = (
      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
     ("actor_rollout_ref.ref.log_prob_micro_batch_size", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
     ("critic.ppo_micro_batch_size", "critic.ppo_micro_batch_size_per_gpu"),
+)
+
+# Schema keys kept so verl and Logic-RL scripts run, that logicrl does not act on: (key, the value
+# that asks for nothing, why any other value is ignored). The only table of such keys.
+OPTIMIZER_OFFLOAD_WHY = ("AdamW states live with the parameters, on the host only with fsdp_config.param_offload=true "
+                         "(a separate optimizer offload is issue 16)")
+IGNORED_KEYS = (
+    ("actor_rollout_ref.model.use_remove_padding", False,
+     "forward passes run on padded batches (packed sequences are issue 16): the same results, more memory and time"),
+    ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False, OPTIMIZER_OFFLOAD_WHY),
+    ("critic.fsdp_config.optimizer_offload", False, OPTIMIZER_OFFLOAD_WHY),
+    ("data.val_batch_size", None, "validation sends the whole set to the engine at once, which schedules "
+                                  "rollout.max_num_seqs sequences at a time: the same results"),
+    ("trainer.default_hdfs_dir", None, "logicrl writes checkpoints to trainer.default_local_dir only"),
 )
 
 RENAMED_KEYS = (
@@ -63,7 +79,17 @@ def migrate(cfg: DictConfig, n_ranks: int) -> None:
                         "beyond param_offload: ignored")
         fsdp.grad_offload = None
 
-    if cfg.trainer.default_hdfs_dir is not None:
-        log.warning(f"trainer.default_hdfs_dir={cfg.trainer.default_hdfs_dir} is ignored: logicrl writes "
-                    "checkpoints to trainer.default_local_dir only")
-        cfg.trainer.default_hdfs_dir = None
+    for key, inert, why in IGNORED_KEYS:
+        value = OmegaConf.select(cfg, key)
+        if value != inert:
+            log.warning(f"{key}={value} is ignored: {why}")
+            OmegaConf.update(cfg, key, inert)
+
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.tensor_model_parallel_size != 1:
+        # Tensor parallelism splits the engine's matmuls, not the sampling: one engine per rank with
+        # the whole model samples the same distribution. What it costs is memory, which the
+        # preflight plan checks with the value used.
+        log.warning(f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
+                    "is ignored: each rank runs one engine holding the whole model (tensor_model_parallel_size=1)")
+        rollout.tensor_model_parallel_size = 1

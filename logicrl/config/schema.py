@@ -21,7 +21,8 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
-KL_ESTIMATORS = ("kl", "abs", "mse", "low_var_kl")
+# verl spells the same three estimators two ways (algos/kl.py): both are accepted.
+KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 LR_SCHEDULES = ("constant", "cosine")
 POLICY_LOSS_MODES = ("vanilla", "gspo")

@@ -21,6 +21,7 @@ from logicrl.config.migrate import migrate
 from logicrl.config.normalize import normalize, rank_count
 from logicrl.config.plan import ARR, StepPlan, build_plan, uses_critic
 from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
+from logicrl.config.verl_keys import take_verl_keys
 from logicrl.data.files import DATA_SUFFIXES, dataset_rows
 from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
@@ -121,9 +122,6 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     if algo.adv_estimator in NEEDS_GROUPS and arr.rollout.n < 2:
         raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator} compares responses to the same prompt: "
                           f"set {ARR}.rollout.n >= 2 (got {arr.rollout.n})")
-    if arr.rollout.tensor_model_parallel_size != 1:
-        raise ConfigError(f"{ARR}.rollout.tensor_model_parallel_size={arr.rollout.tensor_model_parallel_size}:"
-                          " only 1 is supported for now (one engine per rank)")
     if arr.model.lora_rank > 0 and not arr.model.target_modules:
         raise ConfigError(f"{ARR}.model.target_modules is empty but lora_rank={arr.model.lora_rank}: "
                           "name the modules (e.g. [q_proj,v_proj]) or use all-linear")
@@ -163,7 +161,7 @@ def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:
     """Type, migrate, normalise and check a composed config; returns it typed and resolved, with its
     model and its step plan (over the rows in the training files; the trainer re-plans over the
     rows it keeps after truncation=filter / skip_bad_rows)."""
-    typed = typed_config(cfg)
+    typed = typed_config(take_verl_keys(cfg))
     check_fields(typed)
     migrate(typed, rank_count(typed))
     check_fields(typed)  # migrated values obey the same bounds

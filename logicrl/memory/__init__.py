@@ -1,1 +1,2 @@
-"""Memory: per-phase telemetry now; the preflight planner and OOM recovery build on it."""
+"""Memory: per-phase telemetry, the preflight plan (peak bytes per phase, checked before anything
+loads; docs/memory.md) and the tracker that checks the plan against measured peaks."""

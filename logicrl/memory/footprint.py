@@ -56,7 +56,7 @@ class ModelBytes:
     root_shard: int
     trainable_full: int
     trainable_shard: int
-    largest_full: int  # the biggest single tensor (weight sync gathers one at a time)
+    largest_full: int  # the biggest single tensor (gathered alone when larger than a weight-sync bucket)
     largest_trainable_shard: int  # AdamW's per-tensor temporaries
     trainable_root: bool  # embeddings and head train (not with LoRA)
     trainable_lm_head: bool  # the chunked log-prob kernel builds a [V, H] weight gradient

@@ -82,6 +82,7 @@ class PlanInputs:
     # what-ifs the config cannot express (docs/memory.md): a frozen 4-bit base, a reward model
     base_weight_bits: float | None = None
     reward_spec: ModelSpec | None = None
+    update_weights_bucket_mb: int = 0  # weight sync gathers buckets of at most this (0: one tensor at a time)
 
     @property
     def width(self) -> int:
@@ -125,6 +126,7 @@ class PlanInputs:
             gpu_memory_utilization=arr.rollout.gpu_memory_utilization, kv_cache_gb=arr.rollout.kv_cache_gb,
             free_cache_engine=arr.rollout.free_cache_engine,
             max_num_batched_tokens=arr.rollout.max_num_batched_tokens,
+            update_weights_bucket_mb=arr.rollout.update_weights_bucket_mb,
             **what_if)
 
 

@@ -253,19 +253,29 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
 
 
 def weight_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: int) -> PhaseMemory:
-    """update_weights: the actor's weights into the engine, one gathered tensor at a time.
+    """update_weights: the actor's weights into the engine, gathered in buckets of at most
+    update_weights_bucket_mb (workers/weight_sync.py), each handed over before the next is gathered.
 
-    FSDP2's full_tensor() on one rank returns the local shard itself; on more it gathers the
-    tensor (two full-size buffers at its peak, measured on 2 ranks). With LoRA each adapted weight
-    is sent merged: B @ A in fp32, cast and scaled in the weight dtype, added to the base. A
-    sleeping vLLM wakes its weights (not its KV cache), and its layer-wise reload holds one
-    layer's tensors until the layer is complete.
+    FSDP2's full_tensor() on one rank returns the local shard itself, so the bucket holds only
+    references; on more it gathers each tensor into new memory (two full-size buffers at its peak,
+    measured on 2 ranks) and the bucket keeps the gathered copies. A tensor is added to a bucket
+    only while the bucket stays under the cap, and a larger one goes alone: the peak is the bucket
+    held so far plus the tensor being gathered, at most max(2 x largest, bucket + largest). With
+    LoRA each adapted weight is sent merged: B @ A in fp32, cast and scaled in the weight dtype,
+    added to the base; on one rank the merged tensors are the bucket's only new memory. A sleeping
+    vLLM wakes its weights (not its KV cache), and its layer-wise reload holds one layer's tensors
+    until the layer is complete.
     """
     b = x.dtype_bytes
-    gathered = 2 * m.actor.largest_full if x.world > 1 else 0
+    bucket = min(x.update_weights_bucket_mb * 2**20, m.actor.total_full)  # never more than the model
+    largest = m.actor.largest_full
+    gathered = max(2 * largest, bucket + largest) if x.world > 1 else 0
     if x.lora_rank:
         shapes = linear_shapes(x.spec)
-        out_f, in_f = max((shapes[name] for name in x.lora_targets), key=lambda s: s[0] * s[1])
+        targets = [shapes[name] for name in x.lora_targets]
+        out_f, in_f = max(targets, key=lambda s: s[0] * s[1])
+        if x.world == 1:
+            gathered += min(bucket, x.spec.num_layers * sum(o * i for o, i in targets) * b)
         gathered += out_f * in_f * (FP32 + 3 * b)
     weights, kv = engine_bytes(x, m, capacity, awake=False)
     if x.engine != "hf" and x.device == "cuda" and x.free_cache_engine:

@@ -1,7 +1,7 @@
 """The preflight memory plan: peak bytes per device in each phase of a step, by component.
 
     plan = plan_memory(step_plan, cfg, spec, device="cuda", capacity_gb=80)
-    print(format_table(plan, capacity_gb=80))
+    print(format_table(plan, capacity_note=", trainer.gpu_memory_gb"))   # the note follows "capacity 80.0 GB"
 
 It models what the code allocates (workers/hybrid.py and what it calls), in steady state, i.e.
 after the first step, once AdamW's states exist. On each rank, between phases:

@@ -1,1 +1,1 @@
-"""The step loop, metrics, validation and (later) checkpoints."""
+"""The step loop and what runs around it: rewards, validation, metrics, checkpoints, the curriculum."""

@@ -31,6 +31,29 @@ def test_estimators_on_hand_numbers():
     assert kl("low_var_kl", 0.25, 0.5) == pytest.approx(2 - 1 - LN2)
 
 
+@pytest.mark.parametrize("new, old", [("k1", "kl"), ("k2", "mse"), ("k3", "low_var_kl")])
+def test_verl_k_names_are_the_same_estimators(new, old):
+    # Current verl names them k1/k2/k3; scripts for the verl Logic-RL forked use kl/mse/low_var_kl.
+    assert KL_ESTIMATORS[new] is KL_ESTIMATORS[old]
+
+
+def test_k_names_on_hand_numbers():
+    # pi = 0.5, pi_ref = 0.125: d = log 4 = 2 log 2.
+    d = 2 * LN2
+    assert kl("k1", 0.5, 0.125) == pytest.approx(d)
+    assert kl("k2", 0.5, 0.125) == pytest.approx(0.5 * d**2)  # 2 (log 2)^2
+    assert kl("k3", 0.5, 0.125) == pytest.approx(0.25 - 1 + d)  # r = q/p = 1/4: r - 1 - log r
+    # pi = 0.25, pi_ref = 0.5: r = 2, k3 = 2 - 1 - log 2, as for low_var_kl above.
+    assert kl("k3", 0.25, 0.5) == pytest.approx(1 - LN2)
+
+
+def test_k3_is_clamped_to_ten_like_low_var_kl():
+    # d = log pi - log pi_ref = -15: r = e^15, k3 = e^15 - 1 - 15, far above the clamp of 10.
+    out = kl_penalty(torch.tensor([[-15.0]], dtype=torch.float64), torch.tensor([[0.0]], dtype=torch.float64),
+                     torch.ones(1, 1), "k3")
+    assert out.item() == 10.0
+
+
 def test_k1_and_k3_are_unbiased_estimates_of_kl():
     # Exact expectation under pi over a 4-token vocabulary: sum_x pi(x) k(x) = KL(pi || pi_ref).
     p = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)

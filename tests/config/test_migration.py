@@ -106,3 +106,10 @@ def test_n_gpus_from_nodes(data_files):
 def test_global_micro_batch_must_split(data_files):
     with pytest.raises(ConfigError, match="trainer.n_gpus=4"):
         validate(compose([*data_files, "trainer.n_gpus=4", f"{ARR}.rollout.log_prob_micro_batch_size=6"]))
+
+
+def test_tensor_parallel_runs_as_one_engine_per_rank(data_files, caplog):
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        cfg, _, _ = validate(compose([*data_files, f"{ARR}.rollout.tensor_model_parallel_size=2"]))
+    assert cfg[ARR].rollout.tensor_model_parallel_size == 1
+    assert [r.getMessage() for r in caplog.records if "tensor_model_parallel_size=2 is ignored" in r.getMessage()]

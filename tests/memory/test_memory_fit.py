@@ -112,3 +112,24 @@ def test_entry_point_refuses_naming_the_knob_and_auto_micro_batch_fits(data, tmp
     fitted = run_main(*args, "trainer.gpu_memory_gb=80", "trainer.auto_micro_batch=true", cwd=tmp_path)
     assert fitted.returncode == 0, fitted.stderr
     assert "auto_micro_batch: " in fitted.stdout and "would refuse" not in fitted.stdout
+
+
+def test_weight_sync_holds_one_bucket_plus_the_tensor_being_gathered(data):
+    # Qwen2.5-7B in bf16 on 4 ranks: the largest tensor is the [152064, 3584] embedding (and the untied
+    # lm_head), 152064 * 3584 * 2 = 1_089_994_752 bytes; the whole model is 2 * 7_615_616_512 bytes.
+    largest, model = 152064 * 3584 * 2, 2 * 7_615_616_512
+    _, _, x = inputs(data)
+
+    def synced(bucket_mb: int, world: int = 4) -> int:
+        return plan_inputs(replace(x, update_weights_bucket_mb=bucket_mb, world=world), 80 * GB).phase(
+            "update_weights").parts["params"]
+
+    assert x.update_weights_bucket_mb == 512  # conf's default, read from the config
+    # 512 MiB is less than the embedding: the peak is the embedding gathered alone, two buffers of it.
+    assert synced(1) == synced(512)
+    # 4096 MiB: a full bucket plus the next tensor's second buffer, 4 GiB + 1.09 GB instead of 2 x 1.09 GB.
+    assert synced(4096) - synced(512) == 4096 * 2**20 + largest - 2 * largest == 3_204_972_544
+    # A bucket larger than the model holds the model at most.
+    assert synced(10**6) - synced(512) == model + largest - 2 * largest
+    # One rank: full_tensor() is the parameter itself, so the bucket holds references only.
+    assert synced(4096, world=1) == synced(1, world=1)

@@ -1,7 +1,9 @@
 """Rollout engines: one interface (base.RolloutEngine), one implementation per backend.
 
-`hf` generates with the training module itself (hf.HFRolloutEngine); `vllm` (issue 6) runs a
-vLLM engine colocated with the actor. Both return the same RolloutOutput, log-probs included.
+`vllm` (the default) runs a vLLM engine in each rank's process, beside the actor; `hf`
+(hf.HFRolloutEngine) samples with a transformers model, and is what `vllm` falls back to where
+vLLM does not import (engines.py). Each holds its own copy of the policy, synced after every
+update, and both return the same RolloutOutput, log-probs included.
 """
 
 from logicrl.workers.rollout.base import RolloutEngine, RolloutOutput, SamplingParams

@@ -1,6 +1,6 @@
 """The rollout interface: sampling parameters, what an engine returns, and the engine Protocol.
 
-Every engine (vLLM, and HF where vLLM is absent) satisfies `RolloutEngine`, so the step loop never knows
+Every engine (hf.py, vllm.py) satisfies `RolloutEngine`, so the step loop never knows
 which one it drives. The contract that matters most is the log-prob definition below: the
 trainer recomputes exactly this quantity for the same tokens, and the two must agree (that
 test is what proves weight sync and the sampler are right).

@@ -1,10 +1,10 @@
 """Rollout with the HF model itself: a manual KV-cached sampling loop, micro-batched.
 
 The fallback engine where vLLM is absent, and the reference the vLLM engine is checked
-against. It runs the model it is given: in training its own full copy of the policy
-(engines._hf), synced from the actor after each update; tests may hand it the actor's module,
-and then sync_weights() copies nothing. Its KV cache lives inside one generate() call, so
-sleep()/wake() have nothing to release.
+against. It samples with the module it is given: in training its own full copy of the policy
+(engines._hf loads it from model.path; sync_weights() copies the actor's weights in after each
+update), in tests possibly the actor's module itself, when sync_weights() has nothing to copy.
+sleep()/wake() release nothing: the KV cache lives only inside one generate() call.
 
 Why not `model.generate`: it draws from the global RNG (no per-call generator, so no
 reproducible rollouts without touching global state), its `scores` are taken after its logits

@@ -1,0 +1,253 @@
+"""Keys of current verl's config that logicrl's schema lacks: each mapped, ignored or refused, in one line.
+
+Run scripts written for today's verl set keys that tune verl's own machinery (fused kernels, FSDP
+wrap policies, vLLM's scheduler, shared-memory loading, profilers). logicrl takes such a script
+with only the entry point and paths changed, so every such key found in verl's example scripts
+has one rule here:
+
+  rename   the same meaning under a logicrl key (`data.filter_overlong_prompts=True` is
+           `data.truncation=filter`); a warning says what it became
+  ignore   changes how verl computes, not what: dropped with a warning naming it
+  refuse   would change results and logicrl cannot do it: a ConfigError naming what to use
+  (some keys are ignored at verl's default value and refused at any other)
+
+A key under a subtree rule (`global_profiler`) is handled with its subtree. A verl key missing
+from the table is an unknown-key error, as any typo is.
+
+Where they are taken out: Hydra composes in struct mode and rejects a key its config lacks, so
+cli.check_overrides rewrites `key=value` for these keys as `++key=value`; the key then reaches the
+composed config, and `take_verl_keys` (the first step of validate) removes it before the schema
+merge. A recipe YAML or a curriculum stage may carry them the same way. The schema and conf/ keep
+none of these keys: they would be keys that do nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from logicrl.config.errors import ConfigError, log
+from logicrl.config.schema import all_keys
+
+ARR = "actor_rollout_ref"
+# A rule gets the key and its plain value, logs its one line or raises, and returns the logicrl
+# (key, value) pairs to set.
+Rule = Callable[[str, Any], list[tuple[str, Any]]]
+
+
+def shown(key: str, value: Any) -> str:
+    """`key=value`, or for a subtree each leaf set under it: `k.a=1, k.b.c=2`."""
+    if not isinstance(value, dict) or not value:
+        return f"{key}={value}"
+    return ", ".join(shown(f"{key}.{k}", v) for k, v in value.items())
+
+
+def ignore(why: str) -> Rule:
+    def rule(key: str, value: Any) -> list[tuple[str, Any]]:
+        log.warning(f"{shown(key, value)} is ignored: {why}")
+        return []
+    return rule
+
+
+def ignore_only(allowed: tuple, why: str, refusal: str) -> Rule:
+    """Ignored at the values in `allowed` (they ask for what logicrl does anyway); refused at any other."""
+    def rule(key: str, value: Any) -> list[tuple[str, Any]]:
+        return (ignore(why) if value in allowed else refuse(refusal))(key, value)
+    return rule
+
+
+def refuse(why: str) -> Rule:
+    def rule(key: str, value: Any) -> list[tuple[str, Any]]:
+        raise ConfigError(f"{shown(key, value)}: {why}")
+    return rule
+
+
+def rename(target: str) -> Rule:
+    def rule(key: str, value: Any) -> list[tuple[str, Any]]:
+        log.warning(f"{key}={value} is verl's spelling: using {target}={value}")
+        return [(target, value)]
+    return rule
+
+
+def filter_overlong(key: str, value: Any) -> list[tuple[str, Any]]:
+    # verl filters over-long prompts when the dataset loads, before truncation could see them, so
+    # filtering wins over whatever data.truncation says: the scripts set both (truncation='error').
+    if value:
+        log.warning(f"{key}={value} is verl's spelling: using data.truncation=filter")
+        return [("data.truncation", "filter")]
+    return ignore("verl's default; over-long prompts follow data.truncation")(key, value)
+
+
+def resume_from_path(key: str, value: Any) -> list[tuple[str, Any]]:
+    if value is None:
+        return ignore("no path given")(key, value)
+    log.warning(f"{key}={value} is verl's spelling: using trainer.resume_mode={value}")
+    return [("trainer.resume_mode", value)]
+
+
+def multi_turn(key: str, value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value.get("enable"):
+        raise ConfigError(f"{key}.enable={value['enable']}: multi-turn rollout (tools, interactions) is not "
+                          "implemented; logicrl generates one response per prompt: drop the multi_turn keys")
+    return ignore("multi-turn settings take effect only with multi_turn.enable=True")(key, value)
+
+
+def rollout_correction(key: str, value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and (value.get("rollout_is") or value.get("rollout_rs")):
+        raise ConfigError(f"{shown(key, value)}: rollout importance sampling / rejection is not implemented "
+                          "(logicrl samples with the policy it trains, synced each step): drop the rollout_correction keys")
+    return ignore("rollout correction is off without rollout_is or rollout_rs")(key, value)
+
+
+def reward_model(key: str, value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and (value.get("enable") or value.get("reward_kwargs")):
+        raise ConfigError(f"{shown(key, value)}: logicrl has no reward-model worker or reward manager kwargs; "
+                          "rewards are rules by data_source, or reward.custom.path, with DAPO's overlong penalty as "
+                          "reward.overlong_buffer.*")
+    return ignore("with reward_model.enable=False verl scores with rules too")(key, value)
+
+
+STRATEGY = ignore_only(("fsdp", "fsdp2"), "every model trains and runs with FSDP2",
+                       "logicrl implements FSDP2 only: set fsdp or fsdp2")
+SEQUENCE_PARALLEL = ignore_only(
+    (1,), "1 is verl's default: no sequence parallelism",
+    "Ulysses sequence parallelism is not implemented (ranks split the batch, never a sequence): set 1; "
+    "the preflight memory plan says whether whole sequences fit")
+LOGPROB_INTERNALS = ("logicrl computes log-probs and entropy chunked over tokens (workers/actor.py "
+                     "LOGPROB_CHUNK_TOKENS): the same numbers")
+FSDP_INTERNALS = ("FSDP2 wrapping and prefetching in logicrl is fixed (one unit per decoder layer and a root): "
+                  "the same results")
+OFFLOAD_MEMORY = "only moves memory, which the preflight plan checks: the same results"
+
+VERL_KEYS: dict[str, Rule] = {
+    # ---- data
+    "data.filter_overlong_prompts": filter_overlong,
+    "data.filter_overlong_prompts_workers": ignore("logicrl measures prompts in the driver"),
+    "data.dataloader_num_workers": ignore("logicrl loads prompts in the driver"),
+    "data.return_raw_chat": ignore("logicrl applies the chat template itself (data/prompts.py); verl's raw chat "
+                                   "feeds its async agent loop"),
+    "data.use_shm": ignore("logicrl reads the data files where they are"),
+    "data.trust_remote_code": ignore("logicrl loads tokenizers without running code from the checkpoint"),
+    # ---- actor_rollout_ref.model
+    f"{ARR}.model.use_shm": ignore("logicrl loads the checkpoint from its directory, not through /dev/shm"),
+    f"{ARR}.model.trust_remote_code": ignore("logicrl loads architectures transformers ships, without running code "
+                                            "from the checkpoint"),
+    f"{ARR}.model.use_fused_kernels": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.model.fused_kernel_options": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.model.use_liger": ignore("Liger kernels compute the same numbers faster; logicrl uses transformers' modules"),
+    f"{ARR}.model.enable_activation_offload": ignore(OFFLOAD_MEMORY),
+    f"{ARR}.hybrid_engine": ignore_only((True,), "actor and rollout always share each rank",
+                                        "logicrl always colocates actor and rollout on each rank: drop it"),
+    f"{ARR}.nccl_timeout": ignore("logicrl's process group times out after 30 minutes (workers/fsdp.py)"),
+    # ---- actor and ref internals
+    f"{ARR}.actor.use_torch_compile": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.ref.use_torch_compile": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.actor.entropy_from_logits_with_chunking": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.ref.entropy_from_logits_with_chunking": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.actor.entropy_checkpointing": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.ref.entropy_checkpointing": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.actor.ulysses_sequence_parallel_size": SEQUENCE_PARALLEL,
+    f"{ARR}.ref.ulysses_sequence_parallel_size": SEQUENCE_PARALLEL,
+    "critic.ulysses_sequence_parallel_size": SEQUENCE_PARALLEL,
+    f"{ARR}.ref.strategy": STRATEGY,
+    "critic.strategy": STRATEGY,
+    f"{ARR}.actor.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
+    f"{ARR}.ref.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
+    "critic.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
+    "global_profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
+    f"{ARR}.actor.checkpoint": ignore("a logicrl checkpoint always holds model, optimizer and trainer state"),
+    f"{ARR}.actor.optim.clip_grad": rename(f"{ARR}.actor.grad_clip"),
+    "critic.optim.clip_grad": rename("critic.grad_clip"),
+    f"{ARR}.actor.fsdp_config.model_dtype": refuse("logicrl has one parameter dtype for actor, reference and "
+                                                   f"rollout: set {ARR}.model.dtype instead"),
+    # verl >= 0.4 keeps the critic's FSDP settings under critic.model.
+    "critic.model.fsdp_config.param_offload": rename("critic.fsdp_config.param_offload"),
+    "critic.model.fsdp_config.optimizer_offload": rename("critic.fsdp_config.optimizer_offload"),
+    "critic.model.use_remove_padding": ignore("forward passes run on padded batches (packed sequences are "
+                                              "issue 16): the same results, more memory and time"),
+    "critic.forward_micro_batch_size_per_gpu": ignore("the values pass uses critic.ppo_micro_batch_size_per_gpu"),
+    "critic.forward_max_token_len_per_gpu": ignore("the values pass uses critic.ppo_max_token_len_per_gpu"),
+    # ---- rollout
+    f"{ARR}.rollout.mode": ignore_only(("sync",), "logicrl's rollout is synchronous",
+                                       "logicrl generates synchronously in each rank's engine (no agent loop or "
+                                       "rollout server): set actor_rollout_ref.rollout.mode=sync or drop it"),
+    f"{ARR}.rollout.multi_turn": multi_turn,
+    f"{ARR}.rollout.load_format": ignore("how verl's engine initialises weights before the first sync; logicrl's "
+                                         "engine loads model.path"),
+    f"{ARR}.rollout.layered_summon": ignore("logicrl syncs weights in buckets of rollout.update_weights_bucket_mb"),
+    f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes":
+        rename(f"{ARR}.rollout.update_weights_bucket_mb"),
+    f"{ARR}.rollout.enable_chunked_prefill": ignore("vLLM's prefill scheduling, not the samples; logicrl "
+                                                    "chunks prefills on CUDA only, by rollout.max_num_batched_tokens"),
+    f"{ARR}.rollout.multi_stage_wake_up": ignore(OFFLOAD_MEMORY),
+    f"{ARR}.rollout.calculate_log_probs": ignore("verl keeps the engine's log-probs for rollout-correction "
+                                                 "metrics; logicrl's old log-probs come from the actor"),
+    f"{ARR}.rollout.disable_log_stats": ignore("vLLM's own logging"),
+    f"{ARR}.rollout.skip_tokenizer_init": ignore("whether vLLM loads a tokenizer; logicrl hands it token ids either way"),
+    f"{ARR}.rollout.cudagraph_capture_sizes": ignore("CUDA graph sizes change speed, not samples"),
+    f"{ARR}.rollout.max_model_len": ignore("logicrl sizes the engine to data.max_prompt_length + "
+                                           "data.max_response_length"),
+    f"{ARR}.rollout.engine_kwargs": ignore("engine-specific tuning passed to vLLM/SGLang by verl"),
+    # ---- algorithm, reward, trainer
+    "algorithm.use_pf_ppo": ignore_only((False,), "verl's default: no reweighting",
+                                        "PF-PPO's reward-weighted resampling is not implemented: drop it"),
+    "algorithm.rollout_correction": rollout_correction,
+    "reward_model": reward_model,
+    "trainer.resume_from_path": resume_from_path,
+    "trainer.use_legacy_worker_impl": ignore("logicrl has one worker implementation"),
+    "trainer.log_val_generations": ignore("logicrl writes validation samples to val_generations/ in the run dir"),
+    "trainer.max_critic_ckpt_to_keep": ignore("a checkpoint holds actor and critic together: "
+                                              "trainer.max_actor_ckpt_to_keep prunes both"),
+}
+# FSDP wrapping and prefetch settings under each role's fsdp_config (the critic's under critic.model).
+for _root in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config"):
+    for _leaf in ("wrap_policy", "fsdp_size", "forward_prefetch", "use_orig_params", "reshard_after_forward"):
+        VERL_KEYS[f"{_root}.{_leaf}"] = ignore(FSDP_INTERNALS)
+    VERL_KEYS[f"{_root}.strategy"] = STRATEGY
+
+
+def verl_rule_key(key: str) -> str | None:
+    """The table entry that handles `key` (itself, or the subtree it lies in), or None."""
+    parts = key.split(".")
+    for i in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:i])
+        if prefix in VERL_KEYS:
+            return prefix
+    return None
+
+
+def take_verl_keys(cfg: DictConfig) -> DictConfig:
+    """`cfg` without verl-only keys, their logicrl equivalents set (a copy; `cfg` is left as it is).
+
+    Raises ConfigError for a key logicrl refuses. Each key found logs one line.
+    """
+    absent = object()
+    found = [(k, OmegaConf.select(cfg, k, default=absent)) for k in VERL_KEYS]
+    found = [(k, v) for k, v in found if v is not absent]
+    if not found:
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    updates = []
+    for key, value in found:
+        plain = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        updates += VERL_KEYS[key](key, plain)
+        _delete(cfg, key)
+    for key, value in updates:
+        OmegaConf.update(cfg, key, value, merge=False)
+    return cfg
+
+
+def _delete(cfg: DictConfig, key: str) -> None:
+    """Remove `key`, then every parent it leaves empty that the schema does not know."""
+    schema_keys = set(all_keys())
+    with open_dict(cfg):
+        while key:
+            parent, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(cfg, parent) if parent else cfg
+            del node[leaf]
+            if not parent or parent in schema_keys or len(OmegaConf.select(cfg, parent)):
+                return
+            key = parent

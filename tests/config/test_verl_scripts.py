@@ -1,0 +1,201 @@
+"""A run script written for current verl works with only the entry point and paths changed.
+
+The override lists are verl's examples/grpo_trainer/run_qwen2-7b.sh (and keys from its other
+current examples), verbatim but for the data and model paths: this repo's kk_role parquet files
+and the embedded tiny model.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from logicrl.config import ConfigError, check_overrides, compose, validate
+from logicrl.config.cli import for_hydra
+from logicrl.config.schema import all_keys
+from logicrl.config.verl_keys import VERL_KEYS, take_verl_keys, verl_rule_key
+from tests.conftest import ROOT, run_main
+
+ARR = "actor_rollout_ref"
+TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
+
+
+@pytest.fixture
+def kk_role():
+    if not TRAIN.is_file():
+        pytest.skip("data/kk_role is missing: run `make data`")
+
+
+def grpo_script() -> list[str]:
+    """verl's examples/grpo_trainer/run_qwen2-7b.sh."""
+    return [
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={TRAIN}", f"data.val_files={VAL}",
+        "data.train_batch_size=1024", "data.max_prompt_length=512", "data.max_response_length=1024",
+        "data.filter_overlong_prompts=True", "data.truncation='error'",
+        f"{ARR}.model.path=embedded:tiny",
+        f"{ARR}.actor.optim.lr=1e-6",
+        f"{ARR}.model.use_remove_padding=True",
+        f"{ARR}.actor.ppo_mini_batch_size=256", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=40",
+        f"{ARR}.actor.use_kl_loss=True", f"{ARR}.actor.kl_loss_coef=0.001", f"{ARR}.actor.kl_loss_type=low_var_kl",
+        f"{ARR}.actor.entropy_coeff=0",
+        f"{ARR}.model.enable_gradient_checkpointing=True",
+        f"{ARR}.actor.fsdp_config.param_offload=False", f"{ARR}.actor.fsdp_config.optimizer_offload=False",
+        f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=40",
+        f"{ARR}.rollout.tensor_model_parallel_size=2",
+        f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.gpu_memory_utilization=0.6", f"{ARR}.rollout.n=5",
+        f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=40", f"{ARR}.ref.fsdp_config.param_offload=True",
+        "algorithm.use_kl_in_reward=False",
+        "trainer.critic_warmup=0",
+        """trainer.logger=["console","wandb"]""",
+        "trainer.project_name='verl_grpo_example_gsm8k'", "trainer.experiment_name='qwen2_7b_function_rm'",
+        "trainer.n_gpus_per_node=8", "trainer.nnodes=1",
+        "trainer.save_freq=20", "trainer.test_freq=5", "trainer.total_epochs=15",
+    ]
+
+
+# Keys from verl's other current example scripts that tune only verl's internals.
+VERL_INTERNALS = [
+    "data.return_raw_chat=True",
+    f"{ARR}.model.use_shm=True",
+    f"{ARR}.model.use_fused_kernels=True",
+    f"{ARR}.model.fused_kernel_options.impl_backend=triton",
+    f"{ARR}.actor.ulysses_sequence_parallel_size=1",
+    f"{ARR}.actor.entropy_from_logits_with_chunking=True",
+    f"{ARR}.actor.fsdp_config.fsdp_size=-1",
+    f"+{ARR}.actor.fsdp_config.wrap_policy.min_num_params=0",
+    f"{ARR}.rollout.load_format=safetensors",
+    f"{ARR}.rollout.layered_summon=True",
+    f"{ARR}.rollout.mode=sync",
+    f"{ARR}.rollout.enable_chunked_prefill=False",
+    f"+{ARR}.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=True",
+]
+
+
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "logicrl.config"]
+
+
+def test_current_verl_grpo_script_validates(kk_role, caplog):
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        check_overrides(grpo_script())
+        cfg, _, plan = validate(compose(grpo_script()))
+    arr = cfg[ARR]
+    assert cfg.data.truncation == "filter"  # filter_overlong_prompts wins over truncation='error', as in verl
+    assert arr.rollout.tensor_model_parallel_size == 1 and arr.rollout.n == 5
+    assert arr.actor.kl_loss_type == "low_var_kl" and cfg.trainer.n_gpus == 8
+    assert list(cfg.trainer.logger) == ["console", "wandb"]
+    # 1024 prompts x 5 = 5120 responses over 8 ranks; mini-batch 256 prompts = 160 responses per rank, micro 40.
+    assert (plan.responses, plan.per_rank_responses, plan.actor.grad_accum) == (5120, 640, 4)
+    warned = warnings_of(caplog)
+    assert all("\n" not in w for w in warned)
+    assert sorted(w.split(" ", 1)[0] for w in warned) == sorted([
+        "data.filter_overlong_prompts=True", f"{ARR}.model.use_remove_padding=True",
+        f"{ARR}.rollout.tensor_model_parallel_size=2"])
+
+
+def test_verl_internal_keys_are_ignored_one_warning_each(kk_role, caplog):
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        check_overrides(grpo_script() + VERL_INTERNALS)
+        validate(compose(grpo_script() + VERL_INTERNALS))
+    warned = warnings_of(caplog)
+    for override in VERL_INTERNALS:
+        key, value = override.lstrip("+").split("=", 1)
+        assert len([w for w in warned if w.startswith(f"{key}=")]) == 1, key
+        assert f"{key}={value} is ignored: " in " ".join(warned), key
+
+
+@pytest.mark.parametrize("override, needle", [
+    (f"{ARR}.rollout.mode=async", "set actor_rollout_ref.rollout.mode=sync"),
+    (f"{ARR}.rollout.multi_turn.enable=True", "multi-turn rollout"),
+    (f"{ARR}.actor.ulysses_sequence_parallel_size=2", "set 1"),
+    ("reward_model.enable=True", "no reward-model worker"),
+    (f"{ARR}.actor.fsdp_config.model_dtype=bfloat16", f"set {ARR}.model.dtype"),
+    ("critic.strategy=megatron", "FSDP2 only"),
+])
+def test_what_would_change_results_is_refused_in_one_line(kk_role, override, needle):
+    with pytest.raises(ConfigError) as err:
+        validate(compose(grpo_script() + [override]))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(override.split("=")[0]) and needle in message, message
+
+
+@pytest.mark.parametrize("verl, logicrl_key, value", [
+    ("critic.model.fsdp_config.param_offload=True", "critic.fsdp_config.param_offload", True),
+    (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096", f"{ARR}.rollout.update_weights_bucket_mb",
+     4096),
+    (f"{ARR}.actor.optim.clip_grad=0.5", f"{ARR}.actor.grad_clip", 0.5),
+    ("trainer.resume_from_path=/tmp", "trainer.resume_mode", "/tmp"),
+])
+def test_renamed_keys_land_on_logicrl_keys(data_files, verl, logicrl_key, value, caplog):
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        cfg, _, _ = validate(compose([*data_files, verl]))
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.select(cfg, logicrl_key) == value
+    assert any("is verl's spelling: using " + logicrl_key in w for w in warnings_of(caplog))
+
+
+def test_verl_keys_are_not_schema_keys():
+    # A rule shadowing a schema key (or a group) would hide that key from the schema's own checks.
+    schema = set(all_keys())
+    for key in VERL_KEYS:
+        assert key not in schema and not any(s.startswith(key + ".") for s in schema), key
+
+
+def test_only_verl_keys_are_rewritten_for_hydra():
+    argv = ["-m", "data.return_raw_chat=True", "data.shuffle=false", f"+{ARR}.rollout.engine_kwargs.x=1",
+            "-cn", "data.use_shm=True", f"{ARR}.rollout.mode=sync,async"]
+    assert for_hydra(argv) == ["-m", "++data.return_raw_chat=True", "data.shuffle=false",
+                               f"+{ARR}.rollout.engine_kwargs.x=1", "-cn", "data.use_shm=True",
+                               f"++{ARR}.rollout.mode=sync,async"]
+    assert verl_rule_key("global_profiler.global_tool_config.nsys.discrete") == "global_profiler"
+
+
+def test_a_recipe_like_config_without_verl_keys_is_untouched(data_files):
+    cfg = compose(data_files)
+    assert take_verl_keys(cfg) is cfg
+
+
+# ---------------------------------------------------------------- the entry point
+@pytest.mark.integration
+def test_entry_point_dry_runs_a_current_verl_script(kk_role, tmp_path):
+    result = run_main(*grpo_script(), *VERL_INTERNALS, "trainer.dry_run=true", "trainer.gpu_memory_gb=80",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout + result.stderr
+    assert "data.return_raw_chat=True is ignored" in out
+    assert "data.filter_overlong_prompts=True is verl's spelling: using data.truncation=filter" in out
+    assert "1024 prompts x n=5 = 5120 responses" in out
+
+
+@pytest.mark.integration
+def test_entry_point_refuses_async_rollout_in_one_line(kk_role, tmp_path):
+    result = run_main(*grpo_script(), f"{ARR}.rollout.mode=async", "trainer.dry_run=true", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {ARR}.rollout.mode=async: "), result.stderr
+
+
+@pytest.mark.integration
+def test_multirun_sweeps_with_verl_keys(kk_role, tmp_path):
+    # A sweep over a verl-only key too: each of the 4 jobs composes with it and drops it.
+    result = run_main("-m", *grpo_script(), "data.return_raw_chat=True,False", f"{ARR}.rollout.n=5,10",
+                      "trainer.dry_run=true", "trainer.gpu_memory_gb=80", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("1024 prompts x n=5 = 5120 responses") == 2
+    assert result.stdout.count("1024 prompts x n=10 = 10240 responses") == 2
+    assert result.stdout.count("data.return_raw_chat=False is ignored") == 2
+
+
+def test_verl_keys_in_a_yaml_overlay_are_handled_too(data_files, caplog):
+    # A recipe or a curriculum stage may carry them: they reach validate like command-line ones.
+    from logicrl.config.stages import build_stages
+
+    stages = ("curriculum.stages=[{name: a, overrides: {data: {filter_overlong_prompts: true, return_raw_chat: true}}},"
+              " {name: b, overrides: {}}]")
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        a, b = build_stages(compose([*data_files, stages]), [])
+    assert (a.cfg.data.truncation, b.cfg.data.truncation) == ("filter", "error")
+    assert len([w for w in warnings_of(caplog) if w.startswith("data.return_raw_chat=True is ignored")]) == 1
