@@ -31,17 +31,23 @@ def recipe_names() -> list[str]:
     return sorted(str(p.relative_to(RECIPES_DIR).with_suffix("")) for p in RECIPES_DIR.rglob("*.yaml"))
 
 
-def override_args(argv: list[str]) -> list[str]:
-    """The key=value overrides in argv, Hydra's own flags (and their values) removed."""
-    out, skip = [], False
+def _tagged(argv: list[str]):
+    """(arg, whether it is a key=value override) for each arg: Hydra's flags and their values are not."""
+    skip = False
     for arg in argv:
         if skip:
             skip = False
+            yield arg, False
         elif arg.startswith("-"):
             skip = arg in FLAGS_WITH_VALUE
+            yield arg, False
         else:
-            out.append(arg)
-    return out
+            yield arg, True
+
+
+def override_args(argv: list[str]) -> list[str]:
+    """The key=value overrides in argv, Hydra's own flags (and their values) removed."""
+    return [arg for arg, is_override in _tagged(argv) if is_override]
 
 
 def check_overrides(argv: list[str]) -> list[str]:
@@ -79,16 +85,10 @@ def check_overrides(argv: list[str]) -> list[str]:
 def for_hydra(argv: list[str]) -> list[str]:
     """argv with each plain `key=value` whose key only verl has made `++key=value`: Hydra's struct
     mode refuses a key its config lacks, and force-adding it hands it on to validate (verl_keys.py)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg.startswith("-"):
-            skip = arg in FLAGS_WITH_VALUE
-        elif "=" in arg and not arg.startswith(("+", "~")) and verl_rule_key(arg.split("=", 1)[0]):
-            arg = f"++{arg}"
-        out.append(arg)
-    return out
+    def verl_only(arg: str) -> bool:
+        return "=" in arg and not arg.startswith(("+", "~")) and bool(verl_rule_key(arg.split("=", 1)[0]))
+
+    return [f"++{arg}" if is_override and verl_only(arg) else arg for arg, is_override in _tagged(argv)]
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()):

@@ -167,9 +167,10 @@ def uses_ref(cfg: DictConfig) -> bool:
     return bool(cfg[ARR].actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
 
 
-def _micro(prefix: str, section: DictConfig, by_tokens: bool, rows_key: str, tokens_key: str) -> Micro:
-    key = tokens_key if by_tokens else rows_key
-    return Micro(f"{prefix}.{key}", int(section[key]), by_tokens)
+def _micro(prefix: str, by_tokens: bool, rows: tuple[str, int], tokens: tuple[str, int]) -> Micro:
+    """A split by rows, or by tokens: each given as (leaf key under `prefix`, its value)."""
+    key, value = tokens if by_tokens else rows
+    return Micro(f"{prefix}.{key}", int(value), by_tokens)
 
 
 def _update(prefix: str, role: DictConfig, prompts: int, n: int, ranks: int) -> Update:
@@ -182,8 +183,9 @@ def _update(prefix: str, role: DictConfig, prompts: int, n: int, ranks: int) -> 
             f"do not split across trainer.n_gpus={ranks} ranks: make the product a multiple of {ranks}")
     update = Update(mini_prompts=mini, per_rank_mini=mini * n // ranks, ppo_epochs=role.ppo_epochs,
                     num_mini=prompts // mini,
-                    micro=_micro(prefix, role, role.use_dynamic_bsz, "ppo_micro_batch_size_per_gpu",
-                                 "ppo_max_token_len_per_gpu"))
+                    micro=_micro(prefix, role.use_dynamic_bsz,
+                                 ("ppo_micro_batch_size_per_gpu", role.ppo_micro_batch_size_per_gpu),
+                                 ("ppo_max_token_len_per_gpu", role.ppo_max_token_len_per_gpu)))
     _check_divides(update, prefix)
     return update
 
@@ -218,10 +220,12 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
     micro = {
         # Sequences decoded together: hf's micro-batch, vLLM's scheduler cap.
         "generate": Micro(f"{ARR}.rollout.max_num_seqs", rollout.max_num_seqs),
-        "old_log_prob": _micro(f"{ARR}.rollout", rollout, rollout.log_prob_use_dynamic_bsz,
-                               "log_prob_micro_batch_size_per_gpu", "log_prob_max_token_len_per_gpu"),
-        "ref": _micro(f"{ARR}.ref", ref, ref.log_prob_use_dynamic_bsz, "log_prob_micro_batch_size_per_gpu",
-                      "log_prob_max_token_len_per_gpu"),
+        "old_log_prob": _micro(f"{ARR}.rollout", rollout.log_prob_use_dynamic_bsz,
+                               ("log_prob_micro_batch_size_per_gpu", rollout.log_prob_micro_batch_size_per_gpu),
+                               ("log_prob_max_token_len_per_gpu", rollout.log_prob_max_token_len_per_gpu)),
+        "ref": _micro(f"{ARR}.ref", ref.log_prob_use_dynamic_bsz,
+                      ("log_prob_micro_batch_size_per_gpu", ref.log_prob_micro_batch_size_per_gpu),
+                      ("log_prob_max_token_len_per_gpu", ref.log_prob_max_token_len_per_gpu)),
         # The values forward splits by rows, with the critic's training micro-batch.
         "values": Micro("critic.ppo_micro_batch_size_per_gpu", cfg.critic.ppo_micro_batch_size_per_gpu),
         "update_critic": critic.micro if critic else None,

@@ -125,14 +125,14 @@ class PPOTrainer:
         save_freq, test_freq = self.cfg.trainer.save_freq, self.cfg.trainer.test_freq
         try:
             if self.cfg.trainer.val_before_train and self.start_step == 0:
-                val = self.validate(0)
+                val = self.run_validation(0)
                 self.history.append(history_row(0, val))
                 tracker.log(val, 0)
             for step in range(self.start_step + 1, self.total_steps + 1):
                 start = time.perf_counter()
                 metrics = self.step(step)
                 if test_freq > 0 and (step % test_freq == 0 or step == self.total_steps):
-                    metrics.update(self.validate(step))
+                    metrics.update(self.run_validation(step))
                 self.elapsed_s += time.perf_counter() - start
                 self.history.append(history_row(step, metrics))
                 if step == self.total_steps or (save_freq > 0 and step % save_freq == 0):
@@ -264,7 +264,7 @@ class PPOTrainer:
         self.kl_ctrl.update(current, n_steps=len(token_scores))
         return rewards, {"actor/reward_kl_penalty": current, "actor/reward_kl_coef": self.kl_ctrl.value}
 
-    def validate(self, step: int) -> dict:
+    def run_validation(self, step: int) -> dict:
         """Generate for every validation prompt (val_kwargs.n each) on the step's path, score, report."""
         vk = self.cfg[ARR].rollout.val_kwargs
         params = dict(temperature=vk.temperature, top_p=vk.top_p, top_k=vk.top_k, do_sample=vk.do_sample,

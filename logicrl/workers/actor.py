@@ -68,18 +68,7 @@ class Actor:
 
     def __init__(self, role: Trained, cfg: DictConfig, temperature: float):
         self.role, self.cfg, self.temperature = role, cfg, temperature
-
-    @property
-    def model(self):
-        return self.role.model
-
-    @property
-    def optimizer(self):
-        return self.role.optimizer
-
-    @property
-    def scheduler(self):
-        return self.role.scheduler
+        self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
 
     def update(self, batch: TensorDict, retry) -> dict[str, float]:
         """ppo_epochs passes over `batch` in mini-batches, one optimizer step each (workers/update.py)."""

@@ -25,18 +25,7 @@ def response_values(model, batch: TensorDict) -> torch.Tensor:
 class Critic:
     def __init__(self, role: Trained, cliprange_value: float):
         self.role, self.cliprange_value = role, cliprange_value
-
-    @property
-    def model(self):
-        return self.role.model
-
-    @property
-    def optimizer(self):
-        return self.role.optimizer
-
-    @property
-    def scheduler(self):
-        return self.role.scheduler
+        self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
 
     @torch.no_grad()
     def compute_values(self, batch: TensorDict, micro: int) -> torch.Tensor:

@@ -1,0 +1,97 @@
+"""The step plan (config/plan.py): its numbers by hand, which phases run and why, and new plans.
+
+The data files hold 20 prompts; BASE_BATCH is 8 prompts x n=4, mini-batches of 4 prompts, micro 4.
+"""
+
+import pytest
+
+from logicrl.config import ConfigError, compose, validate
+from logicrl.config.plan import PHASES, WORKER_PHASES, count_steps
+from tests.conftest import BASE_BATCH, write_jsonl
+
+ARR = "actor_rollout_ref"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    path = write_jsonl(tmp_path_factory.mktemp("plan") / "train.jsonl", 20)
+    return [f"data.train_files={path}", f"data.val_files={path}"]
+
+
+def plan_of(data, *overrides):
+    return validate(compose([*data, *BASE_BATCH, *overrides]))[2]
+
+
+@pytest.mark.parametrize("rows, prompts, epochs, cap, expected", [
+    (20, 4, 1, 50, (5, 5)),  # the cap cannot add epochs: 5 steps, not 50
+    (20, 8, 3, None, (2, 6)),  # 20 // 8 = 2 (the last 4 rows dropped), x 3 epochs
+    (21, 4, 2, 7, (5, 7)),  # 10 steps in 2 epochs, capped at 7
+    (8, 8, 1, None, (1, 1)),
+])
+def test_count_steps_by_hand(rows, prompts, epochs, cap, expected):
+    assert count_steps(rows, prompts, epochs, cap) == expected
+
+
+def test_sizes_by_hand(data):
+    # 8 x 4 = 32 responses over 2 ranks = 16 each; mini 4 prompts -> 2 per step, 4 x 4 / 2 = 8 per rank.
+    plan = plan_of(data, "trainer.n_gpus=2", "trainer.total_epochs=3")
+    assert (plan.prompts, plan.n, plan.ranks, plan.responses, plan.per_rank_responses) == (8, 4, 2, 32, 16)
+    assert (plan.actor.num_mini, plan.actor.per_rank_mini, plan.actor.grad_accum) == (2, 8, 2)
+    assert (plan.steps_per_epoch, plan.total_steps) == (2, 6)
+    assert [p.name for p in plan.phases] == list(PHASES)
+    assert set(WORKER_PHASES) <= set(PHASES)
+
+
+def test_the_on_policy_rule(data):
+    # One mini-batch of all 8 prompts, one epoch, no KL in the reward: one optimizer step, so skipped.
+    on = plan_of(data, f"{ARR}.actor.ppo_mini_batch_size=8")
+    assert on.actor.optimizer_steps == 1 and not on.runs("old_log_prob")
+    assert on.phase("old_log_prob").skipped.startswith("on-policy")
+    # Two mini-batches, a second epoch, or a KL penalty in the reward (it needs the sampling policy's
+    # log-probs) each make the pass run.
+    assert plan_of(data).runs("old_log_prob")
+    assert plan_of(data, f"{ARR}.actor.ppo_mini_batch_size=8", f"{ARR}.actor.ppo_epochs=2").runs("old_log_prob")
+    assert plan_of(data, f"{ARR}.actor.ppo_mini_batch_size=8", "algorithm.use_kl_in_reward=true").runs("old_log_prob")
+
+
+def test_reference_and_critic_phases_run_only_when_needed(data):
+    grpo = plan_of(data)
+    assert not grpo.runs("ref") and "no KL term" in grpo.phase("ref").skipped
+    assert not grpo.runs("values") and not grpo.runs("update_critic") and grpo.critic is None
+    ppo = plan_of(data, "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true")
+    assert ppo.runs("ref") and ppo.runs("values") and ppo.runs("update_critic")
+
+
+def test_each_phase_names_the_key_that_sets_its_split(data):
+    # The forward passes follow the actor's use_dynamic_bsz unless told otherwise (conf/).
+    plan = plan_of(data, f"{ARR}.actor.use_dynamic_bsz=true", f"{ARR}.actor.ppo_max_token_len_per_gpu=3000",
+                   f"{ARR}.rollout.log_prob_use_dynamic_bsz=false", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=3")
+    actor = plan.micro("update_actor")
+    assert (actor.key, actor.value, actor.by_tokens) == (f"{ARR}.actor.ppo_max_token_len_per_gpu", 3000, True)
+    assert plan.actor.grad_accum is None  # packed: the count varies
+    old = plan.micro("old_log_prob")
+    assert (old.key, old.value, old.by_tokens) == (f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu", 3, False)
+    assert plan.forwards("old_log_prob") == 11  # ceil(32 / 3)
+    assert plan.micro("generate").key == f"{ARR}.rollout.max_num_seqs"
+    ref = plan.micro("ref")  # not told otherwise: packed to the actor's budget
+    assert (ref.key, ref.value, ref.by_tokens) == (f"{ARR}.ref.log_prob_max_token_len_per_gpu", 3000, True)
+
+
+def test_with_micro_is_a_new_plan_and_checks_it(data):
+    plan = plan_of(data, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4")
+    key = "critic.ppo_micro_batch_size_per_gpu"
+    smaller = plan.with_micro({key: 2})
+    # One key sets the critic's training micro-batch and its values forward: both change.
+    assert smaller.micro("values").value == smaller.micro("update_critic").value == smaller.critic.micro.value == 2
+    assert plan.micro("values").value == 4  # the original is untouched
+    with pytest.raises(ConfigError, match=r"critic.ppo_micro_batch_size_per_gpu=3 must divide the per-rank mini-batch"):
+        plan.with_micro({key: 3})  # 16 responses per mini-batch
+    with pytest.raises(KeyError):
+        plan.with_micro({"data.train_batch_size": 4})
+
+
+def test_for_rows_replans_the_steps_and_refuses_too_few(data):
+    plan = plan_of(data)
+    assert plan.for_rows(17).steps_per_epoch == 2 and plan.for_rows(16).total_steps == 2
+    with pytest.raises(ConfigError, match=r"hold 7 usable prompts, fewer than data.train_batch_size=8"):
+        plan.for_rows(7)
