@@ -1,12 +1,12 @@
 """The real entry point, trained for a step or two on the embedded tiny model, on CPU ranks."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-import re
-
+from logicrl.config.plan import PHASES
 from tests.conftest import ROOT, run_main, write_jsonl
 
 pytestmark = pytest.mark.integration
@@ -63,6 +63,9 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     # Every phase that reported its memory is a row of the dry run's table, under the same name.
     assert measured == {"generate", "old_log_prob", "ref", "values", "update_critic", "update_actor",
                         "update_weights"} <= planned
+    # The step's timings use the same names: the plan's phases, the step and the checkpoint save.
+    timed = {key.split("/", 1)[1] for key in rows[-1] if key.startswith("timing_s/")}
+    assert timed - {"step", "save"} <= set(PHASES) and {"generate", "reward", "advantages"} <= timed
     # The engine's log-probs of its samples equal the trainer's before the update (weights in sync).
     assert rows[-1]["rollout/logprob_diff"] < 1e-3
 
