@@ -143,7 +143,6 @@ class PPOTrainer:
             tracker.close()
             self.workers.shutdown()
         png = plot_curves(self.run_dir)
-        log.info(f"curves: {png}")
         print(f"logicrl: {self.total_steps} steps done; metrics in {self.run_dir / 'metrics.jsonl'}, curves in {png}")
         return last
 
