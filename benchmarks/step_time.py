@@ -85,7 +85,7 @@ def summarize(rows: list[dict], label: str) -> dict[str, float]:
         values = [r[key] for r in steady if key in r]
         return statistics.mean(values) if values else float("nan")
 
-    summary = {"gen s": mean("timing_s/generate"), "tokens/s": mean("perf/rollout_tokens_per_s"),
+    summary = {"generate s": mean("timing_s/generate"), "tokens/s": mean("perf/rollout_tokens_per_s"),
                "update_weights s": mean("timing_s/update_weights"), "step s": mean("timing_s/step"),
                "response len": mean("response_length/mean")}
     print(f"rollout tokens/s: {summary['tokens/s']:.0f}; mean response length {summary['response len']:.1f}\n")

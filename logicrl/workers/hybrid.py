@@ -23,7 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
-from logicrl.config.plan import StepPlan
+from logicrl.config.plan import WORKER_PHASES, StepPlan
 from logicrl.faults import Faults
 from logicrl.logs import quiet_worker
 from logicrl.memory.telemetry import measure
@@ -109,6 +109,8 @@ class HybridWorker:
     def run(self, batch: TensorDict | None, phase: str, step: int | None = None,
             **kwargs) -> tuple[TensorDict | None, dict]:
         """Run one phase on this rank's shard; `step` labels test faults (None: none fire)."""
+        if phase not in WORKER_PHASES:
+            raise ValueError(f"no worker phase {phase!r}; they are {', '.join(WORKER_PHASES)}")
         metrics: dict = {}
         body = getattr(self, f"_{phase}")
         with measure(phase, metrics, self.device):
