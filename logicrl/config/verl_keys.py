@@ -116,7 +116,7 @@ SEQUENCE_PARALLEL = ignore_only(
     (1,), "1 is verl's default: no sequence parallelism",
     "Ulysses sequence parallelism is not implemented (ranks split the batch, never a sequence): set 1; "
     "the preflight memory plan says whether whole sequences fit")
-LOGPROB_INTERNALS = ("logicrl computes log-probs and entropy chunked over tokens (workers/actor.py "
+LOGPROB_INTERNALS = ("logicrl computes log-probs and entropy chunked over tokens (models/spec.py "
                      "LOGPROB_CHUNK_TOKENS): the same numbers")
 FSDP_INTERNALS = ("FSDP2 wrapping and prefetching in logicrl is fixed (one unit per decoder layer and a root): "
                   "the same results")

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from logicrl.models.spec import ModelSpec
 
+# The smallest KV cache vLLM gets on CPU (workers/rollout/engines.py kv_cache_gb): it needs a few
+# blocks of headroom beyond the sequences it schedules at once.
+MIN_KV_CACHE_GB = 0.0625
+
 FP32 = 4
 # peft's all-linear: every nn.Linear of a decoder layer (the lm_head is left out).
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from logicrl.memory.footprint import (
+    MIN_KV_CACHE_GB,
     ModelBytes,
     forward_transient_per_token,
     kv_bytes_per_token,
@@ -20,12 +21,10 @@ from logicrl.memory.footprint import (
     saved_per_token_root,
 )
 from logicrl.memory.inputs import PlanInputs
-from logicrl.models.spec import ModelSpec
+from logicrl.models.spec import LOGPROB_CHUNK_TOKENS, ModelSpec
 
 GB = 1024**3
 FP32 = 4
-# workers/actor.py LOGPROB_CHUNK_TOKENS, repeated here so the preflight need not import torch.
-LOGPROB_CHUNK_TOKENS = 1024
 COMPONENTS = ("params", "grads", "optimizer", "activations", "logprob", "kv_cache", "engine")
 
 
@@ -91,8 +90,8 @@ def engine_bytes(x: PlanInputs, m: Models, capacity: int, awake: bool) -> tuple[
         return weights, int(x.kv_cache_gb * GB)
     if x.device == "cuda":  # vLLM takes this fraction of the device; the KV cache is what is left
         return weights, max(0, int(x.gpu_memory_utilization * capacity) - weights)
-    # engines.kv_cache_gb on CPU: room for max_num_seqs full sequences, at least 1/16 GiB.
-    return weights, max(GB // 16, kv_bytes_per_token(x.spec, x.dtype_bytes) * x.gen_micro * x.width)
+    # engines.kv_cache_gb on CPU: room for max_num_seqs full sequences, at least MIN_KV_CACHE_GB.
+    return weights, max(int(MIN_KV_CACHE_GB * GB), kv_bytes_per_token(x.spec, x.dtype_bytes) * x.gen_micro * x.width)
 
 
 def _phase(name: str, base: dict[str, int], moment: str = "", **add: int) -> PhaseMemory:

@@ -14,6 +14,11 @@ from pathlib import Path
 
 from logicrl.models.tiny import EMBEDDED_TINY, TINY_CONFIG
 
+# Tokens per chunk of the chunked lm_head (models/logprob.py, called by workers/actor.py): bounds
+# the fp32 [chunk, V] logits alive at once. Kept here, torch-free, so the memory planner reads the
+# number the workers run with.
+LOGPROB_CHUNK_TOKENS = 1024
+
 
 class ModelSpecError(ValueError):
     pass

@@ -26,11 +26,10 @@ from logicrl.algos import (
     policy_clip_metrics,
 )
 from logicrl.models.logprob import causal_lm_logprobs
+from logicrl.models.spec import LOGPROB_CHUNK_TOKENS
 from logicrl.workers.oom import MicroSize
 from logicrl.workers.update import Trained, run_update
 
-# Tokens per chunk of the chunked lm_head: bounds the fp32 [chunk, V] logits alive at once.
-LOGPROB_CHUNK_TOKENS = 1024
 
 
 def response_logprobs(model, batch: TensorDict, temperature: float, with_entropy: bool = False):

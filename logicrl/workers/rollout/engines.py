@@ -14,6 +14,8 @@ import logging
 import torch
 from omegaconf import DictConfig
 
+from logicrl.memory.footprint import MIN_KV_CACHE_GB  # the floor the memory planner assumes too
+
 log = logging.getLogger("logicrl.rollout")
 
 
@@ -25,10 +27,6 @@ def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, ma
     model = load_causal_lm(arr.model.path, dtype).to(device).eval().requires_grad_(False)
     return HFRolloutEngine(model, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
                            micro_batch_size=max_num_seqs)
-
-
-# vLLM needs a few blocks of headroom beyond the sequences it schedules at once.
-MIN_KV_CACHE_GB = 0.0625
 
 
 def kv_cache_gb(cfg: DictConfig, dtype: torch.dtype, device: torch.device, max_num_seqs: int) -> float | None:
