@@ -63,6 +63,7 @@ class PlanInputs:
     log_prob_budget: int | None
     # reference
     skip_ref: str | None
+    skip_critic: str | None  # why values / update_critic do not run (no critic), or None
     ref_micro: int | None
     ref_budget: int | None
     ref_offload: bool
@@ -93,10 +94,6 @@ class PlanInputs:
     def uses_ref(self) -> bool:
         return self.skip_ref is None
 
-    @property
-    def skip_critic(self) -> str | None:
-        return None if self.critic_spec is not None else "no critic (algorithm.adv_estimator is not gae)"
-
     @classmethod
     def from_plan(cls, plan: StepPlan, cfg: DictConfig, spec: ModelSpec, device: str,
                   critic_spec: ModelSpec | None = None, **what_if) -> "PlanInputs":
@@ -106,7 +103,7 @@ class PlanInputs:
         rows, tokens = _split(plan, "old_log_prob")
         ref_rows, ref_tokens = _split(plan, "ref")
         actor_rows, actor_tokens = _split(plan, "update_actor")
-        critic_rows, critic_tokens = _split(plan, "update_critic") if plan.critic else (1, None)
+        critic_tokens = _split(plan, "update_critic")[1] if plan.critic else None
         return cls(
             spec=spec, critic_spec=(critic_spec or spec) if plan.critic else None, device=device,
             dtype_bytes=dtype_bytes, world=plan.ranks,
@@ -118,6 +115,7 @@ class PlanInputs:
             lora_targets=lora_targets(arr.model.target_modules) if arr.model.lora_rank else (),
             skip_old_log_prob=plan.phase("old_log_prob").skipped, log_prob_micro=rows, log_prob_budget=tokens,
             skip_ref=plan.phase("ref").skipped, ref_micro=ref_rows, ref_budget=ref_tokens,
+            skip_critic=plan.phase("values").skipped,
             ref_offload=arr.ref.fsdp_config.param_offload,
             critic_micro=plan.micro("values").value, critic_budget=critic_tokens,
             critic_per_rank_mini=plan.critic.per_rank_mini if plan.critic else 1,

@@ -52,9 +52,11 @@ def balanced_order(lengths: list[int], parts: int) -> list[int]:
 
 
 def shards(batch: TensorDict, n_ranks: int) -> list[TensorDict]:
-    size = len(batch) // n_ranks
-    assert size * n_ranks == len(batch), f"{len(batch)} rows do not split into {n_ranks} equal shards"
-    return list(tensors(batch).split(size))
+    """Equal contiguous shards of the batch's tensors, one per rank. A training step's rows always
+    split evenly (config/plan.py checks it); validation's need not, so its last shards are padded
+    with its first rows, which the caller drops from the gathered result (`[:len(batch)]`)."""
+    index = torch.arange(-(-len(batch) // n_ranks) * n_ranks) % len(batch)
+    return list(tensors(batch)[index].chunk(n_ranks))
 
 
 def merge_rank_metrics(per_rank: list[dict]) -> dict[str, float]:

@@ -29,7 +29,7 @@ from logicrl.logs import quiet_driver
 from logicrl.models.loading import load_tokenizer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
-from logicrl.trainer.batch import balanced_order, merge_rank_metrics, prompt_batch, tensors
+from logicrl.trainer.batch import balanced_order, merge_rank_metrics, prompt_batch, shards
 from logicrl.trainer.checkpoint import (
     TrainerState,
     find_resume_point,
@@ -187,18 +187,13 @@ class PPOTrainer:
         the ranks return to it; the controller's time is timing_s/<phase>, the ranks' metrics are
         kept for the step's merge."""
         with self.timed(phase, metrics, step):
-            ranks = self.plan.ranks
             if batch is None:
                 outs = self.workers.call("run", None, phase=phase, step=step, **kwargs)
             else:
-                rows = len(batch)
-                # Validation's batch need not split evenly: pad it with its first rows, dropped after.
-                index = torch.arange(-(-rows // ranks) * ranks) % rows
-                outs = self.workers.dispatch("run", list(tensors(batch)[index].chunk(ranks)), phase=phase,
-                                             step=step, **kwargs)
+                outs = self.workers.dispatch("run", shards(batch, self.plan.ranks), phase=phase, step=step, **kwargs)
                 parts = [out for out, _ in outs if out is not None]
                 if parts:
-                    batch.update(torch.cat(parts)[:rows])
+                    batch.update(torch.cat(parts)[:len(batch)])
             self.rank_metrics += [m for _, m in outs]
 
     @contextmanager

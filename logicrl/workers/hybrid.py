@@ -17,6 +17,7 @@ Tensors cross the Ray boundary on CPU; `run` moves the shard to the rank's devic
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -156,11 +157,10 @@ class HybridWorker:
 
     def _ref(self, batch: TensorDict, retry):
         size = self.sizes["ref"]
-        if self.ref_model is None:  # LoRA: the actor with its adapter off
-            with self.actor.model.disable_adapter():
-                out = retry(lambda _: forward_logprobs(self.actor.model, batch, size, self.temperature))
-        else:
-            out = retry(lambda _: forward_logprobs(self.ref_model, batch, size, self.temperature))
+        # With LoRA the reference is the actor with its adapter off.
+        model = self.actor.model if self.ref_model is None else self.ref_model
+        with self.actor.model.disable_adapter() if self.ref_model is None else nullcontext():
+            out = retry(lambda _: forward_logprobs(model, batch, size, self.temperature))
         return TensorDict({"ref_log_probs": out}, batch_size=batch.batch_size), {}
 
     def _values(self, batch: TensorDict, retry):

@@ -30,3 +30,16 @@ def test_is_a_permutation_into_equal_shards_within_one_row_of_balance(case):
     assert sorted(order) == list(range(len(lengths)))
     shard_loads = loads(lengths, order, parts)
     assert max(shard_loads) - min(shard_loads) <= max(lengths)
+
+
+def test_shards_are_equal_and_pad_an_uneven_batch_with_its_first_rows():
+    from logicrl.data.dataset import PromptRow
+    from logicrl.trainer.batch import prompt_batch, shards
+
+    rows = [PromptRow([i + 1], f"p{i}", "kk_role", {}, {}, "f", i) for i in range(5)]
+    # 5 rows over 2 ranks (validation's case): 3 + 3, the last shard ending with row 0 again.
+    assert [s["input_ids"].flatten().tolist() for s in shards(prompt_batch(rows, 1, 0), 2)] == [[1, 2, 3], [4, 5, 1]]
+    # A step's batch splits evenly, groups kept whole and contiguous; the text fields stay behind.
+    parts = shards(prompt_batch(rows[:4], 2, 0), 2)
+    assert [s["uid"].tolist() for s in parts] == [[0, 0, 1, 1], [2, 2, 3, 3]]
+    assert "data_source" not in parts[0].keys()
