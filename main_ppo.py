@@ -17,16 +17,17 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.config import ConfigError, check_overrides, validate
+from logicrl.config import check_overrides, validate
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
-from logicrl.memory.preflight import preflight
+from logicrl.errors import BadInput
+from logicrl.memory.preflight import check_inputs, preflight
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
 
 
-def fail(err: ConfigError) -> None:
+def fail(err: BadInput) -> None:
     print(f"error: {err}", file=sys.stderr)
     sys.exit(EXIT_CONFIG)
 
@@ -58,7 +59,10 @@ def main(cfg: DictConfig) -> None:
         for run in runs:
             table, run.plan = preflight(run.cfg, run.spec, run.plan)
             tables.append(table)
-    except ConfigError as err:
+        # Data, model directories, device, directories and disk: every stage's, before any starts.
+        for run in runs:
+            check_inputs(run.cfg, run.spec, run.plan)
+    except BadInput as err:
         fail(err)
     dry_run = runs[0].cfg.trainer.dry_run
     for run, table in zip(runs, tables):
@@ -92,6 +96,8 @@ def main(cfg: DictConfig) -> None:
             from logicrl.trainer.ppo import PPOTrainer
 
             PPOTrainer(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
+    except BadInput as err:  # one the preflight could not see (e.g. a row past the sampled ones)
+        fail(err)
     except OutOfMemoryAtMinimum as err:
         # Raised on a rank and re-raised here by Ray (as a subclass of it): its first line is the message.
         cause = getattr(err, "cause", err)
@@ -108,6 +114,6 @@ if __name__ == "__main__":
         # Keys only today's verl has come back as ++key=value, so Hydra's struct mode lets them
         # through to validation, which maps, ignores or refuses each (config/verl_keys.py).
         sys.argv[1:] = check_overrides(sys.argv[1:])
-    except ConfigError as err:
+    except BadInput as err:
         fail(err)
     main()

@@ -1,11 +1,11 @@
-"""The one error type the preflight raises: its message is a single line naming the key and the fix."""
+"""The config's error type: a BadInput (logicrl/errors.py) whose message names the key and the fix."""
 
 import logging
+
+from logicrl.errors import BadInput
 
 log = logging.getLogger("logicrl.config")
 
 
-class ConfigError(ValueError):
-    def __init__(self, message: str):
-        # One line, always: main_ppo prints it as is and exits 2.
-        super().__init__(" ".join(message.split()))
+class ConfigError(BadInput):
+    pass

@@ -24,6 +24,7 @@ from typing import Any, Iterator, Sequence
 
 from logicrl.data.files import DATA_SUFFIXES, as_paths
 from logicrl.data.prompts import message_problem, render_prompt
+from logicrl.errors import BadInput
 
 log = logging.getLogger("logicrl.data")
 
@@ -31,11 +32,8 @@ TRUNCATION_MODES = ("error", "filter", "left", "right")
 _SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows (they are counted)"
 
 
-class DatasetError(ValueError):
+class DatasetError(BadInput):
     """A data file or row that cannot be used; the message is one line naming the file, the row and the fix."""
-
-    def __init__(self, message: str):
-        super().__init__(" ".join(message.split()))
 
 
 class _BadRow(Exception):

@@ -15,7 +15,9 @@ from dataclasses import replace
 
 from omegaconf import DictConfig, OmegaConf
 
+from logicrl.config.inputs import check_data, check_models
 from logicrl.config.plan import ARR, StepPlan
+from logicrl.memory.disk import check_directories
 from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, check_fit
 from logicrl.memory.inputs import PlanInputs
 from logicrl.memory.phases import GB
@@ -86,6 +88,17 @@ def preflight(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> tuple[str, St
     table = _table(memory, source, picked)
     check_fit(memory)
     return table, plan.with_micro(picked)
+
+
+def check_inputs(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
+    """Everything a run reads or writes, checked before Ray or a model starts; raises BadInput.
+
+    The data files and model directories (config/inputs.py), the device and the directories the
+    run writes, with room for a checkpoint (memory/disk.py).
+    """
+    check_data(cfg)
+    check_models(cfg)
+    check_directories(cfg, spec, plan)
 
 
 def _table(plan, source: str, picked: dict[str, int]) -> str:
