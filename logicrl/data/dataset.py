@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from logicrl.data.files import DATA_SUFFIXES, as_paths
 from logicrl.data.prompts import message_problem, render_prompt
@@ -58,7 +58,7 @@ class PromptDataset(Sequence[PromptRow]):
     rows: list[PromptRow]
     bad_rows_skipped: int = 0  # rows dropped by skip_bad_rows
     too_long_filtered: int = 0  # rows dropped by truncation=filter
-    truncated: int = 0  # rows cut by truncation=left/right
+    truncated: int = 0  # rows cut by truncation=left
     files: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -76,13 +76,21 @@ def load_prompts(
     max_prompt_length: int,
     truncation: str = "error",
     skip_bad_rows: bool = False,
+    row_check: Callable[[str, Any], str | None] | None = None,
+    sample: int | None = None,
 ) -> PromptDataset:
     """Read `files` (one path or a list; .parquet or .jsonl) into tokenized prompts.
 
     Over-long prompts (more than max_prompt_length tokens) follow `truncation`: "error" raises
-    naming the first one, "filter" drops them (one log line with the count), "left"/"right" cut
-    tokens from that side (left keeps the end of the prompt, where the question and the opened
-    assistant turn are, which is what generation continues from).
+    naming the first one, "filter" drops them, "left" cuts tokens from the start (keeping the
+    end, where the question and the opened assistant turn are: what generation continues from).
+    Every prompt ends where the assistant's turn opens, so "right" would cut that away: it is
+    refused when a prompt is over-long. What was dropped or cut is logged with its count.
+
+    `row_check(data_source, ground_truth)` is the caller's check of a row's reward fields (the
+    reward lives above this package); a problem it returns is a bad row like any other.
+    `sample`: check at most that many rows per file (the preflight's look: see `_sample`); the
+    dataset then holds only those, and nothing is logged.
     """
     if truncation not in TRUNCATION_MODES:
         raise ValueError(f"data.truncation={truncation!r} must be one of {', '.join(TRUNCATION_MODES)}")
@@ -95,11 +103,12 @@ def load_prompts(
     rows: list[PromptRow] = []
     bad: list[str] = []
     total = 0
+    say = (lambda message: None) if sample else log.warning  # the trainer's full load says it once
     for path in paths:
-        for index, record in _read(path):
+        for index, record in _read(path, sample):
             total += 1
             try:
-                rows.append(_prompt_row(record, path, index, tokenizer, prompt_key))
+                rows.append(_prompt_row(record, path, index, tokenizer, prompt_key, row_check))
             except _BadRow as err:
                 if not skip_bad_rows:
                     raise DatasetError(f"{err}; {_SKIP_HINT}") from err.__cause__
@@ -107,7 +116,7 @@ def load_prompts(
     where = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]}, ...)"
     if bad:
         # Only the first problem is shown: one line in the log, whatever the count.
-        log.warning(f"data: skipped {len(bad)} bad rows of {total} in {where} (data.skip_bad_rows=true); first: {bad[0]}")
+        say(f"data: skipped {len(bad)} bad rows of {total} in {where} (data.skip_bad_rows=true); first: {bad[0]}")
 
     dataset = PromptDataset([], bad_rows_skipped=len(bad), files=paths)
     too_long = [r for r in rows if len(r.input_ids) > max_prompt_length]
@@ -117,16 +126,25 @@ def load_prompts(
             f"{first.file} row {first.row_index}: prompt is {len(first.input_ids)} tokens, more than "
             f"data.max_prompt_length={max_prompt_length} ({len(too_long)} of {len(rows)} prompts in {where} are); "
             f"raise data.max_prompt_length, or set data.truncation=filter to drop such prompts "
-            f"or data.truncation=left/right to cut them"
+            f"or data.truncation=left to keep their last tokens"
         )
+    if too_long and truncation == "right":
+        first = too_long[0]
+        raise DatasetError(
+            f"{first.file} row {first.row_index}: data.truncation=right would cut the end of this "
+            f"{len(first.input_ids)}-token prompt, where the assistant's turn opens ({len(too_long)} of {len(rows)} "
+            f"prompts in {where} are longer than data.max_prompt_length={max_prompt_length}); use "
+            f"data.truncation=left (keeps the end) or filter, or raise data.max_prompt_length")
     if too_long and truncation == "filter":
-        log.warning(f"data: dropped {len(too_long)} of {len(rows)} prompts longer than "
-                    f"data.max_prompt_length={max_prompt_length} tokens from {where} (data.truncation=filter)")
+        say(f"data: dropped {len(too_long)} of {len(rows)} prompts longer than "
+            f"data.max_prompt_length={max_prompt_length} tokens from {where} (data.truncation=filter)")
         dataset.too_long_filtered = len(too_long)
         rows = [r for r in rows if len(r.input_ids) <= max_prompt_length]
     elif too_long:
+        say(f"data: cut {len(too_long)} of {len(rows)} prompts in {where} to their last "
+            f"data.max_prompt_length={max_prompt_length} tokens (data.truncation=left)")
         dataset.truncated = len(too_long)
-        rows = [_cut(r, max_prompt_length, truncation, tokenizer) for r in rows]
+        rows = [_cut(r, max_prompt_length, tokenizer) for r in rows]
 
     if not rows:
         raise DatasetError(f"{where}: no prompts left to train on ({total} rows, {len(bad)} bad, "
@@ -135,40 +153,86 @@ def load_prompts(
     return dataset
 
 
-def _read(path: str) -> Iterator[tuple[int, Any]]:
-    """(row index, record) for every row of one file; a jsonl line that is not JSON yields a _BadRow."""
+def check_rows(files: str | Sequence[str], *, prompt_key: str = "prompt", skip_bad_rows: bool = False,
+               row_check: Callable[[str, Any], str | None] | None = None, sample: int | None = None) -> int:
+    """The checks of `load_prompts` that need no tokenizer (a dry run's), on `sample` rows per file;
+    returns the rows checked. Raises the DatasetError `load_prompts` would."""
+    checked, good = 0, 0
+    for path in as_paths(files):
+        for index, record in _read(path, sample):
+            checked += 1
+            problem = str(record) if isinstance(record, _BadRow) else row_problem(record, prompt_key)
+            if problem is None and row_check is not None:
+                problem = row_check(record["data_source"], record["reward_model"]["ground_truth"])
+            if problem is None:
+                good += 1
+            elif not skip_bad_rows:
+                where = "" if isinstance(record, _BadRow) else f"{path} row {index}: "
+                raise DatasetError(f"{where}{problem}; {_SKIP_HINT}")
+    if checked and not good:
+        raise DatasetError(f"{as_paths(files)[0]}: every row checked is bad ({checked} rows, data.skip_bad_rows=true)")
+    return checked
+
+
+def _sample(total: int, limit: int | None) -> list[int] | None:
+    """The row indices the preflight checks: all of them up to `limit`, else the first half of
+    `limit` (where a file's own header mistakes show) and a seeded random half of the rest, in order."""
+    if limit is None or total <= limit:
+        return None
+    import random
+
+    head = limit // 2
+    return list(range(head)) + sorted(random.Random(0).sample(range(head, total), limit - head))
+
+
+def _read(path: str, sample: int | None = None) -> Iterator[tuple[int, Any]]:
+    """(row index, record) for every row of one file (or of `_sample`'s rows); a jsonl line that
+    is not JSON yields a _BadRow. A file that cannot be read at all raises a one-line DatasetError."""
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
         try:
-            batches = pq.ParquetFile(path).iter_batches(batch_size=1024)
-            index = 0
-            for batch in batches:
-                for record in batch.to_pylist():  # plain dicts and lists, unlike pandas' numpy arrays
-                    yield index, record
-                    index += 1
+            # The whole table, even when sampling: reading every column chunk is what finds a
+            # corrupt file, and it is fast (columnar); only the rows checked become Python objects.
+            table = pq.read_table(path)
         except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
             if isinstance(err, FileNotFoundError):
                 raise
-            raise DatasetError(f"{path}: cannot be read as parquet: {err}") from err
+            raise DatasetError(f"{path}: cannot be read as parquet ({' '.join(str(err).split())[:200]}): "
+                               f"rewrite it, or point the data key at another file") from None
+        indices = _sample(table.num_rows, sample)
+        if indices is not None:
+            table = table.take(indices)
+        for offset, batch in enumerate(table.to_batches(max_chunksize=1024)):
+            for i, record in enumerate(batch.to_pylist()):  # plain dicts and lists, unlike pandas' numpy arrays
+                position = offset * 1024 + i
+                yield (position if indices is None else indices[position]), record
     elif path.endswith(".jsonl"):
-        with open(path, encoding="utf-8") as f:
-            # Blank lines are not rows, as in files.count_rows, so indices agree with the row count.
-            lines = (line for line in f if line.strip())
-            for index, line in enumerate(lines):
-                try:
-                    yield index, json.loads(line)
-                except json.JSONDecodeError as err:
-                    yield index, _BadRow(f"{path} row {index}: not valid JSON ({err.msg} at column {err.colno})")
+        try:
+            with open(path, encoding="utf-8") as f:
+                # Blank lines are not rows, as in files.count_rows, so indices agree with the row count.
+                lines = [line for line in f if line.strip()]
+        except UnicodeDecodeError as err:
+            raise DatasetError(f"{path}: is not UTF-8 text ({err.reason} at byte {err.start}): "
+                               f"a .jsonl file holds one JSON object per line") from None
+        indices = _sample(len(lines), sample) or range(len(lines))
+        for index in indices:
+            try:
+                yield index, json.loads(lines[index])
+            except json.JSONDecodeError as err:
+                yield index, _BadRow(f"{path} row {index}: not valid JSON ({err.msg} at column {err.colno})")
     else:
         raise DatasetError(f"{path}: data files must end in {' or '.join(DATA_SUFFIXES)}")
 
 
-def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: str) -> PromptRow:
+def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: str,
+                row_check: Callable[[str, Any], str | None] | None = None) -> PromptRow:
     """Check one record and tokenize its prompt; a problem raises _BadRow naming the row."""
     if isinstance(record, _BadRow):
         raise record
-    problem = _row_problem(record, prompt_key)
+    problem = row_problem(record, prompt_key)
+    if problem is None and row_check is not None:
+        problem = row_check(record["data_source"], record["reward_model"]["ground_truth"])
     if problem:
         raise _BadRow(f"{path} row {index}: {problem}")
     extra_info = record.get("extra_info") or {}
@@ -188,7 +252,8 @@ def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: 
     )
 
 
-def _row_problem(record: Any, prompt_key: str) -> str | None:
+def row_problem(record: Any, prompt_key: str) -> str | None:
+    """What makes one record unusable as a prompt row, or None."""
     if not isinstance(record, dict):
         return f"row is {type(record).__name__}, expected a mapping of columns"
     prompt = record.get(prompt_key)
@@ -213,10 +278,11 @@ def _row_problem(record: Any, prompt_key: str) -> str | None:
     return None
 
 
-def _cut(row: PromptRow, length: int, side: str, tokenizer: Any) -> PromptRow:
+def _cut(row: PromptRow, length: int, tokenizer: Any) -> PromptRow:
+    """The row with only its last `length` tokens (data.truncation=left)."""
     if len(row.input_ids) <= length:
         return row
-    ids = row.input_ids[-length:] if side == "left" else row.input_ids[:length]
+    ids = row.input_ids[-length:]
     # prompt_text keeps describing input_ids, so logs and samples show what the model saw.
     text = tokenizer.decode(ids, skip_special_tokens=False)
     return PromptRow(ids, text, row.data_source, row.ground_truth, row.extra_info, row.file, row.row_index)

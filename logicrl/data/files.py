@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from logicrl.errors import BadInput
+
 DATA_SUFFIXES = (".parquet", ".jsonl")
 
 
@@ -14,7 +16,13 @@ def count_rows(path: str) -> int:
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(path).metadata.num_rows
+        try:
+            return pq.ParquetFile(path).metadata.num_rows
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            if isinstance(err, FileNotFoundError):
+                raise
+            raise BadInput(f"{path}: cannot be read as parquet ({' '.join(str(err).split())[:200]}): "
+                           "rewrite it, or point the data key at another file") from None
     with open(path, "rb") as f:
         return sum(1 for line in f if line.strip())
 

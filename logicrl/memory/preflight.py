@@ -93,11 +93,11 @@ def preflight(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> tuple[str, St
 def check_inputs(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
     """Everything a run reads or writes, checked before Ray or a model starts; raises BadInput.
 
-    The data files and model directories (config/inputs.py), the device and the directories the
-    run writes, with room for a checkpoint (memory/disk.py).
+    The model directories and data files (config/inputs.py: a dry run skips what needs the
+    tokenizer), and the directories the run writes, with room for a checkpoint (memory/disk.py).
     """
-    check_data(cfg)
-    check_models(cfg)
+    tokenizer = check_models(cfg, dry_run=cfg.trainer.dry_run)
+    check_data(cfg, tokenizer)
     check_directories(cfg, spec, plan)
 
 

@@ -8,6 +8,7 @@ every rank and every run starts from the same model.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import torch
 
 from logicrl.models.tiny import EMBEDDED_TINY
 
+log = logging.getLogger("logicrl.models")
 TINY_WEIGHTS_SEED = 0
 WEIGHTS_FILE = "model.safetensors"
 
@@ -76,12 +78,24 @@ def _write_tiny_weights(directory: Path) -> None:
     os.replace(tmp, directory / WEIGHTS_FILE)  # atomic: concurrent ranks see all of it or none
 
 
-def load_tokenizer(path: str):
+def load_tokenizer(path: str, quiet: bool = False):
+    """The checkpoint's tokenizer; without a pad token it pads with eos (said once, unless `quiet`:
+    every process loads it, the preflight says it for all of them). Its eos, or generation_config's
+    first eos_token_id when it has none, is checked by models/checks.py before a run starts."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir(path), local_files_only=True)
-    if tokenizer.pad_token_id is None:
+    from logicrl.models.checks import eos_ids
+
+    directory = checkpoint_dir(path)
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    if tokenizer.eos_token is None and (stops := eos_ids(tokenizer, directory)):
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(stops[0])
+        if not quiet:
+            log.info(f"{path}: the tokenizer has no eos token; using generation_config.json's {tokenizer.eos_token!r}")
+    if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
+        if not quiet:
+            log.info(f"{path}: the tokenizer has no pad token; padding with its eos {tokenizer.eos_token!r}")
     return tokenizer
 
 

@@ -85,6 +85,24 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     return normalize_score(result, f"reward for data_source={data_source!r}")
 
 
+def ground_truth_problem(data_source: str, ground_truth: Any) -> str | None:
+    """Why a row's data_source / ground_truth cannot be scored by the built-in rewards, or None.
+
+    The rewards are total in the response (any text scores) and raise on a ground truth they
+    cannot read, so scoring an empty response is the check: it asks each reward exactly what it
+    needs, without a second description of its shape that could drift from the code.
+    """
+    if data_source not in REWARD_FNS:
+        return (f"no reward for data_source={data_source!r}; known: {sorted(REWARD_FNS)}. Register one with "
+                f"@logicrl.reward.register({data_source!r}) or set reward.custom.path/name")
+    try:
+        compute_score(data_source, "", ground_truth)
+    except Exception as err:  # noqa: BLE001 - whatever the reward raises, it is this row's ground truth
+        return (f"reward_model.ground_truth {ground_truth!r:.80} does not fit the {data_source!r} reward "
+                f"({type(err).__name__}: {' '.join(str(err).split())[:160]})")
+    return None
+
+
 register("kk_logic")(kk.compute_score)
 register("openai/gsm8k", "gsm8k", "math")(math_reward.compute_score)
 register("kk_role")(role.compute_score)

@@ -114,8 +114,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     `ground_truth` is the answer itself ("72", "1/2", 0.5), as verl's GSM8K preprocessing
     stores it; `data_source` and `extra_info` are unused.
     """
-    if ground_truth is None:
-        raise ValueError("math ground truth is None; the row needs the final answer, e.g. '72'")
+    if ground_truth is None or isinstance(ground_truth, (dict, list, bool)) or not str(ground_truth).strip():
+        raise ValueError(f"math ground truth must be the final answer, e.g. '72', got {ground_truth!r:.80}")
     if not isinstance(solution_str, str):
         solution_str = "" if solution_str is None else str(solution_str)
     answer = extract_answer(solution_str)

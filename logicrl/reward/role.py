@@ -22,7 +22,10 @@ _WORD = re.compile(r"[a-z]+")
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> dict:
-    role = ground_truth["role"]
+    role = ground_truth.get("role") if isinstance(ground_truth, dict) else None
+    if role not in ROLES:
+        # A ground truth no response can match would train on -1 and 0 forever: a data bug.
+        raise ValueError(f"kk_role ground truth must be {{'role': one of {list(ROLES)}, ...}}, got {ground_truth!r:.80}")
     match = _WORD.search(str(solution_str).lower())
     first = match.group(0) if match else ""
     score = 1.0 if first == role else 0.0 if first in ROLES else -1.0

@@ -63,7 +63,7 @@ class PPOTrainer:
         self.cfg, self.run_dir, self.stage = cfg, run_dir, stage
         self.faults = (faults or Faults()).in_stage(stage)
         data, arr = cfg.data, cfg[ARR]
-        self.tokenizer = load_tokenizer(arr.model.path)
+        self.tokenizer = load_tokenizer(arr.model.path, quiet=True)  # the preflight said what it substituted
         load = dict(prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                     truncation=data.truncation, skip_bad_rows=data.skip_bad_rows)
         self.train_set = load_prompts(data.train_files, self.tokenizer, **load)

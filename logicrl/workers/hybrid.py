@@ -67,7 +67,7 @@ class HybridWorker:
         arr, model_cfg = cfg.actor_rollout_ref, cfg.actor_rollout_ref.model
         self.dtype = resolve_dtype(model_cfg.dtype, self.device)
         self.temperature = arr.rollout.temperature
-        tokenizer = load_tokenizer(model_cfg.path)
+        tokenizer = load_tokenizer(model_cfg.path, quiet=True)
         self.lora = model_cfg.lora_rank > 0
         # Each phase's micro-batch as it stands: the plan's, halved by an OOM for the rest of the run.
         self.sizes = {p.name: MicroSize(p.name, p.micro.key, p.micro.value, p.micro.by_tokens)

@@ -117,14 +117,27 @@ def test_truncation_filter_drops_and_logs_one_line(tokenizer, tmp_path, caplog):
         f"{tmp_path / 'rows.jsonl'} (data.truncation=filter)"]
 
 
-@pytest.mark.parametrize("side, kept_text", [("left", ". Oliver is a knave."), ("right", "Zoey is a knight. Oliver")])
-def test_truncation_cuts_from_one_side(tokenizer, tmp_path, side, kept_text):
+def test_left_truncation_keeps_the_end_and_is_counted(tokenizer, tmp_path, caplog):
     full = tokenizer.encode(LONG)
-    loaded = load(tmp_path, [row(SHORT), row(LONG)], tokenizer, max_prompt_length=6, truncation=side)
+    with caplog.at_level(logging.INFO, logger="logicrl.data"):
+        loaded = load(tmp_path, [row(SHORT), row(LONG)], tokenizer, max_prompt_length=6, truncation="left")
     assert loaded[0].input_ids == tokenizer.encode(SHORT) and loaded[0].prompt_text == SHORT
-    assert loaded[1].input_ids == (full[-6:] if side == "left" else full[:6])
-    assert loaded[1].prompt_text == kept_text
+    assert loaded[1].input_ids == full[-6:]
+    assert loaded[1].prompt_text == ". Oliver is a knave."
     assert loaded.truncated == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        f"data: cut 1 of 2 prompts in {tmp_path / 'rows.jsonl'} to their last data.max_prompt_length=6 tokens "
+        "(data.truncation=left)"]
+
+
+def test_right_truncation_is_refused_because_it_cuts_where_the_reply_starts(tokenizer, tmp_path):
+    # Every prompt ends where the model's turn opens; cutting the end leaves a prompt to continue
+    # in the middle of the question (every reward was -1 in the run that found this).
+    with pytest.raises(DatasetError, match=r"rows.jsonl row 1: data.truncation=right would cut the end of this "
+                                           r"\d+-token prompt, where the assistant's turn opens \(1 of 2 prompts"):
+        load(tmp_path, [row(SHORT), row(LONG)], tokenizer, max_prompt_length=6, truncation="right")
+    # Nothing is cut, nothing is refused.
+    assert len(load(tmp_path, [row(SHORT)], tokenizer, max_prompt_length=6, truncation="right")) == 1
 
 
 BAD_ROWS = [

@@ -25,8 +25,17 @@ def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, ma
 
     arr = cfg.actor_rollout_ref
     model = load_causal_lm(arr.model.path, dtype).to(device).eval().requires_grad_(False)
-    return HFRolloutEngine(model, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
+    return HFRolloutEngine(model, pad_id=tokenizer.pad_token_id, eos_ids=stop_ids(cfg, tokenizer),
                            micro_batch_size=max_num_seqs)
+
+
+def stop_ids(cfg: DictConfig, tokenizer) -> list[int]:
+    """The tokens that end a response: the tokenizer's eos and generation_config.json's (where chat
+    models list their end-of-turn token), checked by the preflight (models/checks.py)."""
+    from logicrl.models.checks import eos_ids
+    from logicrl.models.loading import checkpoint_dir
+
+    return eos_ids(tokenizer, checkpoint_dir(cfg.actor_rollout_ref.model.path))
 
 
 def kv_cache_gb(cfg: DictConfig, dtype: torch.dtype, device: torch.device, max_num_seqs: int) -> float | None:
@@ -49,7 +58,7 @@ def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, 
     r = cfg.actor_rollout_ref.rollout
     return VLLMRolloutEngine(
         str(checkpoint_dir(cfg.actor_rollout_ref.model.path)), pad_id=tokenizer.pad_token_id,
-        eos_ids=[tokenizer.eos_token_id], max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
+        eos_ids=stop_ids(cfg, tokenizer), max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
         dtype=str(dtype).removeprefix("torch."), seed=cfg.trainer.seed,
         gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_gb=kv_cache_gb(cfg, dtype, device, max_num_seqs),
         max_num_seqs=max_num_seqs,
