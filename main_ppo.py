@@ -5,13 +5,19 @@
     python main_ppo.py trainer.dry_run=true              # validate and print the plan, load nothing
     python main_ppo.py +recipe=logic_rl                  # a staged curriculum (3 to 7 people), resumable
 
-A config error is one line on stderr and exit code 2, before Ray or any model is touched; so is a
-config whose memory plan (logicrl/memory/) does not fit the device.
+A bad input (logicrl/errors.py: config, data, model directory, device, directories, the cluster's
+size) is one line on stderr and exit code 2, before Ray or any model is touched; so is a config
+whose memory plan (logicrl/memory/) does not fit the device. A rank that fails is one line naming
+it and its phase (exit 1, the traceback in the run's log), Ctrl-C exit 130, SIGTERM 143, an OOM
+at a micro-batch of one exit 3; HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the
+traceback. Checkpoints stay intact in every case.
 """
 
 import hashlib
+import os
 import re
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -25,6 +31,8 @@ from logicrl.memory.preflight import check_inputs, preflight
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
+EXIT_FAILED = 1  # a rank raised or died: one line here, the traceback in the run's log
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
 
 
 def fail(err: BadInput) -> None:
@@ -79,12 +87,16 @@ def main(cfg: DictConfig) -> None:
     pin_ray_auth()  # before Ray is imported: it reads RAY_AUTH_MODE once (logicrl/logs.py)
     import ray
 
-    from logicrl.workers.oom import OutOfMemoryAtMinimum
-
+    from logicrl.controller.worker_group import WorkerFailed
     from logicrl.faults import Faults
+    from logicrl.logs import run_log_file
+    from logicrl.signals import Stopped, stop_on_sigterm
+    from logicrl.workers.oom import OutOfMemoryAtMinimum
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
     faults = Faults.from_env()  # test-only fault injection, read once and passed down
+    show_all = cfg.trainer.verbose or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    stop_on_sigterm()  # SIGTERM unwinds like Ctrl-C: a save in flight is dropped, Ray shut down
     try:
         if curriculum:
             from logicrl.trainer.curriculum import run_curriculum
@@ -98,15 +110,41 @@ def main(cfg: DictConfig) -> None:
             PPOTrainer(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
     except BadInput as err:  # one the preflight could not see (e.g. a row past the sampled ones)
         fail(err)
-    except OutOfMemoryAtMinimum as err:
-        # Raised on a rank and re-raised here by Ray (as a subclass of it): its first line is the message.
-        cause = getattr(err, "cause", err)
-        print(f"error: {str(cause).splitlines()[0]}", file=sys.stderr)
-        sys.exit(EXIT_OOM)
+    except WorkerFailed as err:
+        if isinstance(err.cause, OutOfMemoryAtMinimum):  # its message names the knob and the checkpoint
+            print(f"error: {str(err.cause).splitlines()[0]}", file=sys.stderr)
+            sys.exit(EXIT_OOM)
+        stop(err, f"{err} (traceback in {keep_traceback(run_log_file(run_dir), err)})", EXIT_FAILED, show_all)
+    except KeyboardInterrupt as err:
+        stop(err, f"interrupted (Ctrl-C); {resume_hint(cfg)}", EXIT_SIGINT, show_all)
+    except Stopped as err:
+        stop(err, f"stopped by {err}; {resume_hint(cfg)}", EXIT_SIGTERM, show_all)
+    except SystemExit as err:
+        # Nothing in the run calls sys.exit: this is Ray's own SIGTERM handler, which holds the
+        # signal while ray.init starts the cluster (it kills Ray's processes, then exits).
+        stop(err, f"stopped while Ray was starting (exit {err.code}); {resume_hint(cfg)}", EXIT_SIGTERM, show_all)
     finally:
         # Multirun jobs share this process: each must start its own Ray cluster from scratch.
         if ray.is_initialized():
             ray.shutdown()
+
+
+def resume_hint(cfg: DictConfig) -> str:
+    return f"checkpoints under {cfg.trainer.default_local_dir} are intact: run the same command to resume"
+
+
+def keep_traceback(log_file: Path, err: BaseException) -> Path:
+    """Append the whole story (the rank's own traceback is in the cause's text) to the run's log."""
+    with open(log_file, "a") as f:
+        f.write("".join(traceback.format_exception(err)))
+    return log_file
+
+
+def stop(err: BaseException, line: str, code: int, show_all: bool) -> None:
+    if show_all:
+        traceback.print_exception(err, file=sys.stderr)
+    print(f"error: {line}", file=sys.stderr)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@
 
 A fault is `kind@point:step[#stage]`. Points are the step's phase names (config/plan.PHASES) plus
 `save` (after the ranks wrote a checkpoint, before it is committed). Kinds: `sigkill` (the
-controller dies like a killed job: no cleanup, no atexit) and `oom` (a worker's phase raises
+controller dies like a killed job: no cleanup, no atexit), `oom` (a worker's phase raises
 torch.OutOfMemoryError, what a CUDA OOM raises, at the end of its first attempt in that step, so
-the retry must drop everything the attempt accumulated).
+the retry must drop everything the attempt accumulated), `raise` (a worker's phase raises a
+RuntimeError, as a bug would) and `die` (a worker process exits at once, as one killed by the
+kernel's OOM killer does).
 
 The entry point reads the variable once (`Faults.from_env`) and passes the object down: the
 controller's phase runner and the workers' phase wrapper are the only places that fire it.
@@ -23,7 +25,7 @@ import signal
 from dataclasses import dataclass, field, replace
 
 ENV = "LOGICRL_INJECT_FAULT"
-KINDS = ("sigkill", "oom")
+KINDS = ("sigkill", "oom", "raise", "die")
 
 
 def parse(spec: str) -> dict[tuple[str, int, int | None], str]:
@@ -38,7 +40,7 @@ def parse(spec: str) -> dict[tuple[str, int, int | None], str]:
             raise ValueError(f"{ENV}: cannot parse {item!r}; write kind@point:step[#stage], "
                              "e.g. sigkill@update_actor:3") from None
         if kind not in KINDS:
-            raise ValueError(f"{ENV}: unknown fault kind {kind!r} in {item!r}: use sigkill or oom")
+            raise ValueError(f"{ENV}: unknown fault kind {kind!r} in {item!r}: use {', '.join(KINDS)}")
     return faults
 
 
@@ -71,6 +73,14 @@ class Faults:
         """The controller: die here if a sigkill is asked for at (point, step)."""
         if self._kind(point, step) == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def fail_worker_if_due(self, point: str, step: int | None) -> None:
+        """A worker phase, as it starts: raise or die if asked to at (point, step)."""
+        kind = self._kind(point, step)
+        if kind == "raise":
+            raise RuntimeError(f"injected fault in {point} at step {step} ({ENV})")
+        if kind == "die":
+            os._exit(1)
 
     def oom_due(self, point: str, step: int | None) -> bool:
         """A worker phase: whether to raise an injected OOM now (once per point and step)."""

@@ -13,8 +13,26 @@ import socket
 from typing import Any
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from logicrl.errors import BadInput
+from logicrl.signals import stop_on_sigterm
+
+# How long the ranks' bundles may wait for room. A cluster too small is refused before this (the
+# resources are compared first); this bounds the rest: nodes that are still joining, or room
+# held by another job.
+PLACEMENT_TIMEOUT_S = 120
+
+
+class WorkerFailed(RuntimeError):
+    """A rank's call raised, or its process died: which rank, in which phase, and why."""
+
+    def __init__(self, rank: int, phase: str, cause: BaseException | None, died: bool, detail: str):
+        self.rank, self.phase, self.cause, self.died, self.detail = rank, phase, cause, died, detail
+        what = f"rank {rank} died in {phase}" if died else f"rank {rank} failed in {phase}"
+        super().__init__(f"{what}: {detail}")
 
 
 def ensure_ray(n_ranks: int, use_cuda: bool) -> None:
@@ -23,12 +41,46 @@ def ensure_ray(n_ranks: int, use_cuda: bool) -> None:
         return
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=True)
+        reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=True)
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            raise BadInput(f"RAY_ADDRESS={address}: cannot join that Ray cluster ({' '.join(str(err).split())[:160]}): "
+                           "start it (ray start --head) or unset RAY_ADDRESS to start one here") from None
+    else:
+        # Locally, claim at least one CPU per rank even on a 2-core machine: ranks mostly wait on
+        # each other, and the thread count per rank is set explicitly below.
+        ray.init(num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=False, log_to_driver=True,
+                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    stop_on_sigterm()  # ray.init installed its own handler: take SIGTERM back (logicrl/signals.py)
+    check_room(n_ranks, use_cuda)
+
+
+def reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A host:port RAY_ADDRESS that answers, or a BadInput in seconds: ray.init would retry an
+    unreachable one for minutes. Other forms ("auto", ray://) are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
         return
-    # Locally, claim at least one CPU per rank even on a 2-core machine: ranks mostly wait on
-    # each other, and the thread count per rank is set explicitly below.
-    ray.init(num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=False, log_to_driver=True,
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise BadInput(f"RAY_ADDRESS={address}: no Ray cluster answers there ({err.strerror or err}): start it "
+                       "(ray start --head) or unset RAY_ADDRESS to start one here") from None
+
+
+def check_room(n_ranks: int, use_cuda: bool) -> None:
+    """Refuse a cluster that can never hold the ranks, before anything waits on it."""
+    need = {"CPU": n_ranks, **({"GPU": n_ranks} if use_cuda else {})}
+    have = ray.cluster_resources()
+    short = {k: v for k, v in need.items() if have.get(k, 0) < v}
+    if short:
+        raise BadInput(f"trainer.n_gpus={n_ranks} needs {_resources(need)} but the Ray cluster has "
+                       f"{_resources({k: have.get(k, 0) for k in need})}: lower trainer.n_gpus or add nodes")
+
+
+def _resources(r: dict) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in r.items())
 
 
 def free_port() -> int:
@@ -42,7 +94,13 @@ class WorkerGroup:
         ensure_ray(n_ranks, use_cuda)
         bundle = {"CPU": 1, "GPU": 1} if use_cuda else {"CPU": 1}
         self.pg = placement_group([bundle] * n_ranks, strategy="PACK")
-        ray.get(self.pg.ready())
+        try:
+            ray.get(self.pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except GetTimeoutError:
+            remove_placement_group(self.pg)
+            raise BadInput(f"{n_ranks} rank(s) of {_resources(bundle)} each found no room in {PLACEMENT_TIMEOUT_S} s; "
+                           f"the cluster has {_resources(ray.available_resources())} free of "
+                           f"{_resources(ray.cluster_resources())}: lower trainer.n_gpus or free the cluster") from None
         threads = 1 if use_cuda else max(1, (os.cpu_count() or 1) // n_ranks)
         remote_cls = ray.remote(worker_cls)
         self.master_addr = ray.util.get_node_ip_address()
@@ -63,12 +121,34 @@ class WorkerGroup:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list:
         """The same call on every rank; returns each rank's result, in rank order."""
-        return ray.get([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+        return self._gather([getattr(w, method).remote(*args, **kwargs) for w in self.workers],
+                            kwargs.get("phase", method))
 
     def dispatch(self, method: str, shards: list, **kwargs: Any) -> list:
         """Rank r gets shards[r]; returns each rank's result, in rank order."""
         assert len(shards) == len(self.workers), f"{len(shards)} shards for {len(self.workers)} ranks"
-        return ray.get([getattr(w, method).remote(s, **kwargs) for w, s in zip(self.workers, shards)])
+        return self._gather([getattr(w, method).remote(s, **kwargs) for w, s in zip(self.workers, shards)],
+                            kwargs.get("phase", method))
+
+    def _gather(self, futures: list, phase: str) -> list:
+        """The ranks' results; the first rank to fail ends the wait at once (the others may be
+        blocked in a collective on it, and would wait out its timeout) as a WorkerFailed."""
+        rank_of = {f: rank for rank, f in enumerate(futures)}
+        pending = list(futures)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except RayTaskError as err:
+                cause = getattr(err, "cause", None)
+                detail = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}" if cause else \
+                    str(err).splitlines()[0]
+                raise WorkerFailed(rank_of[done[0]], phase, cause, False, detail) from err
+            except RayActorError as err:
+                lines = [line for line in str(err).splitlines() if line.strip()]
+                raise WorkerFailed(rank_of[done[0]], phase, None, True,
+                                   lines[0] if lines else type(err).__name__) from err
+        return ray.get(futures)
 
     def shutdown(self) -> None:
         for w in self.workers:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import shutil
 from dataclasses import replace
 
 from omegaconf import DictConfig, OmegaConf
 
+from logicrl.config.errors import ConfigError
 from logicrl.config.inputs import check_data, check_models
 from logicrl.config.plan import ARR, StepPlan
 from logicrl.memory.disk import check_directories
@@ -37,6 +39,37 @@ def _cuda_total_gb() -> tuple[float, str] | None:
         return None
     props = torch.cuda.get_device_properties(0)
     return props.total_memory / GB, props.name
+
+
+def visible_gpus() -> int:
+    """CUDA devices this process can use; 0 without nvidia-smi (no torch import then)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_problem(device: str, ranks: int, nnodes: int, gpus: int) -> str | None:
+    """Why trainer.device / trainer.n_gpus cannot run on a machine with `gpus` visible GPUs, or None."""
+    if device == "cuda" and gpus == 0:
+        return ("trainer.device=cuda but this machine has no usable CUDA GPU: use trainer.device=cpu (or auto), "
+                "or run on a GPU node")
+    per_node = ranks // nnodes
+    if device != "cpu" and gpus and per_node > gpus:
+        return (f"trainer.n_gpus={ranks} puts {per_node} rank(s) on this node but it has {gpus} visible GPU(s): "
+                f"lower trainer.n_gpus to {gpus * nnodes}, or check CUDA_VISIBLE_DEVICES")
+    return None
+
+
+def check_device(cfg: DictConfig, plan: StepPlan) -> None:
+    """The device asked for is here. Skipped in a dry run (planning for GPUs one does not have
+    yet is what trainer.gpu_memory_gb is for) and when joining a Ray cluster (its own size is
+    checked when joining: controller/worker_group.check_room)."""
+    if cfg.trainer.dry_run or os.environ.get("RAY_ADDRESS"):
+        return
+    if problem := device_problem(cfg.trainer.device, plan.ranks, cfg.trainer.nnodes, visible_gpus()):
+        raise ConfigError(problem)
 
 
 def capacity(cfg: DictConfig) -> tuple[str, float, str]:
@@ -93,9 +126,10 @@ def preflight(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> tuple[str, St
 def check_inputs(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
     """Everything a run reads or writes, checked before Ray or a model starts; raises BadInput.
 
-    The model directories and data files (config/inputs.py: a dry run skips what needs the
+    The device, the model directories and data files (config/inputs.py: a dry run skips what needs the
     tokenizer), and the directories the run writes, with room for a checkpoint (memory/disk.py).
     """
+    check_device(cfg, plan)
     tokenizer = check_models(cfg, dry_run=cfg.trainer.dry_run)
     check_data(cfg, tokenizer)
     check_directories(cfg, spec, plan)

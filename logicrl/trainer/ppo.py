@@ -245,6 +245,10 @@ class PPOTrainer:
         metrics.update(length_metrics(batch["response_mask"], cfg.data.max_response_length))
         # What this step really ran (a curriculum stage's batch size and rollout.n show here).
         metrics["batch/prompts"], metrics["batch/responses"] = float(len(rows)), float(len(batch))
+        # What loading did to the training set, in every step's row so no curve hides it.
+        data = self.train_set
+        metrics.update({"data/prompts_truncated": float(data.truncated), "data/prompts_filtered":
+                        float(data.too_long_filtered), "data/rows_skipped": float(data.bad_rows_skipped)})
         metrics["timing_s/step"] = time.perf_counter() - start
         metrics["perf/rollout_tokens_per_s"] = float(batch["response_mask"].sum()) / max(metrics["timing_s/generate"],
                                                                                       1e-9)

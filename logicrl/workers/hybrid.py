@@ -112,6 +112,7 @@ class HybridWorker:
         """Run one phase on this rank's shard; `step` labels test faults (None: none fire)."""
         if phase not in WORKER_PHASES:
             raise ValueError(f"no worker phase {phase!r}; they are {', '.join(WORKER_PHASES)}")
+        self.faults.fail_worker_if_due(phase, step)  # test-injected failures; a no-op unless asked
         metrics: dict = {}
         body = getattr(self, f"_{phase}")
         with measure(phase, metrics, self.device):
