@@ -52,7 +52,10 @@ def check_models(cfg: DictConfig, dry_run: bool):
     tokenizer = None
     for key, path in model_paths(cfg):
         if path != EMBEDDED_TINY and (problem := weights_problem(Path(path))):
-            raise ConfigError(f"{key}: {problem}")
+            if not dry_run:
+                raise ConfigError(f"{key}: {problem}")
+            # A dry run may plan from a config-only directory (logicrl/memory/shapes/): say it, go on.
+            log.warning(f"{key}: {problem} (a dry run plans without them; training needs them)")
         if not dry_run:
             loaded = _checked_tokenizer(key, path)
             tokenizer = tokenizer or loaded
