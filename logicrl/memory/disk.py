@@ -1,12 +1,110 @@
-"""The preflight's checks of what a run writes: directories writable, disk for a checkpoint."""
+"""The preflight's checks of what a run writes: its directories writable, disk for a checkpoint.
+
+    need = checkpoint_bytes(x, save_hf)        # one global_step_N/, from the planner's inputs
+    check_directories(cfg, spec, plan)         # raises ConfigError (exit 2)
+
+Without them, an unwritable trainer.default_local_dir was found at the first save: with the
+default save_freq=-1 that is after the whole run had trained, and the run was lost.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 from omegaconf import DictConfig
 
+from logicrl.config.errors import ConfigError
 from logicrl.config.plan import StepPlan
+from logicrl.memory.footprint import FP32, ModelBytes
+from logicrl.memory.inputs import PlanInputs
 from logicrl.models.spec import ModelSpec
+
+log = logging.getLogger("logicrl.memory")
+GB = 1e9
+MARGIN = 1.1  # a real tiny checkpoint is 9% above the bare bytes (tests/bad_inputs/test_directories.py)
+
+
+def checkpoint_bytes(x: PlanInputs, save_hf: bool) -> int:
+    """One checkpoint on disk, all ranks together (workers/checkpoint.py writes it):
+    the actor's weights (all of them, or only the LoRA adapters: the base reloads from
+    model.path) with AdamW's two fp32 moments per trained parameter, the critic's likewise, and
+    the HF export of the actor's full weights in the model dtype, plus MARGIN for what DCP adds
+    (a tied embedding saved under both names, per-tensor records)."""
+    actor = ModelBytes.build(x.spec, dtype_bytes=x.dtype_bytes, world=1, lora_rank=x.lora_rank,
+                             lora_targets_=x.lora_targets)
+    trained_params = actor.trainable_full // (FP32 if x.lora_rank else x.dtype_bytes)
+    total = (actor.trainable_full if x.lora_rank else actor.total_full) + 2 * FP32 * trained_params
+    if x.critic_spec is not None:
+        critic = ModelBytes.build(x.critic_spec, dtype_bytes=x.dtype_bytes, world=1, head="value")
+        total += critic.total_full + 2 * FP32 * (critic.trainable_full // x.dtype_bytes)
+    if save_hf:
+        total += actor.total_full if x.lora_rank == 0 else (
+            ModelBytes.build(x.spec, dtype_bytes=x.dtype_bytes, world=1).total_full + actor.trainable_full)
+    return int(total * MARGIN)
+
+
+def writable_problem(directory: Path, key: str, create: bool) -> str | None:
+    """Why the run cannot write in `directory` (made if missing, when `create`), or None. A real
+    write decides it: permission bits say nothing to root, nor about read-only mounts or quotas."""
+    existing = directory
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{key}={directory}: {existing} is a file, not a directory: point {key} at a directory"
+    target = directory if create else existing
+    try:
+        if create:
+            directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".logicrl-write-test-"):
+            pass
+    except OSError as err:
+        return f"{key}={directory}: cannot write there ({err.strerror or err}): point {key} at a writable directory"
+    return None
 
 
 def check_directories(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
-    """(issue 13, part C)"""
+    """The checkpoint root and the run's output directory writable; room for one more checkpoint.
+    A dry run creates nothing: it checks the nearest existing parent."""
+    t = cfg.trainer
+    create = not t.dry_run
+    root = Path(t.default_local_dir)
+    targets = [(root, "trainer.default_local_dir")]
+    output = _output_dir()
+    if output is not None:
+        targets.append((output, "hydra.run.dir"))
+    for directory, key in targets:
+        if problem := writable_problem(directory, key, create):
+            raise ConfigError(problem)
+    from logicrl.memory.preflight import plan_for  # the planner's own inputs, so one estimate serves both
+
+    x, _, _ = plan_for(cfg, spec, plan)
+    need = checkpoint_bytes(x, t.save_hf_model)
+    existing = root
+    while not existing.exists():
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        raise ConfigError(f"trainer.default_local_dir={root}: {free / GB:.1f} GB free, one checkpoint needs about "
+                          f"{need / GB:.1f} GB: free disk there or point trainer.default_local_dir elsewhere")
+    # Old checkpoints are pruned after the new one commits: keeping k needs k + 1 at a time.
+    keep = t.max_actor_ckpt_to_keep
+    saves = 1 if t.save_freq == -1 else plan.total_steps // t.save_freq + 1  # the last step always saves
+    held = min(saves, keep + 1) if keep is not None and keep >= 0 else saves
+    if free < held * need:
+        log.warning(f"trainer.default_local_dir={root}: {free / GB:.1f} GB free holds fewer than the {held} "
+                    f"checkpoints of {need / GB:.1f} GB this run keeps at once: set trainer.max_actor_ckpt_to_keep "
+                    "or free disk before the later saves")
+
+
+def _output_dir() -> Path | None:
+    """Hydra's run directory (it exists: Hydra made it before main started), when under Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
+    except (ImportError, ValueError):
+        return None
