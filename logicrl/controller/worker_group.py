@@ -46,7 +46,8 @@ def ensure_ray(n_ranks: int, use_cuda: bool) -> None:
             ray.init(address=address, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise BadInput(f"RAY_ADDRESS={address}: cannot join that Ray cluster ({' '.join(str(err).split())[:160]}): "
-                           "start it (ray start --head) or unset RAY_ADDRESS to start one here") from None
+                           "if it uses token auth, set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH as on its nodes; "
+                           "or unset RAY_ADDRESS to start one here") from None
     else:
         # Locally, claim at least one CPU per rank even on a 2-core machine: ranks mostly wait on
         # each other, and the thread count per rank is set explicitly below.

@@ -130,8 +130,10 @@ def check_inputs(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
     tokenizer), and the directories the run writes, with room for a checkpoint (memory/disk.py).
     """
     check_device(cfg, plan)
+    check_data(cfg, None)  # the rows' shape first: a second, before the tokenizer's import
     tokenizer = check_models(cfg, dry_run=cfg.trainer.dry_run)
-    check_data(cfg, tokenizer)
+    if tokenizer is not None:
+        check_data(cfg, tokenizer)
     check_directories(cfg, spec, plan)
 
 

@@ -7,7 +7,9 @@ Layout under trainer.default_local_dir (verl's names where verl has them):
         actor/  critic/         sharded model + optimizer + scheduler, written by every rank
                                 (workers/checkpoint.py)
         huggingface/            the actor as a from_pretrained-loadable directory
+        MANIFEST.json           every file's size (and CRC-32 of the small ones), written at commit
         COMPLETE                written last inside the tmp dir, just before the rename
+    global_step_N.corrupt-<time>/   a checkpoint found damaged at resume, set aside (never deleted)
     latest_checkpointed_iteration.txt   "N", replaced atomically after the rename
 
 A save goes into `global_step_N.tmp-<uuid>/`; the controller hands that path to the ranks, they
@@ -17,16 +19,27 @@ the new one: a tmp dir is never read, and a `global_step_N` without COMPLETE is 
 The scan for COMPLETE markers decides what is resumable; the pointer is kept for verl's tools and
 for people, and always names a complete checkpoint because it moves last.
 
+At resume the newest complete checkpoint is checked against its manifest (`damage`): a file
+missing, cut short or (for the small ones) changed sets it aside under a `.corrupt-` name, with one
+warning, and the one before it is used; it is never picked again, counted by `prune`, nor named by
+the `latest` pointer. Sizes catch what happens to checkpoints in practice (a copy or a disk that
+filled up midway, a node lost mid-write on a filesystem without ordering); a checksum of every
+file would read a 7B run's ~100 GB at each save and resume, so only files under SMALL_FILE bytes
+(JSON, DCP's metadata) are summed. Checkpoints from before manifests are taken as they are.
+
 Nothing here unpickles: the trainer state is JSON, RNG states included.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
+import time
 import uuid
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -34,8 +47,11 @@ from pathlib import Path
 
 from logicrl.config.errors import ConfigError
 
+log = logging.getLogger("logicrl.trainer")
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name, so its tooling finds our runs
 COMPLETE_MARKER = "COMPLETE"
+MANIFEST_FILE = "MANIFEST.json"
+SMALL_FILE = 1 << 20  # files up to this size also get a CRC-32 in the manifest
 STATE_FILE = "trainer_state.json"
 STATE_FORMAT = 1  # bump when trainer_state.json changes shape; read_trainer_state refuses newer ones
 
@@ -90,6 +106,7 @@ def commit(tmp: str | Path) -> Path:
         raise ValueError(f"{tmp} is not a directory made by checkpoint.begin")
     step = int(match.group(1))
     _fsync_tree(tmp)  # the ranks' files must be on disk before the marker claims they are
+    write_durably(tmp / MANIFEST_FILE, json.dumps(manifest(tmp)))
     write_durably(tmp / COMPLETE_MARKER, f"{step}\n")
     final = step_dir(tmp.parent, step)
     if final.exists():
@@ -162,6 +179,50 @@ def _fsync_tree(directory: Path) -> None:
         _fsync_dir(Path(dirpath))
 
 
+# ---------------------------------------------------------------- integrity
+def manifest(directory: Path) -> dict:
+    """{relative path: [size, crc32 or None]} of every file under `directory`."""
+    files = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = path.relative_to(directory).as_posix()
+        if rel in (MANIFEST_FILE, COMPLETE_MARKER):
+            continue
+        size = path.stat().st_size
+        files[rel] = [size, zlib.crc32(path.read_bytes()) if size <= SMALL_FILE else None]
+    return {"format": 1, "files": files}
+
+
+def damage(directory: str | Path) -> str | None:
+    """What is wrong with a complete checkpoint by its manifest, or None (also without a manifest)."""
+    directory = Path(directory)
+    try:
+        files = json.loads((directory / MANIFEST_FILE).read_text())["files"]
+    except FileNotFoundError:
+        return None  # saved before manifests existed
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return f"its {MANIFEST_FILE} is unreadable"
+    for rel, (size, crc) in files.items():
+        path = directory / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        actual = path.stat().st_size
+        if actual != size:
+            return f"{rel} is {actual} bytes, {size} when saved"
+        if crc is not None and zlib.crc32(path.read_bytes()) != crc:
+            return f"{rel} changed since it was saved (CRC-32)"
+    return None
+
+
+def set_aside(path: Path, problem: str) -> Path:
+    """Rename a damaged checkpoint out of the global_step_N namespace (kept for the user), and
+    point `latest` at the newest intact one left."""
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.rename(path, aside)
+    _fsync_dir(path.parent)
+    log.warning(f"checkpoint {path} is damaged ({problem}): set aside as {aside.name}; the newest intact one before it is used")
+    return aside
+
+
 # ---------------------------------------------------------------- what is on disk
 def is_complete(path: str | Path) -> bool:
     path = Path(path)
@@ -219,7 +280,15 @@ def find_resume_point(root: str | Path, resume_mode: str, clean: bool = True) ->
         remove_stale_tmp(root)
     if resume_mode == "auto":
         found = complete_checkpoints(root)
-        return found[-1][1] if found else None
+        while found:
+            step, path = found.pop()
+            problem = damage(path)
+            if problem is None:
+                if read_latest_pointer(root) != step:
+                    write_durably(Path(root) / LATEST_FILE, f"{step}\n")
+                return path
+            set_aside(path, problem)
+        return None
     path = Path(resume_mode)
     if not path.is_dir():
         raise ConfigError(f"trainer.resume_mode={resume_mode} does not exist: pass a global_step_N directory, "
@@ -227,6 +296,9 @@ def find_resume_point(root: str | Path, resume_mode: str, clean: bool = True) ->
     if not is_complete(path):
         raise ConfigError(f"trainer.resume_mode={resume_mode} is not a complete checkpoint (a global_step_N "
                           f"directory with a {COMPLETE_MARKER} file): pick an older global_step_N or use auto")
+    if problem := damage(path):
+        raise ConfigError(f"trainer.resume_mode={resume_mode} is damaged ({problem}): pick an older global_step_N "
+                          "or use auto, which skips damaged ones")
     return path
 
 

@@ -45,10 +45,34 @@ def write_record(root: Path, stages: list[Stage], done: dict) -> None:
     write_durably(root / RECORD_FILE, json.dumps(payload, indent=1))
 
 
+def finished_step(row: dict) -> int:
+    """The step a finished stage ended at: its final checkpoint's global_step_N."""
+    return int(Path(row["final_checkpoint"]).name.rpartition("_")[2])
+
+
+def reopen_lengthened(stages: list[Stage], done: dict) -> None:
+    """A finished stage that now has more steps (a longer total_training_steps or more epochs)
+    continues from its own last checkpoint, as a plain run does; so it is taken off the record.
+    Not when a later stage already trained from its end: that would mean retraining those."""
+    for stage in stages:
+        row = done.get(stage.name)
+        if row is None or finished_step(row) >= stage.plan.total_steps:
+            continue
+        later = [s.name for s in stages[stage.index + 1:] if s.name in done]
+        if later:
+            raise ConfigError(f"stage {stage.name} now has {stage.plan.total_steps} steps but finished at "
+                              f"{finished_step(row)}, and stage(s) {', '.join(later)} trained from its end: lengthen "
+                              f"only the last finished stage, or start over with trainer.resume_mode=disable")
+        log.info(f"stage {stage.index + 1}/{len(stages)} ({stage.name}) finished at step {finished_step(row)} and now "
+                 f"has {stage.plan.total_steps}: continuing it")
+        del done[stage.name]
+
+
 def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimizer: bool, resume: bool,
                    faults: Faults | None = None) -> dict:
     """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage."""
     done = read_record(root, stages) if resume else {}
+    reopen_lengthened(stages, done)
     previous_final: Path | None = None
     for stage in stages:
         if stage.name in done:
