@@ -1,0 +1,60 @@
+"""What a run writes: its directories writable, disk for a checkpoint, found before training (with
+the default save_freq=-1 an unwritable directory used to be found after the whole run trained).
+
+This machine runs tests as root, for whom permission bits stop nothing: an unwritable directory
+is made by a path whose parent is a regular file, or one under /proc.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import namedtuple
+
+import pytest
+
+from logicrl.config import compose, validate
+from logicrl.config.errors import ConfigError
+from logicrl.memory import disk
+from logicrl.memory.preflight import plan_for
+from tests.bad_inputs.conftest import ROOT, refused, small_run, timed_main
+
+
+def test_a_checkpoint_directory_under_a_file_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("not a directory")
+    target = tmp_path / "afile" / "ckpt"
+    result, seconds = timed_main(*small_run(tmp_path), f"trainer.default_local_dir={target}")
+    refused(result, seconds, f"trainer.default_local_dir={target}", "is a file, not a directory", bound=10)
+
+
+def test_a_checkpoint_directory_that_cannot_be_made_is_one_line(tmp_path):
+    result, seconds = timed_main(*small_run(tmp_path), "trainer.default_local_dir=/proc/logicrl-ckpt")
+    refused(result, seconds, "trainer.default_local_dir=/proc/logicrl-ckpt", "cannot write there", bound=10)
+
+
+Usage = namedtuple("Usage", "total used free")
+
+
+def config(*overrides):
+    train = ROOT / "data/kk_role/train.parquet"
+    return validate(compose([f"data.train_files={train}", f"data.val_files={train}", *overrides]))
+
+
+def test_too_little_disk_for_one_checkpoint_is_refused(tmp_path, monkeypatch):
+    cfg, spec, plan = config(f"trainer.default_local_dir={tmp_path}/ckpt")
+    need = disk.checkpoint_bytes(plan_for(cfg, spec, plan)[0], cfg.trainer.save_hf_model)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * need, 9 * need, need - 1))
+    with pytest.raises(ConfigError, match=rf"trainer.default_local_dir={tmp_path}/ckpt: 0.0 GB free, one checkpoint "
+                                          r"needs about 0.0 GB"):
+        disk.check_directories(cfg, spec, plan)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * need, 0, 2 * need))
+    disk.check_directories(cfg, spec, plan)  # room for one: the new one commits before the old is pruned
+
+
+def test_checkpoint_bytes_by_hand():
+    cfg, spec, plan = config("actor_rollout_ref.rollout.name=hf")
+    x = plan_for(cfg, spec, plan)[0]
+    params = spec.num_params()  # the embedded model: fp32 on CPU, tied embeddings, no critic
+    assert x.dtype_bytes == 4 and x.critic_spec is None
+    # DCP: weights + AdamW's two moments; the HF export: the weights again.
+    assert disk.checkpoint_bytes(x, save_hf=True) == int((4 + 8 + 4) * params * disk.MARGIN)
+    assert disk.checkpoint_bytes(x, save_hf=False) == int((4 + 8) * params * disk.MARGIN)
