@@ -1,0 +1,73 @@
+"""Joining a Ray cluster: one too small for the ranks, or none at the address, fails in seconds
+with one line saying what was asked for and what is there (it used to wait forever on placement).
+
+The test starts its own head (`ray start --head --block`, own temp dir and port) and stops it by
+its pid: --block makes that process take its daemons down with it. Never `ray stop`: it would
+stop every cluster on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.bad_inputs.conftest import refused, small_run, timed_main
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def one_cpu_cluster():
+    port = free_port()
+    # Short: Ray's unix sockets live under it, and their paths may not pass 107 bytes.
+    temp = tempfile.mkdtemp(prefix="lr-ray-", dir="/tmp")
+    ray = Path(sys.executable).with_name("ray")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen([str(ray), "start", "--head", "--block", "--num-cpus=1", f"--port={port}",
+                             f"--temp-dir={temp}", "--include-dashboard=false"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("the test's Ray head did not start in 60 s")
+        time.sleep(3)  # the GCS answers before the raylet has registered the node's CPUs
+        yield f"127.0.0.1:{port}"
+    finally:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)  # its own session: only what it started
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_a_cluster_too_small_for_the_ranks_is_one_line(tmp_path, one_cpu_cluster):
+    result, seconds = timed_main(*small_run(tmp_path), "trainer.n_gpus=2",
+                                 env={"RAY_ADDRESS": one_cpu_cluster, "RAY_AUTH_MODE": "disabled"})
+    refused(result, seconds, "trainer.n_gpus=2 needs 2 CPU but the Ray cluster has 1 CPU", bound=60)
+
+
+def test_an_address_where_no_cluster_answers_is_one_line(tmp_path):
+    address = f"127.0.0.1:{free_port()}"
+    result, seconds = timed_main(*small_run(tmp_path), env={"RAY_ADDRESS": address})
+    refused(result, seconds, f"RAY_ADDRESS={address}: no Ray cluster answers there", bound=45)

@@ -1,0 +1,114 @@
+"""Faults end cleanly: Ctrl-C, SIGTERM (mid-run and mid-start-up), a rank that raises, a rank that
+dies. Each ends in bounded time with one `error:` line (the progress bar may stand above it), no
+traceback on the console, the checkpoints intact and none of the run's Ray processes left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from logicrl.trainer.checkpoint import complete_checkpoints, damage
+from tests.bad_inputs.conftest import ARR, ROOT
+
+pytestmark = pytest.mark.integration
+RUN = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet",
+       "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.rollout.name=hf",
+       "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=1", "trainer.logger=[jsonl]"]
+
+
+def start(tmp_path: Path, *extra: str, fault: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    env.pop("LOGICRL_INJECT_FAULT", None)
+    if fault:
+        env["LOGICRL_INJECT_FAULT"] = fault
+    return subprocess.Popen([sys.executable, str(ROOT / "main_ppo.py"), *RUN, *extra,
+                             f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def wait_for(what, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.2)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str, float]:
+    start_s = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the run did not end: a hang")
+    return proc.returncode, out, err, time.monotonic() - start_s
+
+
+def one_error_line(err: str) -> str:
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and err.rstrip().endswith(errors[0]), err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    return errors[0]
+
+
+def assert_gone(processes: list[psutil.Process]) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                                              for p in processes):
+        time.sleep(0.5)
+    left = [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [" ".join(p.cmdline()[:3]) for p in left]
+
+
+def intact(ckpt: Path) -> list[int]:
+    found = complete_checkpoints(ckpt)
+    assert found and all(damage(path) is None for _, path in found)
+    assert not [p for p in ckpt.iterdir() if ".tmp-" in p.name]  # a save cut short was dropped
+    return [step for step, _ in found]
+
+
+@pytest.mark.parametrize("sig, code, says", [(signal.SIGINT, 130, "error: interrupted (Ctrl-C); checkpoints under"),
+                                             (signal.SIGTERM, 143, "error: stopped by SIGTERM; checkpoints under")])
+def test_a_signal_mid_run_is_one_line_with_checkpoints_intact_and_ray_gone(tmp_path, sig, code, says):
+    proc = start(tmp_path, "trainer.total_training_steps=200")
+    wait_for(lambda: (tmp_path / "ckpt" / "global_step_2").is_dir())
+    ray = psutil.Process(proc.pid).children(recursive=True)
+    assert ray  # Ray's daemons and the rank are the driver's descendants
+    proc.send_signal(sig)
+    returncode, _, err, seconds = finish(proc)
+    assert returncode == code and one_error_line(err).startswith(says), err[-3000:]
+    assert seconds < 60
+    assert intact(tmp_path / "ckpt")[0] == 1
+    assert_gone(ray)
+
+
+def test_sigterm_while_ray_starts_leaves_nothing_behind(tmp_path):
+    proc = start(tmp_path, "trainer.total_training_steps=2")
+    wait_for(lambda: psutil.Process(proc.pid).children(recursive=True))  # Ray's first daemon is up
+    ray = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    returncode, _, err, seconds = finish(proc)
+    assert returncode == 143 and one_error_line(err).startswith("error: stop"), err[-3000:]
+    assert seconds < 60
+    assert_gone(ray + [c for c in ray if c.is_running()])
+
+
+@pytest.mark.parametrize("fault, says", [
+    ("raise@update_actor:2", "error: rank 0 failed in update_actor: RuntimeError: injected fault in update_actor"),
+    ("die@generate:2", "error: rank 0 died in generate: "),
+])
+def test_a_rank_that_fails_is_named_with_its_phase_and_the_traceback_is_in_the_log(tmp_path, fault, says):
+    proc = start(tmp_path, "trainer.total_training_steps=3", fault=fault)
+    returncode, _, err, seconds = finish(proc, timeout=240)
+    line = one_error_line(err)
+    assert returncode == 1 and line.startswith(says), err[-3000:]
+    log = Path(line.rsplit("(traceback in ", 1)[1].rstrip(")"))
+    assert "Traceback" in log.read_text()
+    assert intact(tmp_path / "ckpt") == [1]
