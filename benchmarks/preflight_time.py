@@ -29,7 +29,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "train.jsonl"
-        data.write_text("".join(f'{{"prompt": "puzzle {i}"}}\n' for i in range(20)))
+        truth = '"data_source": "kk_role", "reward_model": {"ground_truth": {"name": "Zoey", "role": "knight"}}'
+        data.write_text("".join(f'{{"prompt": "puzzle {i}", {truth}}}\n' for i in range(20)))
         # Every case but the missing file gets valid data, so it fails (or passes) where its name says.
         data_args = [f"data.train_files={data}", f"data.val_files={data}"]
         for name, overrides in CASES.items():

@@ -68,7 +68,7 @@ def writable_problem(directory: Path, key: str, create: bool) -> str | None:
 
 def check_directories(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
     """The checkpoint root and the run's output directory writable; room for one more checkpoint.
-    A dry run creates nothing: it checks the nearest existing parent."""
+    A dry run creates nothing (it checks the nearest existing parent) and only warns about disk."""
     t = cfg.trainer
     create = not t.dry_run
     root = Path(t.default_local_dir)
@@ -88,8 +88,12 @@ def check_directories(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
         existing = existing.parent
     free = shutil.disk_usage(existing).free
     if free < need:
-        raise ConfigError(f"trainer.default_local_dir={root}: {free / GB:.1f} GB free, one checkpoint needs about "
-                          f"{need / GB:.1f} GB: free disk there or point trainer.default_local_dir elsewhere")
+        problem = (f"trainer.default_local_dir={root}: {free / GB:.1f} GB free, one checkpoint needs about "
+                   f"{need / GB:.1f} GB: free disk there or point trainer.default_local_dir elsewhere")
+        if not t.dry_run:
+            raise ConfigError(problem)
+        log.warning(problem)  # a dry run may plan, on a laptop, a run for a cluster's disks
+        return
     # Old checkpoints are pruned after the new one commits: keeping k needs k + 1 at a time.
     keep = t.max_actor_ckpt_to_keep
     saves = 1 if t.save_freq == -1 else plan.total_steps // t.save_freq + 1  # the last step always saves

@@ -216,3 +216,22 @@ def test_collate_left_pads():
     assert picked["input_ids"].tolist() == [[0, 0, 4], [5, 6, 7]]
     assert picked["prompt_text"] == ["text 2", "text 0"] and picked["extra_info"] == [{"i": 2}, {"i": 0}]
     assert [part["row_index"] for part in batch.split(2)] == [[0, 1], [2]]
+
+
+def test_the_preflight_sample_is_the_head_and_a_seeded_spread_of_the_rest():
+    from logicrl.data.dataset import _sample
+
+    assert _sample(100, None) is None and _sample(100, 100) is None
+    picked = _sample(10_000, 10)
+    assert picked[:5] == [0, 1, 2, 3, 4] and len(set(picked)) == 10 and picked == sorted(picked)
+    assert all(5 <= i < 10_000 for i in picked[5:]) and picked == _sample(10_000, 10)  # seeded
+
+
+def test_check_rows_reads_a_sample_and_names_a_bad_row(tmp_path):
+    from logicrl.data.dataset import check_rows
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row(f"p{i}")) + "\n" for i in range(50)))
+    assert check_rows(str(path), sample=10) == 10
+    with pytest.raises(DatasetError, match=rf"{path} row 0: bad truth"):
+        check_rows(str(path), row_check=lambda source, truth: "bad truth", sample=10)

@@ -74,3 +74,37 @@ def test_bad_results_raise_naming_the_source(registry, result, error):
 
 def test_dict_result_keeps_components_and_floats_the_score():
     assert reward.normalize_score({"score": 1, "acc": 1}, "r") == {"score": 1.0, "acc": 1}
+
+
+@pytest.mark.parametrize("source, truth", [
+    ("kk_logic", {"solution_text_format": "(1) Zoey is a knight\n(2) Oliver is a knave", "think_opened": True}),
+    ("kk_role", {"name": "Zoey", "role": "knave"}),
+    ("gsm8k", "72"),
+    ("math", 0.5),
+])
+def test_ground_truths_the_rewards_can_read_pass(source, truth):
+    from logicrl.reward import ground_truth_problem
+
+    assert ground_truth_problem(source, truth) is None
+
+
+@pytest.mark.parametrize("source, truth, says", [
+    ("kk_logic", "(1) Zoey is a knight", "K&K ground truth must be a mapping with 'solution_text_format'"),
+    ("kk_logic", {"solution_text_format": "Zoey is honest"}, "does not read '(k) <Name> is a knight|knave'"),
+    ("kk_role", {"name": "Zoey"}, "kk_role ground truth must be {'role': one of ['knight', 'knave']"),
+    ("kk_role", "knight", "kk_role ground truth must be"),
+    ("math", {"answer": 72}, "math ground truth must be the final answer"),
+    ("gsm8k", "  ", "math ground truth must be the final answer"),
+])
+def test_ground_truths_a_reward_cannot_read_name_the_reward_and_why(source, truth, says):
+    from logicrl.reward import ground_truth_problem
+
+    problem = ground_truth_problem(source, truth)
+    assert problem.startswith(f"reward_model.ground_truth {truth!r:.80} does not fit the {source!r} reward (")
+    assert says in problem
+
+
+def test_a_data_source_without_a_reward_is_a_problem_naming_it():
+    from logicrl.reward import ground_truth_problem
+
+    assert ground_truth_problem("knk", {}).startswith("no reward for data_source='knk'; known: [")

@@ -31,8 +31,11 @@ def train(tmp_path: Path, *overrides: str) -> list[dict]:
 
 
 def test_grpo_two_cpu_ranks(tmp_path):
-    rows = train(tmp_path, "trainer.n_gpus=2")
+    # Every role prompt is 44 tokens: truncation=left cuts all 2000 to their last 40, and says so.
+    rows = train(tmp_path, "trainer.n_gpus=2", "data.max_prompt_length=40", "data.truncation=left")
     assert [r["step"] for r in rows] == [1, 2]
+    assert (rows[-1]["data/prompts_truncated"], rows[-1]["data/prompts_filtered"], rows[-1]["data/rows_skipped"]) == \
+        (2000, 0, 0)
     for key in ("critic/score/mean", "reward/acc/mean", "actor/grad_norm", "actor/entropy", "response_length/mean",
                 "timing_s/generate", "timing_s/update_actor", "timing_s/update_weights",
                 "perf/memory/generate/peak_gb", "perf/memory/update_actor/peak_gb"):
