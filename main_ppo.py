@@ -85,9 +85,7 @@ def main(cfg: DictConfig) -> None:
     from logicrl.logs import pin_ray_auth
 
     pin_ray_auth()  # before Ray is imported: it reads RAY_AUTH_MODE once (logicrl/logs.py)
-    import ray
-
-    from logicrl.controller.worker_group import WorkerFailed
+    from logicrl.controller.worker_group import WorkerFailed, stop_ray  # imports Ray
     from logicrl.faults import Faults
     from logicrl.logs import run_log_file
     from logicrl.signals import Stopped, stop_on_sigterm
@@ -124,9 +122,9 @@ def main(cfg: DictConfig) -> None:
         # signal while ray.init starts the cluster (it kills Ray's processes, then exits).
         stop(err, f"stopped while Ray was starting (exit {err.code}); {resume_hint(cfg)}", EXIT_SIGTERM, show_all)
     finally:
-        # Multirun jobs share this process: each must start its own Ray cluster from scratch.
-        if ray.is_initialized():
-            ray.shutdown()
+        # Multirun jobs share this process: each must start its own Ray cluster from scratch. Also
+        # after a signal in the middle of ray.init, when Ray has processes but is not initialised.
+        stop_ray()
 
 
 def resume_hint(cfg: DictConfig) -> str:

@@ -27,12 +27,25 @@ PLACEMENT_TIMEOUT_S = 120
 
 
 class WorkerFailed(RuntimeError):
-    """A rank's call raised, or its process died: which rank, in which phase, and why."""
+    """A rank's call raised (`cause`), or its process died (`cause` None): which rank, in which phase, why."""
 
-    def __init__(self, rank: int, phase: str, cause: BaseException | None, died: bool, detail: str):
-        self.rank, self.phase, self.cause, self.died, self.detail = rank, phase, cause, died, detail
-        what = f"rank {rank} died in {phase}" if died else f"rank {rank} failed in {phase}"
-        super().__init__(f"{what}: {detail}")
+    def __init__(self, rank: int, phase: str, cause: BaseException | None, detail: str):
+        self.rank, self.phase, self.cause = rank, phase, cause
+        super().__init__(f"rank {rank} {'died' if cause is None else 'failed'} in {phase}: {detail}")
+
+
+def failure(rank: int, phase: str, err: Exception) -> Exception:
+    """What a rank's Ray error means. An exception in a worker's constructor comes back as the
+    actor's death carrying the task error, so both shapes are unwrapped."""
+    task_error = err if isinstance(err, RayTaskError) else getattr(err, "cause", None)
+    if isinstance(task_error, RayTaskError):
+        cause = task_error.cause
+        if isinstance(cause, BadInput):
+            return cause
+        first = (str(cause).strip().splitlines() or [""])[0]
+        return WorkerFailed(rank, phase, cause, f"{type(cause).__name__}: {first}".rstrip(": "))
+    return WorkerFailed(rank, phase, None, "its process ended without an exception (killed, e.g. by the kernel's "
+                                           "OOM killer, or exited)")
 
 
 def ensure_ray(n_ranks: int, use_cuda: bool) -> None:
@@ -54,7 +67,26 @@ def ensure_ray(n_ranks: int, use_cuda: bool) -> None:
         ray.init(num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=False, log_to_driver=True,
                  runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
     stop_on_sigterm()  # ray.init installed its own handler: take SIGTERM back (logicrl/signals.py)
+
     check_room(n_ranks, use_cuda)
+
+
+def stop_ray() -> None:
+    """ray.shutdown, then end what is left of the processes this driver started: its descendants
+    (the GCS, the raylet, the workers), found before the raylet dies and orphans the workers;
+    never by name, so other clusters on the machine are left alone, as is a joined cluster."""
+    import psutil
+
+    mine = psutil.Process().children(recursive=True)
+    if ray.is_initialized():
+        ray.shutdown()
+    _, alive = psutil.wait_procs(mine, timeout=5)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
 
 
 def reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -116,6 +148,9 @@ class WorkerGroup:
                      threads=threads, **init_kwargs)
             for rank in range(n_ranks)
         ]
+        # Built now, so a rank that cannot start (its model does not load) is named as such, not
+        # as a failure of the first phase called.
+        self._gather([w.__ray_ready__.remote() for w in self.workers], "start-up")
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -133,22 +168,16 @@ class WorkerGroup:
 
     def _gather(self, futures: list, phase: str) -> list:
         """The ranks' results; the first rank to fail ends the wait at once (the others may be
-        blocked in a collective on it, and would wait out its timeout) as a WorkerFailed."""
+        blocked in a collective on it, and would wait out its timeout) as a WorkerFailed, or as
+        the rank's own BadInput (a bad input only a rank could see)."""
         rank_of = {f: rank for rank, f in enumerate(futures)}
         pending = list(futures)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             try:
                 ray.get(done[0])
-            except RayTaskError as err:
-                cause = getattr(err, "cause", None)
-                detail = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}" if cause else \
-                    str(err).splitlines()[0]
-                raise WorkerFailed(rank_of[done[0]], phase, cause, False, detail) from err
-            except RayActorError as err:
-                lines = [line for line in str(err).splitlines() if line.strip()]
-                raise WorkerFailed(rank_of[done[0]], phase, None, True,
-                                   lines[0] if lines else type(err).__name__) from err
+            except (RayTaskError, RayActorError) as err:
+                raise failure(rank_of[done[0]], phase, err) from err
         return ray.get(futures)
 
     def shutdown(self) -> None:
