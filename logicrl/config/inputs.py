@@ -77,6 +77,9 @@ def _checked_tokenizer(key: str, path: str):
                           f"{' '.join(str(err).split())[:200]}): copy the checkpoint's tokenizer files") from None
     if problem := tokenizer_problem(tokenizer, checkpoint_dir(path), spec):
         raise ConfigError(f"{key}: {problem}")
+    if not getattr(tokenizer, "chat_template", None):
+        log.info(f"{key}={path}: the tokenizer has no chat template: chat-list prompts become 'Role: content' lines "
+                 "(logicrl/data/prompts.py)")
     return tokenizer
 
 

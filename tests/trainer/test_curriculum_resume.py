@@ -134,3 +134,35 @@ def test_sigkill_mid_save_and_mid_step_then_rerun_reproduces_the_uninterrupted_r
             torch.testing.assert_close(ours[k], theirs[k], rtol=0, atol=0)
     # The last launch's summary still covers both stages.
     assert "| 1 | 3ppl | 3 |" in (tmp_path / "run3" / "curriculum_summary.md").read_text()
+
+
+def test_a_finished_curriculum_rerun_with_a_longer_last_stage_continues_it(reference, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(reference / "ckpt", ckpt)
+    # The copy's record names the reference's checkpoints: point it at the copy, as a moved run would be.
+    record = ckpt / "curriculum.json"
+    record.write_text(record.read_text().replace(str(reference / "ckpt"), str(ckpt)))
+    longer = "+curriculum.stages.1.overrides.trainer.total_training_steps=4"
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    env.pop("LOGICRL_INJECT_FAULT", None)
+
+    def rerun(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, *extra,
+                               f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=900, env=env, start_new_session=True)
+
+    # Lengthening a stage that a later one trained from is refused: that would mean retraining it.
+    refused = rerun("+curriculum.stages.0.overrides.trainer.total_training_steps=4")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: stage 3ppl now has 4 steps but finished at 3, and stage(s) 5ppl trained from its end: lengthen only "
+        "the last finished stage, or start over with trainer.resume_mode=disable"], refused.stderr[-2000:]
+
+    result = rerun(longer)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert "stage 2/2 (5ppl) finished at step 3 and now has 4: continuing it" in out
+    assert f"resumed from {ckpt / '02_5ppl' / 'global_step_3'} at step 3" in out
+    assert (ckpt / "02_5ppl" / "global_step_4" / "COMPLETE").is_file()
+    assert [row["step"] for row in histories(ckpt)["5ppl"]] == [1, 2, 3, 4]
