@@ -113,10 +113,10 @@ def main(cfg: DictConfig) -> None:
             print(f"error: {str(err.cause).splitlines()[0]}", file=sys.stderr)
             sys.exit(EXIT_OOM)
         stop(err, f"{err} (traceback in {keep_traceback(run_log_file(run_dir), err)})", EXIT_FAILED, show_all)
+    except Stopped as err:  # before KeyboardInterrupt: it is one (logicrl/signals.py)
+        stop(err, f"stopped by {err}; {resume_hint(cfg)}", EXIT_SIGTERM, show_all)
     except KeyboardInterrupt as err:
         stop(err, f"interrupted (Ctrl-C); {resume_hint(cfg)}", EXIT_SIGINT, show_all)
-    except Stopped as err:
-        stop(err, f"stopped by {err}; {resume_hint(cfg)}", EXIT_SIGTERM, show_all)
     except SystemExit as err:
         # Nothing in the run calls sys.exit: this is Ray's own SIGTERM handler, which holds the
         # signal while ray.init starts the cluster (it kills Ray's processes, then exits).

@@ -11,9 +11,10 @@ import signal
 import threading
 
 
-class Stopped(BaseException):
-    """The process was asked to stop (SIGTERM); a BaseException, as KeyboardInterrupt is, so that
-    no `except Exception` on the way swallows it."""
+class Stopped(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM). A KeyboardInterrupt, so that no `except Exception`
+    on the way swallows it, and because Ray's blocking calls (ray.get, ray.wait) re-raise only
+    KeyboardInterrupt from a signal handler as itself; anything else comes out as a SystemError."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)

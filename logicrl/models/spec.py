@@ -85,5 +85,8 @@ def load_model_spec(path: str) -> ModelSpec:
     cfg_file = Path(path) / "config.json"
     try:
         return ModelSpec.from_dict(json.loads(cfg_file.read_text()), path)
-    except (OSError, json.JSONDecodeError) as e:
+    except OSError as e:
         raise ModelSpecError(f"{cfg_file}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ModelSpecError(f"{cfg_file} is not valid JSON ({e}): fix it or copy the checkpoint's config.json "
+                             "again") from None

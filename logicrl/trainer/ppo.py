@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
+from logicrl.config.inputs import reward_check
 from logicrl.config.plan import ARR, StepPlan
 from logicrl.controller.worker_group import WorkerGroup
 from logicrl.data.dataset import load_prompts
@@ -64,8 +65,10 @@ class PPOTrainer:
         self.faults = (faults or Faults()).in_stage(stage)
         data, arr = cfg.data, cfg[ARR]
         self.tokenizer = load_tokenizer(arr.model.path, quiet=True)  # the preflight said what it substituted
+        # The preflight checked a sample of the rows (config/inputs.py); this load checks them all,
+        # rewards included, with the same one-line errors.
         load = dict(prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
-                    truncation=data.truncation, skip_bad_rows=data.skip_bad_rows)
+                    truncation=data.truncation, skip_bad_rows=data.skip_bad_rows, row_check=reward_check(cfg))
         self.train_set = load_prompts(data.train_files, self.tokenizer, **load)
         self.val_set = load_prompts(data.val_files, self.tokenizer, **load)
         # The plan counted the rows in the files; truncation=filter / skip_bad_rows may keep fewer.
