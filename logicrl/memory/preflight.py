@@ -129,12 +129,13 @@ def check_inputs(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
     The device, the model directories and data files (config/inputs.py: a dry run skips what needs the
     tokenizer), and the directories the run writes, with room for a checkpoint (memory/disk.py).
     """
+    # What needs no transformers import first (a second or so), then the tokenizer's checks.
     check_device(cfg, plan)
-    check_data(cfg, None)  # the rows' shape first: a second, before the tokenizer's import
+    check_data(cfg, None)
+    check_directories(cfg, spec, plan)
     tokenizer = check_models(cfg, dry_run=cfg.trainer.dry_run)
     if tokenizer is not None:
         check_data(cfg, tokenizer)
-    check_directories(cfg, spec, plan)
 
 
 def _table(plan, source: str, picked: dict[str, int]) -> str:

@@ -24,6 +24,7 @@ def test_a_checkpoint_directory_under_a_file_is_one_line(tmp_path):
     target = tmp_path / "afile" / "ckpt"
     result, seconds = timed_main(*small_run(tmp_path), f"trainer.default_local_dir={target}")
     refused(result, seconds, f"trainer.default_local_dir={target}", "is a file, not a directory", bound=10)
+    assert seconds < 5  # before the tokenizer loads
 
 
 def test_a_checkpoint_directory_that_cannot_be_made_is_one_line(tmp_path):
