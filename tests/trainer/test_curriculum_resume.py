@@ -144,22 +144,25 @@ def test_a_finished_curriculum_rerun_with_a_longer_last_stage_continues_it(refer
     # The copy's record names the reference's checkpoints: point it at the copy, as a moved run would be.
     record = ckpt / "curriculum.json"
     record.write_text(record.read_text().replace(str(reference / "ckpt"), str(ckpt)))
-    longer = "+curriculum.stages.1.overrides.trainer.total_training_steps=4"
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
     env.pop("LOGICRL_INJECT_FAULT", None)
+    # The command line wins over a stage's overrides, so each stage's length is set per stage here.
+    base = [a for a in RUN if not a.startswith("trainer.total_training_steps=")]
 
-    def rerun(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, *extra,
+    def rerun(first: int, second: int) -> subprocess.CompletedProcess:
+        steps = [f"++curriculum.stages.0.overrides.trainer.total_training_steps={first}",
+                 f"++curriculum.stages.1.overrides.trainer.total_training_steps={second}"]
+        return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *base, *steps,
                                f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
                               capture_output=True, text=True, timeout=900, env=env, start_new_session=True)
 
     # Lengthening a stage that a later one trained from is refused: that would mean retraining it.
-    refused = rerun("+curriculum.stages.0.overrides.trainer.total_training_steps=4")
+    refused = rerun(4, 3)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
         "error: stage 3ppl now has 4 steps but finished at 3, and stage(s) 5ppl trained from its end: lengthen only "
         "the last finished stage, or start over with trainer.resume_mode=disable"], refused.stderr[-2000:]
 
-    result = rerun(longer)
+    result = rerun(3, 4)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout + result.stderr
     assert "stage 2/2 (5ppl) finished at step 3 and now has 4: continuing it" in out
