@@ -8,14 +8,17 @@
 A bad input (logicrl/errors.py: config, data, model directory, device, directories, the cluster's
 size) is one line on stderr and exit code 2, before Ray or any model is touched; so is a config
 whose memory plan (logicrl/memory/) does not fit the device. A rank that fails is one line naming
-it and its phase (exit 1, the traceback in the run's log), Ctrl-C exit 130, SIGTERM 143, an OOM
-at a micro-batch of one exit 3; HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the
-traceback. Checkpoints stay intact in every case.
+it and its phase (exit 1, the traceback in the run's log), Ctrl-C exit 130, an OOM at a micro-batch
+of one exit 3. SIGUSR1 or SIGTERM (a scheduler's preemption notice) lets the step in flight finish
+and be saved, then exits 75, which slurm/train.sbatch requeues; a second SIGTERM stops at once
+(143). HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the traceback. Checkpoints stay intact
+in every case.
 """
 
 import hashlib
 import os
 import re
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -33,6 +36,9 @@ EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
 EXIT_FAILED = 1  # a rank raised or died: one line here, the traceback in the run's log
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
+# Stopped by SIGUSR1/SIGTERM at a step boundary with a checkpoint, or by SIGUSR1 before training:
+# resumable, so slurm/train.sbatch requeues the job (EX_TEMPFAIL: "try again later").
+EXIT_PREEMPTED = 75
 
 
 def fail(err: BadInput) -> None:
@@ -84,17 +90,18 @@ def main(cfg: DictConfig) -> None:
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
     from logicrl.logs import pin_ray_auth
 
-    pin_ray_auth()  # before Ray is imported: it reads RAY_AUTH_MODE once (logicrl/logs.py)
-    from logicrl.controller.worker_group import WorkerFailed, stop_ray  # imports Ray
+    # Before Ray is imported: it reads RAY_AUTH_MODE once (logicrl/logs.py).
+    pin_ray_auth(joining=bool(cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS")))
+    from logicrl.controller.cluster import stop_ray  # imports Ray
+    from logicrl.controller.worker_group import WorkerFailed
     from logicrl.faults import Faults
     from logicrl.logs import run_log_file
-    from logicrl.signals import Stopped, stop_on_sigterm
+    from logicrl.signals import Preempted, Stopped
     from logicrl.workers.oom import OutOfMemoryAtMinimum
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
     faults = Faults.from_env()  # test-only fault injection, read once and passed down
     show_all = cfg.trainer.verbose or os.environ.get("HYDRA_FULL_ERROR") == "1"
-    stop_on_sigterm()  # SIGTERM unwinds like Ctrl-C: a save in flight is dropped, Ray shut down
     try:
         if curriculum:
             from logicrl.trainer.curriculum import run_curriculum
@@ -113,8 +120,11 @@ def main(cfg: DictConfig) -> None:
             print(f"error: {str(err.cause).splitlines()[0]}", file=sys.stderr)
             sys.exit(EXIT_OOM)
         stop(err, f"{err} (traceback in {keep_traceback(run_log_file(run_dir), err)})", EXIT_FAILED, show_all)
+    except Preempted as err:
+        print(f"logicrl: {err}; run the same command (or requeue the job) to resume", file=sys.stderr)
+        sys.exit(EXIT_PREEMPTED)
     except Stopped as err:  # before KeyboardInterrupt: it is one (logicrl/signals.py)
-        stop(err, f"stopped by {err}; {resume_hint(cfg)}", EXIT_SIGTERM, show_all)
+        stop(err, f"stopped by {err}; {resume_hint(cfg)}", stopped_code(err), show_all)
     except KeyboardInterrupt as err:
         stop(err, f"interrupted (Ctrl-C); {resume_hint(cfg)}", EXIT_SIGINT, show_all)
     except SystemExit as err:
@@ -125,6 +135,11 @@ def main(cfg: DictConfig) -> None:
         # Multirun jobs share this process: each must start its own Ray cluster from scratch. Also
         # after a signal in the middle of ray.init, when Ray has processes but is not initialised.
         stop_ray()
+
+
+def stopped_code(err: BaseException) -> int:
+    """A stop request from the scheduler (SIGUSR1) is resumable: requeue; SIGTERM is the shell's 143."""
+    return EXIT_PREEMPTED if getattr(err, "signum", None) == signal.SIGUSR1 else EXIT_SIGTERM
 
 
 def resume_hint(cfg: DictConfig) -> str:
@@ -146,10 +161,17 @@ def stop(err: BaseException, line: str, code: int, show_all: bool) -> None:
 
 
 if __name__ == "__main__":
+    from logicrl.signals import Stopped, stop_on_signals
+
+    # From the start: SIGUSR1's default action would kill the driver and orphan its Ray processes.
+    stop_on_signals()
     try:
         # Keys only today's verl has come back as ++key=value, so Hydra's struct mode lets them
         # through to validation, which maps, ignores or refuses each (config/verl_keys.py).
         sys.argv[1:] = check_overrides(sys.argv[1:])
+        main()
     except BadInput as err:
         fail(err)
-    main()
+    except Stopped as err:  # before any model or Ray started: nothing to save
+        print(f"error: stopped by {err} before training started", file=sys.stderr)
+        sys.exit(stopped_code(err))

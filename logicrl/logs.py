@@ -38,16 +38,19 @@ def run_log_file(run_dir: Path) -> Path:
     return Path(run_dir) / "logicrl.log"
 
 
-def pin_ray_auth() -> None:
+def pin_ray_auth(joining: bool) -> None:
     """In the driver, before `import ray`: choose Ray's token-auth mode explicitly.
 
     Ray 2.60 turns token auth on for a new local cluster and logs a warning saying so at every
     start unless RAY_AUTH_MODE is set ("Mode set explicitly; respect it without warning"). Pinning
     the mode Ray would choose keeps its behaviour and drops the notice. It must precede the import:
     Ray's C++ config reads the variable once, then (set later) a new cluster expects a token that
-    ray.init never loads. Joining a cluster (RAY_ADDRESS) follows that cluster, so it is left alone.
+    ray.init never loads. Joining a cluster follows that cluster: a token given by path or value
+    means token auth (Ray ≥ 2.59 heads turn it on, joining drivers do not), else it is left alone.
     """
-    if "RAY_ADDRESS" not in os.environ:
+    if not joining:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    elif os.environ.get("RAY_AUTH_TOKEN_PATH") or os.environ.get("RAY_AUTH_TOKEN"):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 

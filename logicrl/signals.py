@@ -1,30 +1,75 @@
-"""SIGTERM as an exception, so a stopped run unwinds like Ctrl-C: saves in flight are dropped
-(trainer/checkpoint.saving), Ray is shut down, and main_ppo prints one line (exit 143).
+"""Signals: a stop request ends a run at the next step boundary, with a checkpoint; a second one,
+or one that comes when there is no step to finish, stops at once.
+
+SIGUSR1 (SLURM's `--signal=B:USR1@<lead>`, forwarded by slurm/train.sbatch) and SIGTERM (some
+sites preempt with it; `kill`) are the stop requests. Inside the trainer's step loop
+(`stop_at_step_end`) the first one is only noted: the step in flight finishes, a checkpoint is
+written and the trainer raises `Preempted` (main_ppo: exit 75, which the wrapper requeues).
+Otherwise, or the second time, the handler raises `Stopped` where the process stands: saves in
+flight are dropped (trainer/checkpoint.saving), Ray is shut down, and main_ppo prints one line.
 
 Ray's `ray.init` installs its own SIGTERM handler (exit at once, after killing its processes);
-`stop_on_sigterm` is called again right after it, so for the rest of the run the signal is ours.
+`stop_on_signals` is called again right after it, so for the rest of the run the signals are ours.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+_at_step_end = False  # the trainer's loop is running and can stop at a step boundary
+_requested: int | None = None  # the signal that asked it to
 
 
 class Stopped(KeyboardInterrupt):
-    """The process was asked to stop (SIGTERM). A KeyboardInterrupt, so that no `except Exception`
-    on the way swallows it, and because Ray's blocking calls (ray.get, ray.wait) re-raise only
-    KeyboardInterrupt from a signal handler as itself; anything else comes out as a SystemError."""
+    """The process was asked to stop (SIGTERM, SIGUSR1) and stopped at once. A KeyboardInterrupt,
+    so that no `except Exception` on the way swallows it, and because Ray's blocking calls
+    (ray.get, ray.wait) re-raise only KeyboardInterrupt from a signal handler as itself; anything
+    else comes out as a SystemError."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
 
-def _raise(signum, frame):
+class Preempted(Exception):
+    """The run stopped at a step boundary after a stop request, with that step's checkpoint."""
+
+    def __init__(self, signum: int, step: int, checkpoint: str):
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}, with its checkpoint "
+                         f"{checkpoint}")
+
+
+def _on_signal(signum, frame):
+    global _requested
+    if _at_step_end and _requested is None:
+        _requested = signum  # no logging here: a handler may run inside the logging module's lock
+        return
     raise Stopped(signum)
 
 
-def stop_on_sigterm() -> None:
+def stop_on_signals() -> None:
     if threading.current_thread() is threading.main_thread():  # signal handlers live there only
-        signal.signal(signal.SIGTERM, _raise)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _on_signal)
+
+
+@contextmanager
+def stop_at_step_end() -> Iterator[None]:
+    """While inside, the first stop request waits for `requested()` to be read at a step's end."""
+    global _at_step_end, _requested
+    _at_step_end, _requested = True, None
+    try:
+        yield
+    finally:
+        _at_step_end = False
+
+
+def requested() -> int | None:
+    """The signal that asked the loop to stop, if one did."""
+    return _requested

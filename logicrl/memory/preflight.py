@@ -65,9 +65,14 @@ def device_problem(device: str, ranks: int, nnodes: int, gpus: int) -> str | Non
 def check_device(cfg: DictConfig, plan: StepPlan) -> None:
     """The device asked for is here. Skipped in a dry run (planning for GPUs one does not have
     yet is what trainer.gpu_memory_gb is for) and when joining a Ray cluster (its own size is
-    checked when joining: controller/worker_group.check_room)."""
-    if cfg.trainer.dry_run or os.environ.get("RAY_ADDRESS"):
+    checked when joining: controller/cluster.check_room)."""
+    if cfg.trainer.dry_run:
         return
+    if cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS"):
+        return
+    if cfg.trainer.nnodes > 1:
+        raise ConfigError(f"trainer.nnodes={cfg.trainer.nnodes} needs a Ray cluster of that many nodes, but none "
+                          "is given: set trainer.ray_address to its head (slurm/train.sbatch does), or nnodes=1")
     if problem := device_problem(cfg.trainer.device, plan.ranks, cfg.trainer.nnodes, visible_gpus()):
         raise ConfigError(problem)
 

@@ -29,6 +29,7 @@ from logicrl.faults import Faults
 from logicrl.logs import quiet_driver
 from logicrl.models.loading import load_tokenizer
 from logicrl.rng import capture_rng_state, restore_rng_state
+from logicrl.signals import Preempted, requested, stop_at_step_end
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
 from logicrl.trainer.batch import balanced_order, merge_rank_metrics, prompt_batch, shards
 from logicrl.trainer.checkpoint import (
@@ -103,7 +104,8 @@ class PPOTrainer:
                      "(trainer.resume_mode=disable starts over)")
             return
         log_file = quiet_driver(run_dir, cfg.trainer.verbose)  # engine and Ray output to the log file (logs.py)
-        self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda, config=OmegaConf.to_container(cfg, resolve=True),
+        self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda, cfg.trainer.nnodes, cfg.trainer.ray_address,
+                                   config=OmegaConf.to_container(cfg, resolve=True),
                                    plan=plan, faults=self.faults, log_file=log_file)
         if init_from is not None:
             log.info(f"starting from {init_from} (optimizer state {'carried' if carry_optimizer else 'fresh'})")
@@ -127,21 +129,27 @@ class PPOTrainer:
         last: dict = {}
         save_freq, test_freq = self.cfg.trainer.save_freq, self.cfg.trainer.test_freq
         try:
-            if self.cfg.trainer.val_before_train and self.start_step == 0:
-                val = self.run_validation(0)
-                self.history.append(history_row(0, val))
-                tracker.log(val, 0)
-            for step in range(self.start_step + 1, self.total_steps + 1):
-                start = time.perf_counter()
-                metrics = self.step(step)
-                if test_freq > 0 and (step % test_freq == 0 or step == self.total_steps):
-                    metrics.update(self.run_validation(step))
-                self.elapsed_s += time.perf_counter() - start
-                self.history.append(history_row(step, metrics))
-                if step == self.total_steps or (save_freq > 0 and step % save_freq == 0):
-                    metrics.update(self.save(step))
-                tracker.log(metrics, step)
-                last = metrics
+            # A stop request (SIGUSR1/SIGTERM: preemption) ends the loop after the step in flight,
+            # with that step saved (logicrl/signals.py).
+            with stop_at_step_end():
+                if self.cfg.trainer.val_before_train and self.start_step == 0:
+                    val = self.run_validation(0)
+                    self.history.append(history_row(0, val))
+                    tracker.log(val, 0)
+                for step in range(self.start_step + 1, self.total_steps + 1):
+                    start = time.perf_counter()
+                    metrics = self.step(step)
+                    if test_freq > 0 and (step % test_freq == 0 or step == self.total_steps):
+                        metrics.update(self.run_validation(step))
+                    self.elapsed_s += time.perf_counter() - start
+                    self.history.append(history_row(step, metrics))
+                    stop = requested()
+                    if stop or step == self.total_steps or (save_freq > 0 and step % save_freq == 0):
+                        metrics.update(self.save(step))
+                    tracker.log(metrics, step)
+                    last = metrics
+                    if stop and step < self.total_steps:
+                        raise Preempted(stop, step, str(step_dir(self.ckpt_root, step)))
         finally:
             tracker.close()
             self.workers.shutdown()

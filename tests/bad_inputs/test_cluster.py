@@ -71,3 +71,34 @@ def test_an_address_where_no_cluster_answers_is_one_line(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     result, seconds = timed_main(*small_run(tmp_path), env={"RAY_ADDRESS": address})
     refused(result, seconds, f"RAY_ADDRESS={address}: no Ray cluster answers there", bound=45)
+
+
+@pytest.mark.integration
+def test_a_cluster_already_running_here_is_left_alone(tmp_path):
+    """`ray start` records its cluster in <RAY_TMPDIR>/ray/ray_current_cluster, where a bare
+    ray.init() finds and joins it (anyone's, e.g. another job's on a shared node), then fails
+    because a joined cluster refuses num_cpus. Without trainer.ray_address a run starts its own."""
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="lr-rt-", dir="/tmp")  # RAY_TMPDIR: this test's /tmp/ray, short
+    ray = Path(sys.executable).with_name("ray")
+    env = {**os.environ, "RAY_TMPDIR": temp, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    head = subprocess.Popen([str(ray), "start", "--head", "--block", "--num-cpus=1", f"--port={port}",
+                             "--include-dashboard=false", f"--ray-client-server-port={free_port()}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        recorded = Path(temp) / "ray" / "ray_current_cluster"
+        deadline = time.monotonic() + 90
+        while not recorded.is_file() and head.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert recorded.is_file(), "the test's Ray head did not start"
+        result, _ = timed_main(*small_run(tmp_path), env={"RAY_TMPDIR": temp, "RAY_AUTH_MODE": "disabled"})
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert head.poll() is None  # the other cluster still runs
+    finally:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)  # its own session: only what it started
+        shutil.rmtree(temp, ignore_errors=True)

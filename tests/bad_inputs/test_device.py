@@ -41,3 +41,9 @@ def test_too_few_gpus_name_both_numbers(device, ranks, nnodes, gpus, says):
 ])
 def test_what_fits_passes(device, ranks, nnodes, gpus):
     assert device_problem(device, ranks, nnodes, gpus) is None
+
+
+def test_several_nodes_without_a_cluster_to_join_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    result, seconds = timed_main(*small_run(tmp_path), "trainer.nnodes=2", "trainer.n_gpus_per_node=1")
+    refused(result, seconds, "trainer.nnodes=2 needs a Ray cluster of that many nodes", "trainer.ray_address")

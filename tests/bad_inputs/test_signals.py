@@ -74,18 +74,47 @@ def intact(ckpt: Path) -> list[int]:
     return [step for step, _ in found]
 
 
-@pytest.mark.parametrize("sig, code, says", [(signal.SIGINT, 130, "error: interrupted (Ctrl-C); checkpoints under"),
-                                             (signal.SIGTERM, 143, "error: stopped by SIGTERM; checkpoints under")])
-def test_a_signal_mid_run_is_one_line_with_checkpoints_intact_and_ray_gone(tmp_path, sig, code, says):
-    proc = start(tmp_path, "trainer.total_training_steps=200")
+# Steps of a few seconds, so that a second SIGTERM 0.3 s after the first lands inside the same step.
+LONG_STEPS = ["data.train_batch_size=32", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=32"]
+
+
+@pytest.mark.parametrize("signals, code, says", [
+    ([signal.SIGINT], 130, "error: interrupted (Ctrl-C); checkpoints under"),
+    ([signal.SIGTERM, signal.SIGTERM], 143, "error: stopped by SIGTERM; checkpoints under"),  # the second: at once
+])
+def test_a_signal_mid_run_is_one_line_with_checkpoints_intact_and_ray_gone(tmp_path, signals, code, says):
+    proc = start(tmp_path, "trainer.total_training_steps=200", *LONG_STEPS)
     wait_for(lambda: (tmp_path / "ckpt" / "global_step_2").is_dir())
     ray = psutil.Process(proc.pid).children(recursive=True)
     assert ray  # Ray's daemons and the rank are the driver's descendants
-    proc.send_signal(sig)
+    for sig in signals:
+        proc.send_signal(sig)
+        time.sleep(0.3)
     returncode, _, err, seconds = finish(proc)
     assert returncode == code and one_error_line(err).startswith(says), err[-3000:]
     assert seconds < 60
     assert intact(tmp_path / "ckpt")[0] == 1
+    assert_gone(ray)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_stop_request_finishes_the_step_saves_it_and_exits_75(tmp_path, sig):
+    """A scheduler's preemption notice: the step in flight ends and is saved though save_freq is
+    not due, the metrics hold every step up to it, and the exit code asks for a requeue."""
+    proc = start(tmp_path, "trainer.total_training_steps=200", "trainer.save_freq=100")
+    wait_for(lambda: (tmp_path / "run" / "metrics.jsonl").is_file()
+             and (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") >= 1)
+    ray = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(sig)
+    returncode, _, err, seconds = finish(proc)
+    assert returncode == 75, err[-3000:]
+    assert seconds < 60 and "Traceback" not in err
+    steps = intact(tmp_path / "ckpt")
+    logged = (tmp_path / "run" / "metrics.jsonl").read_text().count("\n")
+    assert steps == [logged] and logged < 200
+    assert err.rstrip().endswith(f"logicrl: stopped by {sig.name} after step {logged}, with its checkpoint "
+                                 f"{tmp_path / 'ckpt' / f'global_step_{logged}'}; run the same command (or requeue "
+                                 "the job) to resume"), err[-3000:]
     assert_gone(ray)
 
 
@@ -101,14 +130,32 @@ def test_sigterm_while_ray_starts_leaves_nothing_behind(tmp_path):
 
 
 @pytest.mark.parametrize("fault, says", [
-    ("raise@update_actor:2", "error: rank 0 failed in update_actor: RuntimeError: injected fault in update_actor"),
-    ("die@generate:2", "error: rank 0 died in generate: "),
+    ("raise@update_actor:2", "error: rank 0 on node {ip} failed in update_actor: RuntimeError: injected fault in "
+                             "update_actor"),
+    ("die@generate:2", "error: rank 0 on node {ip} died in generate: "),
 ])
 def test_a_rank_that_fails_is_named_with_its_phase_and_the_traceback_is_in_the_log(tmp_path, fault, says):
     proc = start(tmp_path, "trainer.total_training_steps=3", fault=fault)
     returncode, _, err, seconds = finish(proc, timeout=240)
     line = one_error_line(err)
-    assert returncode == 1 and line.startswith(says), err[-3000:]
+    ip = line.split(" on node ")[1].split()[0]  # this machine's address, as Ray sees it
+    assert returncode == 1 and line.startswith(says.format(ip=ip)), err[-3000:]
     log = Path(line.rsplit("(traceback in ", 1)[1].rstrip(")"))
     assert "Traceback" in log.read_text()
     assert intact(tmp_path / "ckpt") == [1]
+
+
+def test_a_rank_killed_from_outside_ends_the_run_within_60_s_naming_it_and_its_node(tmp_path):
+    proc = start(tmp_path, "trainer.total_training_steps=200", "trainer.n_gpus=2",
+                 f"{ARR}.actor.ppo_mini_batch_size=4")
+    wait_for(lambda: (tmp_path / "ckpt" / "global_step_1").is_dir())
+    ray = psutil.Process(proc.pid).children(recursive=True)
+    ranks = [p for p in ray if "HybridWorker" in " ".join(p.cmdline())]
+    assert len(ranks) == 2, [" ".join(p.cmdline()[:2]) for p in ray]
+    ranks[1].kill()
+    returncode, _, err, seconds = finish(proc)
+    line = one_error_line(err)
+    assert returncode == 1 and seconds < 60, err[-3000:]
+    assert " on node " in line and " died in " in line, line
+    assert intact(tmp_path / "ckpt")[0] == 1
+    assert_gone(ray)

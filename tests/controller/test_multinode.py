@@ -1,0 +1,37 @@
+"""Ranks on a Ray cluster of several nodes (three loopback "nodes" on this machine): placed
+`n_gpus_per_node` to a node, the rendezvous on rank 0's node, threads from each node's CPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_two_nodes_one_rank_each_rendezvous_on_rank_0s_node():
+    temp = tempfile.mkdtemp(prefix="lr-mn-", dir="/tmp")  # short: Ray's socket paths live under it
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    try:
+        out = subprocess.run([sys.executable, "-m", "tests.controller.multinode_probe", temp], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=240)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    ranks = seen["ranks"]
+    assert seen["driver"] == "127.0.0.2"
+    assert [r["node"] for r in ranks] == ["127.0.0.3", "127.0.0.4"]  # one per node, by address
+    assert {r["master_addr"] for r in ranks} == {"127.0.0.3"}  # rank 0's node, not the driver's
+    assert len({r["master_port"] for r in ranks}) == 1
+    assert [r["threads"] for r in ranks] == [2, 1]  # each node's own CPUs
+    assert [r["omp"] for r in ranks] == ["2", "1"]

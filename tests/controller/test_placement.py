@@ -1,0 +1,40 @@
+"""Where ranks go, from what the probes in their bundles saw (no Ray: the choice is pure).
+
+A loopback simulation of two nodes cannot catch a rendezvous on the wrong host (every 127/8
+address reaches the same kernel), so the rule is tested here on its own: the address and port
+are rank 0's node's, whatever node the driver runs on.
+"""
+
+from __future__ import annotations
+
+from logicrl.controller.placement import PIN, Where, bundles, pick_nodes, rendezvous, threads_per_rank
+
+
+def node(ip: str) -> dict:
+    return {"NodeManagerAddress": ip}
+
+
+def test_the_rendezvous_is_rank_0s_node_not_the_drivers():
+    where = [Where("b", "10.0.0.7", 8, 41234), Where("a", "10.0.0.5", 8, None)]
+    assert rendezvous(where) == ("10.0.0.7", 41234)
+
+
+def test_threads_come_from_each_ranks_own_node():
+    # Node a: 16 CPUs in Ray, 3 ranks; node b: 4 CPUs in Ray but the process may run on only 2 cores.
+    where = [Where("a", "10.0.0.5", 64, 1), Where("a", "10.0.0.5", 64, None), Where("a", "10.0.0.5", 64, None),
+             Where("b", "10.0.0.6", 2, None)]
+    assert threads_per_rank(where, {"a": 16.0, "b": 4.0}) == [5, 5, 5, 2]
+    # A node with fewer CPUs than ranks still gives each rank one thread.
+    assert threads_per_rank(where, {"a": 2.0, "b": 4.0}) == [1, 1, 1, 2]
+
+
+def test_nodes_are_the_drivers_first_then_by_address():
+    nodes = [node("10.0.0.10"), node("10.0.0.9"), node("10.0.0.2"), node("10.0.0.9")]
+    assert pick_nodes(nodes, 2, driver_ip="10.0.0.9") == ["10.0.0.9", "10.0.0.2"]
+    assert pick_nodes(nodes, 3, driver_ip="192.168.1.1") == ["10.0.0.2", "10.0.0.9", "10.0.0.10"]
+
+
+def test_bundles_put_n_per_node_on_each_node_in_rank_order():
+    got = bundles(4, use_cuda=True, node_ips=["10.0.0.2", "10.0.0.3"])
+    assert got == [{"CPU": 1, "GPU": 1, "node:10.0.0.2": PIN}] * 2 + [{"CPU": 1, "GPU": 1, "node:10.0.0.3": PIN}] * 2
+    assert bundles(2, use_cuda=False, node_ips=None) == [{"CPU": 1}, {"CPU": 1}]
