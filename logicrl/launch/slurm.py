@@ -276,7 +276,7 @@ def run_dir_name(env: Mapping[str, str]) -> str:
 
 def driver_argv(env: Mapping[str, str], address: str, user_args: list[str]) -> list[str]:
     """main_ppo's command line: the job's shape and cluster, then the user's overrides. A key the
-    user gives is left to them (Hydra refuses one key given twice)."""
+    user gives is theirs: ours is left out, so the driver's command line shows one value per key."""
     s = shape(env)
     ours = {
         "trainer.nnodes": str(s.nnodes),

@@ -1,7 +1,7 @@
 """A real SLURM for the tests: `slurmctld` and two `slurmd` "nodes" on one host, with `munged`.
 
 The nodes are n1 on 127.0.0.2 and n2 on 127.0.0.3: two slurmd processes told apart by `-N` and
-their own Port=, each with 2 CPUs and 2 fake GPUs (char devices cloned from /dev/null, so SLURM
+their own Port=, each with 2 CPUs and 4 fake GPUs (char devices cloned from /dev/null, so SLURM
 hands them out and sets CUDA_VISIBLE_DEVICES, though nothing can compute on them). Everything lives
 in one short temp dir with random ports, nothing in /etc/slurm is read, and the daemons are stopped
 by their pids: the host is shared, so nothing is found or stopped by name. Session-scoped: start-up
@@ -31,7 +31,7 @@ import pytest
 
 BIN = Path(__file__).resolve().parent / "bin"
 NODES = {"n1": "127.0.0.2", "n2": "127.0.0.3"}
-CPUS, GPUS = 2, 2  # per node; the host has 2 cores
+CPUS, GPUS = 2, 4  # per node; the host has 2 cores
 DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "scontrol", "squeue")
 
 SLURM_CONF = """\
