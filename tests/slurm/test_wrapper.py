@@ -1,0 +1,85 @@
+"""slurm/train.sbatch on a real SLURM with two nodes (tests/slurm/conftest.py): the shape the driver
+is given, two jobs on the same nodes at once, training across both nodes, preemption and requeue,
+and nothing left behind. Few jobs, each checked for several things: a job pays ~20 s for Ray."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.bad_inputs.test_signals import RUN
+from tests.conftest import ROOT
+from tests.slurm.conftest import NODES, job_processes, output_of
+
+pytestmark = pytest.mark.integration
+WRAPPER = ROOT / "slurm" / "train.sbatch"
+DATA = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet"]
+TRAIN = [*RUN, "trainer.total_training_steps=3"]  # 1 rank per node: ppo_mini_batch_size=4 (RUN) splits over 2
+
+
+def submit(slurm, submit_dir: Path, *args: str) -> str:
+    """sbatch the wrapper from `submit_dir` (the run's outputs and checkpoints go there), running
+    this checkout's logicrl."""
+    return slurm.sbatch(*args, cwd=submit_dir, env={"LOGICRL_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
+                                                    "PYTHONPATH": str(ROOT)})
+
+
+def assert_left_nothing(slurm, submit_dir: Path, job: str) -> None:
+    """No process of the job, no Ray dir on any node, no shared job dir."""
+    assert job_processes(slurm, job) == []
+    assert [p.name for p in slurm.base.glob(f"ray-{job}-*")] == []
+    assert not (submit_dir / f".ray-{job}").exists()
+
+
+def ray_line(out: str) -> tuple[str, list[str]]:
+    """The address of the job's Ray and the nodes its driver saw."""
+    match = re.search(r"logicrl.launch.slurm: Ray at (\S+), \d+ nodes: (.*)", out)
+    assert match, out[-3000:]
+    return match.group(1), match.group(2).split()
+
+
+@pytest.mark.timeout(240)
+def test_two_jobs_at_once_each_with_its_own_ray_and_shape(slurm, tmp_path):
+    """Two dry runs on the same two nodes at once, GPUs asked for in both of SLURM's ways: each gets
+    its own Ray across both nodes, and its driver is told 2 nodes of 2 ranks."""
+    jobs = {how: submit(slurm, tmp_path, "--cpus-per-task=1", how, str(WRAPPER), *DATA, "trainer.dry_run=true")
+            for how in ("--gpus-per-node=2", "--gres=gpu:2")}
+    heads = set()
+    for how, job in jobs.items():
+        state = slurm.wait(job, timeout=180)
+        out = output_of(tmp_path / f"slurm-{job}.out")
+        assert state == "COMPLETED", out[-3000:]
+        address, ips = ray_line(out)
+        assert ips == sorted(NODES.values()), f"{how}: the driver saw {ips}"
+        heads.add(address)
+        assert f"ray_address: {address}" in out  # the driver was pointed at its own job's Ray
+        assert re.search(r"ranks\s+4 \(2 node\(s\) x 2\)", out), f"{how}: {out[-3000:]}"
+        assert (tmp_path / "outputs" / "logicrl" / "kk_tiny" / f"slurm-{job}").is_dir()
+        assert_left_nothing(slurm, tmp_path, job)
+    assert len(heads) == 2, f"both jobs used one Ray: {heads}"
+
+
+def test_nothing_calls_ray_stop():
+    """`ray stop` stops every Ray of the user on a node, other jobs' too: the wrapper stops its own
+    by process. Comments and docstrings may name it; no code may run it."""
+    calls = []
+    for path in [*(ROOT / "slurm").rglob("*"), *(ROOT / "logicrl" / "launch").rglob("*.py")]:
+        if path.suffix == ".py":
+            tree = ast.parse(path.read_text())
+            docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                          if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(node)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                    if re.search(r"\bray\s+stop\b", node.value) or node.value == "stop":
+                        calls.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+        elif path.is_file():
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if re.search(r"\bray\s+stop\b", code):
+                    calls.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert calls == []
