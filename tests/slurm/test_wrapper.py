@@ -83,3 +83,90 @@ def test_nothing_calls_ray_stop():
                 if re.search(r"\bray\s+stop\b", code):
                     calls.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert calls == []
+
+
+def steps(metrics: Path) -> list[dict]:
+    return [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+
+
+def rank_nodes(slurm, job: str) -> set[str]:
+    """The nodes on which the job's ranks (Ray actors titled ray::HybridWorker...) run now."""
+    import psutil
+
+    nodes = set()
+    for proc in psutil.process_iter():
+        try:
+            title, env = proc.cmdline(), proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if title and title[0].startswith("ray::HybridWorker") and env.get("SLURM_JOB_ID") == job \
+                and env.get("SLURM_CONF") == slurm.env["SLURM_CONF"]:
+            nodes.add(env["SLURMD_NODENAME"])
+    return nodes
+
+
+@pytest.fixture(scope="module")
+def two_runs(slurm, tmp_path_factory):
+    """The same 3-step run twice, at once: one left alone, one preempted once its step 1 is logged
+    (USR1 to the batch shell, as --signal=B:USR1 sends it), then released from the ~120 s hold a
+    requeued job gets. Returns each one's submit dir, job id and what was seen on the way."""
+    plain_dir, preempted_dir = tmp_path_factory.mktemp("plain"), tmp_path_factory.mktemp("preempted")
+    plain = submit(slurm, plain_dir, "--cpus-per-task=1", str(WRAPPER), *TRAIN)
+    preempted = submit(slurm, preempted_dir, "--cpus-per-task=1", str(WRAPPER), *TRAIN)
+    metrics = preempted_dir / "outputs" / "logicrl" / "kk_tiny" / f"slurm-{preempted}" / "metrics.jsonl"
+    seen = {"rank_nodes": set(), "started_s": time.monotonic()}
+    deadline = time.monotonic() + 240
+    while not steps(metrics):
+        assert slurm.state(preempted) in ("PENDING", "RUNNING"), output_of(preempted_dir / f"slurm-{preempted}.out")
+        assert time.monotonic() < deadline, "no step logged"
+        seen["rank_nodes"] |= rank_nodes(slurm, plain)
+        time.sleep(0.5)
+    seen["step1_s"] = time.monotonic() - seen["started_s"]
+    slurm.run("scancel", "--signal=USR1", "--batch", preempted)
+    while slurm.job(preempted).get("Restarts", "0") == "0" or slurm.state(preempted) != "PENDING":
+        assert slurm.state(preempted) in ("RUNNING", "COMPLETING", "REQUEUED", "PENDING"), \
+            output_of(preempted_dir / f"slurm-{preempted}.out")
+        assert time.monotonic() < deadline + 120, "the preempted job was not requeued"
+        time.sleep(0.5)
+    seen["requeued_after_steps"] = [row["step"] for row in steps(metrics)]
+    seen["left_after_requeue"] = job_processes(slurm, preempted)
+    slurm.release(preempted)
+    for job in (plain, preempted):
+        seen[job] = slurm.wait(job, timeout=300)
+    seen["total_s"] = time.monotonic() - seen["started_s"]
+    return {"plain": (plain_dir, plain), "preempted": (preempted_dir, preempted), "seen": seen}
+
+
+def run_metrics(submit_dir: Path, job: str) -> list[dict]:
+    return steps(submit_dir / "outputs" / "logicrl" / "kk_tiny" / f"slurm-{job}" / "metrics.jsonl")
+
+
+@pytest.mark.timeout(600)
+def test_trains_across_two_nodes(slurm, two_runs):
+    submit_dir, job = two_runs["plain"]
+    out = output_of(submit_dir / f"slurm-{job}.out")
+    assert two_runs["seen"][job] == "COMPLETED", out[-3000:]
+    assert two_runs["seen"]["rank_nodes"] == set(NODES), "FSDP's two ranks were not one on each node"
+    assert [row["step"] for row in run_metrics(submit_dir, job)] == [1, 2, 3]
+    assert_left_nothing(slurm, submit_dir, job)
+
+
+@pytest.mark.timeout(600)
+def test_preempted_job_checkpoints_requeues_and_resumes_where_it_stopped(slurm, two_runs):
+    submit_dir, job = two_runs["preempted"]
+    out = output_of(submit_dir / f"slurm-{job}.out")  # --open-mode=append: both runs of the job
+    seen = two_runs["seen"]
+    assert seen[job] == "COMPLETED", out[-3000:]
+    assert "stopped at a checkpoint: requeued" in out and f"job {job} (restart 1)" in out, out[-3000:]
+    assert seen["left_after_requeue"] == []  # the first run's Ray is gone before the second starts
+    stopped_at = seen["requeued_after_steps"]
+    assert stopped_at and stopped_at[-1] < 3, f"the job finished before the signal: {stopped_at}"
+    # One directory and one metrics.jsonl for both runs: each step once, and the rewards of an
+    # uninterrupted run (the resumed run picked up its data order and RNG from the checkpoint).
+    resumed = run_metrics(submit_dir, job)
+    assert [row["step"] for row in resumed] == [1, 2, 3]
+    plain = run_metrics(*two_runs["plain"])
+    rewards = [key for key in plain[0] if key.startswith(("critic/score/", "critic/rewards/", "reward/"))]
+    assert rewards
+    assert [{k: row[k] for k in rewards} for row in resumed] == [{k: row[k] for k in rewards} for row in plain]
+    assert_left_nothing(slurm, submit_dir, job)
