@@ -45,7 +45,11 @@ TOKEN_FILE = "token"
 # How long the batch step waits for the head's address and for every node to join; Ray nodes take
 # 10-20 s each on a busy host, much longer when a container or a shared filesystem is cold.
 WAIT_S = float(os.environ.get("LOGICRL_SLURM_WAIT_S", 600))
-STOP_S = 20  # after SIGTERM, seconds a `ray start --block` gets to stop its daemons before SIGKILL
+# After SIGTERM, seconds a node's `ray start --block` gets before what is left of it is SIGKILLed.
+# The wrapper's SIGTERM reaches every process of the nodes' step at once (scancel --signal), and
+# then Ray's own shutdown waits ~20 s on daemons that are already gone; the job is over, nothing
+# is left to drain.
+STOP_S = 5
 
 
 class LaunchError(Exception):
