@@ -27,6 +27,7 @@ import argparse
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -178,7 +179,7 @@ def prepare(env: Mapping[str, str]) -> str:
     token = path / TOKEN_FILE
     token.touch(mode=0o600)
     token.write_text(secrets.token_hex(32))
-    return f"job_dir={path}\ncpus_per_node={s.cpus_per_node}\n"
+    return f"job_dir={shlex.quote(str(path))}\ncpus_per_node={s.cpus_per_node}\n"
 
 
 def ray_start_args(env: Mapping[str, str], ip: str) -> list[str]:

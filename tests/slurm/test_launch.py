@@ -4,6 +4,7 @@ in the test cluster's batch steps (tests/slurm/conftest.py)."""
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 
@@ -17,6 +18,7 @@ from logicrl.launch.slurm import (
     driver_argv,
     ipv4,
     node_addr,
+    prepare,
     publish,
     ray_temp_dir,
     run_dir_name,
@@ -115,3 +117,17 @@ def test_ray_dirs_are_per_job_and_node_and_short():
     # Ray puts unix sockets at <temp>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store.
     socket = ray_temp_dir({**env, "SLURM_JOB_ID": "123456789"}) / "session_2026-11-24_01-51-13_619685_4194304/sockets/plasma_store"
     assert len(str(socket)) < 107
+
+
+def test_each_job_run_gets_a_private_dir_and_a_fresh_token(tmp_path):
+    (tmp_path / "my runs").mkdir()
+    env = {**JOB, "SLURM_SUBMIT_DIR": str(tmp_path / "my runs")}  # a space survives the shell's eval
+    lines = dict(line.split("=", 1) for line in prepare(env).splitlines())
+    job_dir = tmp_path / "my runs" / ".ray-41"
+    assert shlex.split(lines["job_dir"]) == [str(job_dir)] and lines["cpus_per_node"] == "16"
+    token = (job_dir / "token").read_text()
+    assert len(token) == 64 and job_dir.stat().st_mode & 0o777 == 0o700
+    assert (job_dir / "token").stat().st_mode & 0o777 == 0o600
+    (job_dir / "head").write_text("127.0.0.2:1")  # a requeued job's first run left its address
+    prepare(env)
+    assert (job_dir / "token").read_text() != token and not (job_dir / "head").exists()
