@@ -65,6 +65,9 @@ def test_two_jobs_at_once_each_with_its_own_ray_and_shape(slurm, tmp_path):
         assert re.search(r"ranks\s+4 \(2 node\(s\) x 2\)", out), f"{how}: {out[-3000:]}"
         assert (tmp_path / "outputs" / "logicrl" / "kk_tiny" / f"slurm-{job}").is_dir()
         assert_left_nothing(slurm, tmp_path, job)
+        # The sacct stand-in (tests/slurm/bin/sacct) answers as submitit's poll expects.
+        assert slurm.run("sacct", "-o", "JobID,State,NodeList", "--parsable2", "-j", job).splitlines() == \
+            ["JobID|State|NodeList", f"{job}|COMPLETED|n[1-2]"]
     assert len(heads) == 2, f"both jobs used one Ray: {heads}"
 
 
