@@ -10,7 +10,7 @@ STAMP := $(VENV)/.logicrl-installed
 EXTRA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 PYTEST_ARGS ?=
 
-.PHONY: setup data train test test-all dry-run clean
+.PHONY: setup data train test test-all dry-run clean slurm
 
 setup: $(STAMP)
 
@@ -48,11 +48,20 @@ train: $(STAMP) data
 dry-run: $(STAMP)
 	$(PY) main_ppo.py trainer.dry_run=true $(ARGS)
 
-test: $(STAMP) data
+test: $(STAMP) data slurm
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# tests/slurm runs a real slurmctld and two slurmd on this host (tests/slurm/conftest.py). Install
+# them when we can (root with apt-get); otherwise those tests skip and say why, so never fail here.
+slurm:
+	@if command -v slurmctld >/dev/null && command -v munged >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    slurm-wlm munge) || echo "installing slurm-wlm and munge failed: tests/slurm will skip"; \
+	else echo "not root with apt-get: tests/slurm will skip (install slurm-wlm and munge to run them)"; fi
+
 # Every tier that can run here: unit, integration and slow (gpu tests skip without CUDA).
-test-all: $(STAMP) data
+test-all: $(STAMP) data slurm
 	$(PY) -m pytest -m "" $(PYTEST_ARGS)
 
 clean:

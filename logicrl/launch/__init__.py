@@ -1,0 +1,1 @@
+"""Launching logicrl runs on clusters: SLURM jobs (slurm.py) and sweeps."""

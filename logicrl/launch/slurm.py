@@ -1,0 +1,345 @@
+"""A private Ray cluster per SLURM job, and the driver's command line: the logic of slurm/train.sbatch.
+
+The batch script stays a thin shell (signals, background steps, exit codes) and calls these steps:
+
+    python -m logicrl.launch.slurm prepare             # batch step: the job's shared dir, token, shape
+    srun ... python -m logicrl.launch.slurm node DIR   # one task per node: this node's `ray start --block`
+    python -m logicrl.launch.slurm driver DIR -- ARGS  # batch step: wait for every node, print main_ppo's argv
+    srun ... python -m logicrl.launch.slurm clean      # one task per node: remove what a killed node left
+
+Per job, nothing is shared with another job on the same nodes: free ports (never 6379), a Ray
+temp dir per job and node, and a token of its own (RAY_AUTH_MODE=token; Ray >= 2.59 otherwise
+auto-enables auth on the head only, and workers and drivers then fail to join). Node IPs come from
+SLURM's NodeAddr, resolved to IPv4: a node's hostname may resolve to 127.0.1.1, and `hostname -I`
+may list a docker bridge first. Ray is stopped by process (the `ray start --block` this step
+started, then any of its descendants left), never with `ray stop`, which stops every Ray of the
+user on the node, other jobs' included.
+
+The shape comes from SLURM, never from the submit shell: nodes from SLURM_NNODES, ranks per node
+from SLURM_GPUS_ON_NODE (set under both --gpus-per-node and --gres, where SLURM_GPUS_PER_NODE is
+empty), and on nodes without GPUs one CPU rank per task: --ntasks-per-node=K (default 1), with the
+node's CPUs shared among them. Each node's Ray offers all the CPUs the job holds there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+MAIN = Path(__file__).resolve().parents[2] / "main_ppo.py"
+HEAD_FILE = "head"  # in the job dir: "ip:port" of the GCS, written once it answers
+STEP_FILE = "step"  # in the job dir: "<job>.<step>" of the Ray nodes' srun, for `scancel --signal=TERM`
+TOKEN_FILE = "token"
+# How long the batch step waits for the head's address and for every node to join; Ray nodes take
+# 10-20 s each on a busy host, much longer when a container or a shared filesystem is cold.
+WAIT_S = float(os.environ.get("LOGICRL_SLURM_WAIT_S", 600))
+# After SIGTERM, seconds a node's `ray start --block` gets before what is left of it is SIGKILLed.
+# The wrapper's SIGTERM reaches every process of the nodes' step at once (scancel --signal), and
+# then Ray's own shutdown waits ~20 s on daemons that are already gone; the job is over, nothing
+# is left to drain.
+STOP_S = 5
+
+
+class LaunchError(Exception):
+    """Something about the job or its nodes that stops the launch: one line, exit 1."""
+
+
+# ---------------------------------------------------------------- shape
+@dataclass(frozen=True)
+class Shape:
+    nnodes: int
+    ranks_per_node: int
+    cpus_per_node: int  # what each node's Ray offers: the fewest CPUs the job holds on any node
+    gpus_per_node: int
+
+
+def cpus_per_node(job_cpus: str) -> int:
+    """The fewest CPUs on any node, from SLURM_JOB_CPUS_PER_NODE: "8", "8(x2)" or "8(x2),4"."""
+    counts = [int(m.group(1)) for m in re.finditer(r"(\d+)(?:\(x\d+\))?", job_cpus)]
+    if not counts:
+        raise LaunchError(f"SLURM_JOB_CPUS_PER_NODE={job_cpus!r} is not a list of CPU counts")
+    return min(counts)
+
+
+def shape(env: Mapping[str, str]) -> Shape:
+    """The run's shape from a batch step's environment."""
+    try:
+        nnodes = int(env["SLURM_NNODES"])
+    except (KeyError, ValueError):
+        raise LaunchError("SLURM_NNODES is not set: run this inside a SLURM job (sbatch slurm/train.sbatch)") from None
+    cpus = cpus_per_node(env.get("SLURM_JOB_CPUS_PER_NODE") or env.get("SLURM_CPUS_ON_NODE") or "1")
+    # SLURM_GPUS_ON_NODE is a count under --gpus-per-node, --gres=gpu:N and --gpus alike;
+    # SLURM_GPUS_PER_NODE is empty under --gres (and may read "a100:4").
+    gpus = int(env.get("SLURM_GPUS_ON_NODE") or 0)
+    ranks = gpus or int(env.get("SLURM_NTASKS_PER_NODE") or 1)
+    if not gpus and ranks > cpus:
+        raise LaunchError(f"--ntasks-per-node={ranks} CPU ranks need a CPU each, but the job holds {cpus} per node: "
+                          f"ask for --cpus-per-task={-(-cpus // ranks) if cpus >= ranks else 1} or more")
+    return Shape(nnodes, ranks, cpus, gpus)
+
+
+# ---------------------------------------------------------------- nodes
+def node_addr(scontrol_line: str) -> str:
+    """NodeAddr from one line of `scontrol show node NAME -o`."""
+    match = re.search(r"(?:^|\s)NodeAddr=(\S+)", scontrol_line)
+    if not match:
+        raise LaunchError(f"no NodeAddr in scontrol's answer: {scontrol_line[:200]!r}")
+    return match.group(1)
+
+
+def ipv4(addr: str) -> str:
+    """An IPv4 address for `addr` (an address already, or a name: `getent ahostsv4`'s first)."""
+    try:
+        return socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    except socket.gaierror as err:
+        raise LaunchError(f"node address {addr!r} does not resolve to IPv4: {err.strerror}") from None
+
+
+def node_ip(node: str) -> str:
+    out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True, timeout=60)
+    if out.returncode:
+        raise LaunchError(f"scontrol show node {node}: {out.stderr.strip()}")
+    return ipv4(node_addr(out.stdout))
+
+
+def free_ports(ip: str, n: int) -> list[int]:
+    """n ports free on `ip` now, all distinct. Another process may take one before Ray binds it;
+    the window is a second, and Ray then fails to start rather than joining the wrong cluster."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((ip, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def ray_temp_dir(env: Mapping[str, str]) -> Path:
+    """This job's Ray dir on this node. Short (Ray's unix socket paths may not pass 107 bytes), and
+    named by job and node, so jobs sharing a node (or, in tests, a /tmp) never meet."""
+    return Path(env.get("TMPDIR") or "/tmp") / f"ray-{env['SLURM_JOB_ID']}-{env['SLURMD_NODENAME']}"
+
+
+# ---------------------------------------------------------------- the head's address, by file
+def publish(path: Path, text: str) -> None:
+    """Write atomically: a reader on another node sees the whole text or no file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def wait_for_file(path: Path, timeout: float, alive: Callable[[], bool] = lambda: True, poll: float = 0.5) -> str:
+    """The text of `path` once it exists, or a LaunchError after `timeout` s or once `alive()` is false."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if path.exists():
+            return path.read_text().strip()
+        if not alive():
+            raise LaunchError(f"gave up waiting for {path}: what should write it has ended")
+        if time.monotonic() > deadline:
+            raise LaunchError(f"{path} did not appear within {timeout:.0f} s")
+        time.sleep(poll)
+
+
+def answers(ip: str, port: int) -> bool:
+    try:
+        socket.create_connection((ip, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- steps
+def job_dir(env: Mapping[str, str]) -> Path:
+    """Shared by the job's nodes: the submit dir is on a filesystem they all see."""
+    return Path(env["SLURM_SUBMIT_DIR"]) / f".ray-{env['SLURM_JOB_ID']}"
+
+
+def prepare(env: Mapping[str, str]) -> str:
+    """Make the job's dir with a fresh token (a requeued job starts clean); return shell assignments
+    for the batch script: job_dir, cpus_per_node."""
+    s = shape(env)
+    path = job_dir(env)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(mode=0o700)
+    token = path / TOKEN_FILE
+    token.touch(mode=0o600)
+    token.write_text(secrets.token_hex(32))
+    return f"job_dir={shlex.quote(str(path))}\ncpus_per_node={s.cpus_per_node}\n"
+
+
+def ray_start_args(env: Mapping[str, str], ip: str) -> list[str]:
+    ray = Path(sys.executable).with_name("ray")
+    return [str(ray if ray.exists() else "ray"), "start", "--block", f"--node-ip-address={ip}",
+            f"--num-cpus={env.get('SLURM_CPUS_ON_NODE') or 1}", f"--num-gpus={env.get('SLURM_GPUS_ON_NODE') or 0}",
+            f"--temp-dir={ray_temp_dir(env)}", "--disable-usage-stats"]
+
+
+def run_node(directory: Path, env: Mapping[str, str]) -> int:
+    """One srun task per node: start this node's Ray (the head on the step's first node, which is
+    the batch step's), hold it until SIGTERM, then stop it and remove its temp dir."""
+    ip = node_ip(env["SLURMD_NODENAME"])
+    cmd = ray_start_args(env, ip)
+    head = env["SLURM_NODEID"] == "0"
+    if head:
+        # The dashboard and agent ports are fixed by default (8265, 52365): two jobs on a node clash.
+        gcs, client, dashboard, agent = free_ports(ip, 4)
+        cmd += ["--head", f"--port={gcs}", f"--ray-client-server-port={client}", "--include-dashboard=false",
+                f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}"]
+    else:
+        (agent,) = free_ports(ip, 1)
+        cmd += [f"--address={wait_for_file(directory / HEAD_FILE, WAIT_S)}", f"--dashboard-agent-listen-port={agent}"]
+    if head:
+        publish(directory / STEP_FILE, f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}")
+    proc = subprocess.Popen(cmd + ["--log-color=false"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    threading.Thread(target=copy_warnings, args=(proc.stdout,), daemon=True).start()
+    stop = lambda signum, frame: stop_tree(proc)  # noqa: E731
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        if head:
+            while not answers(ip, gcs):
+                if proc.poll() is not None:
+                    raise LaunchError(f"the Ray head on {ip} exited ({proc.returncode}) before it answered")
+                time.sleep(0.5)
+            publish(directory / HEAD_FILE, f"{ip}:{gcs}")
+        return proc.wait()
+    finally:
+        stop_tree(proc)
+        shutil.rmtree(ray_temp_dir(env), ignore_errors=True)
+
+
+def copy_warnings(lines) -> None:
+    """`ray start`'s output, less its INFO and SUCC banners (which also advise `ray stop`)."""
+    for line in lines:
+        if not re.match(r"\S+ \S+\s+(INFO|SUCC) ", line):
+            sys.stderr.write(line)
+
+
+def stop_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM to `ray start --block` (it stops its daemons), SIGKILL to whatever of its tree is left
+    after STOP_S: its descendants are noted first, since the workers are orphaned once the raylet
+    dies and have their own process groups."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    if proc.poll() is None:
+        proc.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=STOP_S)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+def wait_for_nodes(address: str, nnodes: int, timeout: float, alive: Callable[[], bool]) -> list[str]:
+    """The IPs of the cluster's alive nodes once there are `nnodes`: the driver must not start
+    before every node has joined (it places its ranks on the nodes it sees)."""
+    import ray
+
+    ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            ips = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
+            if len(ips) >= nnodes:
+                return ips
+            if not alive():
+                raise LaunchError(f"the Ray nodes' step ended with {len(ips)} of {nnodes} nodes joined")
+            if time.monotonic() > deadline:
+                raise LaunchError(f"{len(ips)} of {nnodes} Ray nodes joined {address} within {timeout:.0f} s")
+            time.sleep(0.5)
+    finally:
+        ray.shutdown()
+
+
+def run_dir_name(env: Mapping[str, str]) -> str:
+    """Named by the job, so a requeued job (same id) writes to the same directory and metrics.jsonl."""
+    if env.get("SLURM_ARRAY_JOB_ID"):
+        return f"slurm-{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return f"slurm-{env['SLURM_JOB_ID']}"
+
+
+def driver_argv(env: Mapping[str, str], address: str, user_args: list[str]) -> list[str]:
+    """main_ppo's command line: the job's shape and cluster, then the user's overrides. A key the
+    user gives is theirs: ours is left out, so the driver's command line shows one value per key."""
+    s = shape(env)
+    ours = {
+        "trainer.nnodes": str(s.nnodes),
+        "trainer.n_gpus_per_node": str(s.ranks_per_node),
+        "trainer.ray_address": address,
+        "hydra.run.dir": f"outputs/${{trainer.project_name}}/${{trainer.experiment_name}}/{run_dir_name(env)}",
+    }
+    given = {arg.split("=", 1)[0].lstrip("+~") for arg in user_args}
+    return [sys.executable, str(MAIN), *(f"{k}={v}" for k, v in ours.items() if k not in given), *user_args]
+
+
+def process_alive(pid: int) -> Callable[[], bool]:
+    import psutil
+
+    def alive() -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    return alive
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m logicrl.launch.slurm", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    sub.add_parser("prepare", help="make the job's shared dir and token; print job_dir= and cpus_per_node=")
+    node = sub.add_parser("node", help="this node's Ray, until SIGTERM (one srun task per node)")
+    node.add_argument("job_dir", type=Path)
+    driver = sub.add_parser("driver", help="wait for every node to join; print RAY_ADDRESS=... and main_ppo's "
+                                                   "argv (overrides after --), one per line")
+    driver.add_argument("job_dir", type=Path)
+    driver.add_argument("--nodes-pid", type=int, required=True, help="the srun holding the Ray nodes")
+    sub.add_parser("clean", help="remove this node's Ray dir (one srun task per node)")
+    argv = sys.argv[1:] if argv is None else argv
+    # Everything after "--" is main_ppo's, untouched (argparse would take "-m" or "--help" itself).
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    overrides = argv[cut + 1:]
+    env = os.environ
+    try:
+        if args.step == "prepare":
+            print(prepare(env), end="")
+        elif args.step == "node":
+            return run_node(args.job_dir, env)
+        elif args.step == "driver":
+            alive = process_alive(args.nodes_pid)
+            address = wait_for_file(args.job_dir / HEAD_FILE, WAIT_S, alive)
+            ips = wait_for_nodes(address, shape(env).nnodes, WAIT_S, alive)
+            print(f"logicrl.launch.slurm: Ray at {address}, {len(ips)} nodes: {' '.join(ips)}", file=sys.stderr)
+            print("\n".join([f"RAY_ADDRESS={address}", *driver_argv(env, address, overrides)]))
+        elif args.step == "clean":
+            shutil.rmtree(ray_temp_dir(env), ignore_errors=True)
+    except LaunchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
