@@ -5,7 +5,8 @@ SIGUSR1 (SLURM's `--signal=B:USR1@<lead>`, forwarded by slurm/train.sbatch) and 
 sites preempt with it; `kill`) are the stop requests. Inside the trainer's step loop
 (`stop_at_step_end`) the first one is only noted: the step in flight finishes, a checkpoint is
 written and the trainer raises `Preempted` (main_ppo: exit 75, which the wrapper requeues).
-Otherwise, or the second time, the handler raises `Stopped` where the process stands: saves in
+Otherwise, or the second time (but for the other stop signal within SAME_REQUEST_S: one request
+delivered twice), the handler raises `Stopped` where the process stands: saves in
 flight are dropped (trainer/checkpoint.saving), Ray is shut down, and main_ppo prints one line.
 
 Ray's `ray.init` installs its own SIGTERM handler (exit at once, after killing its processes);
@@ -16,13 +17,19 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
+# On a SLURM time limit or TERM preemption the driver gets TERM from SLURM and, a moment later, the
+# wrapper's forwarded USR1: the other kind of stop signal this soon after is the same request.
+SAME_REQUEST_S = 2.0
+
 _at_step_end = False  # the trainer's loop is running and can stop at a step boundary
 _requested: int | None = None  # the signal that asked it to
+_requested_at = 0.0
 
 
 class Stopped(KeyboardInterrupt):
@@ -46,9 +53,11 @@ class Preempted(Exception):
 
 
 def _on_signal(signum, frame):
-    global _requested
+    global _requested, _requested_at
     if _at_step_end and _requested is None:
-        _requested = signum  # no logging here: a handler may run inside the logging module's lock
+        _requested, _requested_at = signum, time.monotonic()  # no logging: the handler may run inside logging's lock
+        return
+    if _at_step_end and signum != _requested and time.monotonic() - _requested_at < SAME_REQUEST_S:
         return
     raise Stopped(signum)
 

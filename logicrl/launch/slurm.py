@@ -24,6 +24,7 @@ node's CPUs shared among them. Each node's Ray offers all the CPUs the job holds
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import secrets
@@ -108,7 +109,31 @@ def ipv4(addr: str) -> str:
         raise LaunchError(f"node address {addr!r} does not resolve to IPv4: {err.strerror}") from None
 
 
-def node_ip(node: str) -> str:
+def address_in(network: str, addresses: list[str]) -> str:
+    """The first of this node's `addresses` inside `network` (CIDR), for LOGICRL_NODE_NETWORK."""
+    try:
+        net = ipaddress.ip_network(network, strict=False)
+    except ValueError:
+        raise LaunchError(f"LOGICRL_NODE_NETWORK={network} is not a network (write it as 10.20.0.0/16)") from None
+    for addr in addresses:
+        try:
+            if ipaddress.ip_address(addr) in net:
+                return addr
+        except ValueError:  # a link-local "fe80::1%eth0" and the like
+            continue
+    raise LaunchError(f"LOGICRL_NODE_NETWORK={network}: this node has no address in it "
+                      f"(it has {', '.join(addresses) or 'none'})")
+
+
+def node_ip(node: str, env: Mapping[str, str] | None = None) -> str:
+    """This node's IP for Ray: its own address in LOGICRL_NODE_NETWORK when set (a site whose
+    NodeAddr is on a network the nodes cannot talk over), else NodeAddr resolved to IPv4."""
+    network = (env or os.environ).get("LOGICRL_NODE_NETWORK")
+    if network:
+        import psutil
+
+        return address_in(network, [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                                    if a.family == socket.AF_INET])
     out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True, timeout=60)
     if out.returncode:
         raise LaunchError(f"scontrol show node {node}: {out.stderr.strip()}")
@@ -192,7 +217,7 @@ def ray_start_args(env: Mapping[str, str], ip: str) -> list[str]:
 def run_node(directory: Path, env: Mapping[str, str]) -> int:
     """One srun task per node: start this node's Ray (the head on the step's first node, which is
     the batch step's), hold it until SIGTERM, then stop it and remove its temp dir."""
-    ip = node_ip(env["SLURMD_NODENAME"])
+    ip = node_ip(env["SLURMD_NODENAME"], env)
     cmd = ray_start_args(env, ip)
     head = env["SLURM_NODEID"] == "0"
     if head:

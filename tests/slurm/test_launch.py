@@ -14,6 +14,7 @@ from logicrl.launch.slurm import (
     MAIN,
     LaunchError,
     Shape,
+    address_in,
     cpus_per_node,
     driver_argv,
     ipv4,
@@ -77,6 +78,15 @@ def test_a_node_address_resolves_to_ipv4():
     assert ipv4("localhost").startswith("127.")
     with pytest.raises(LaunchError, match="does not resolve to IPv4"):
         ipv4("no-such-node.invalid")
+
+
+def test_a_site_network_picks_the_nodes_own_address_in_it():
+    mine = ["127.0.0.1", "172.17.0.1", "10.20.3.7", "fe80::1%eth0"]  # loopback, a docker bridge, the fabric
+    assert address_in("10.20.0.0/16", mine) == "10.20.3.7"
+    with pytest.raises(LaunchError, match="has no address in it"):
+        address_in("192.168.0.0/24", mine)
+    with pytest.raises(LaunchError, match="is not a network"):
+        address_in("ib0", mine)
 
 
 def test_the_head_address_is_handed_over_whole(tmp_path):

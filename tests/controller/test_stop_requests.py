@@ -1,0 +1,37 @@
+"""Stop requests (logicrl/signals.py), with the handler called as Python would call it."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from logicrl import signals
+from logicrl.signals import Stopped, requested, stop_at_step_end
+
+
+def test_the_first_request_waits_for_the_step_end():
+    with stop_at_step_end():
+        signals._on_signal(signal.SIGUSR1, None)
+        assert requested() == signal.SIGUSR1
+    with pytest.raises(Stopped):  # no loop to finish a step of: at once
+        signals._on_signal(signal.SIGUSR1, None)
+
+
+def test_slurms_term_and_the_wrappers_usr1_are_one_request_but_a_second_term_stops_at_once():
+    with stop_at_step_end():
+        signals._on_signal(signal.SIGTERM, None)
+        signals._on_signal(signal.SIGUSR1, None)  # the same request, forwarded by slurm/train.sbatch
+        assert requested() == signal.SIGTERM
+        with pytest.raises(Stopped) as stopped:
+            signals._on_signal(signal.SIGTERM, None)
+        assert stopped.value.signum == signal.SIGTERM
+
+
+def test_the_other_signal_later_stops_at_once(monkeypatch):
+    clock = iter([100.0, 100.0 + signals.SAME_REQUEST_S + 1])
+    monkeypatch.setattr(signals.time, "monotonic", lambda: next(clock))
+    with stop_at_step_end():
+        signals._on_signal(signal.SIGUSR1, None)
+        with pytest.raises(Stopped):
+            signals._on_signal(signal.SIGTERM, None)
