@@ -15,9 +15,7 @@ and be saved, then exits 75, which slurm/train.sbatch requeues; a second SIGTERM
 in every case.
 """
 
-import hashlib
 import os
-import re
 import signal
 import sys
 import traceback
@@ -30,7 +28,9 @@ from logicrl.config import check_overrides, validate
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
 from logicrl.errors import BadInput
-from logicrl.memory.preflight import check_inputs, preflight
+from logicrl.launch.sweep import register_resolver
+from logicrl.memory.fit import DoesNotFit
+from logicrl.memory.preflight import check_inputs, planned_peaks_gb, preflight
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
@@ -41,16 +41,17 @@ EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
 EXIT_PREEMPTED = 75
 
 
+class Ended(Exception):
+    """The run ends with `code` and one line for stderr. A single run prints it and exits; a sweep
+    job records it as its outcome, so the other jobs run (logicrl/launch/sweep.py)."""
+
+    def __init__(self, code: int, line: str, cause: BaseException | None = None):
+        super().__init__(line)
+        self.code, self.line, self.cause = code, line, cause
+
+
 def fail(err: BadInput) -> None:
-    print(f"error: {err}", file=sys.stderr)
-    sys.exit(EXIT_CONFIG)
-
-
-def job_dir_name(hydra_cfg) -> str:
-    name = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", hydra_cfg.job.override_dirname) or f"job{hydra_cfg.job.num}"
-    if len(name) > 100:  # data paths make long names; keep them unique and short
-        name = f"{name[:80]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
-    return name
+    raise Ended(EXIT_CONFIG, f"error: {err}", err)
 
 
 @hydra.main(config_path="conf", config_name="ppo_trainer", version_base="1.3")
@@ -59,10 +60,40 @@ def main(cfg: DictConfig) -> None:
     from hydra.types import RunMode
 
     hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        # Sweep jobs must not resume from each other's checkpoints: each combination gets its own
-        # directory, named by its overrides, so re-running the sweep resumes every job from its own.
-        cfg.trainer.default_local_dir = f"{cfg.trainer.default_local_dir}/{job_dir_name(hydra_cfg)}"
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        try:
+            run(cfg, hydra_cfg)
+        except Ended as end:
+            print(end.line, file=sys.stderr)
+            sys.exit(end.code)
+        return
+    from logicrl.launch.sweep import job_name, swept_from_env, write_result
+
+    task = list(hydra_cfg.overrides.task)
+    # Sweep jobs must not resume from each other's checkpoints: each combination gets its own
+    # directory, named by its swept values, so re-running the sweep resumes every job from its own.
+    cfg.trainer.default_local_dir = f"{cfg.trainer.default_local_dir}/{job_name(task, swept_from_env())}"
+    job = dict(job=job_name(task, swept_from_env()), num=hydra_cfg.job.num, overrides=task,
+               dry_run=bool(cfg.trainer.dry_run))
+    job_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        planned = run(cfg, hydra_cfg)
+    except Ended as end:
+        if end.code in (EXIT_SIGINT, EXIT_SIGTERM, EXIT_PREEMPTED):  # the whole sweep was asked to stop
+            print(end.line, file=sys.stderr)
+            sys.exit(end.code)
+        print(end.line, file=sys.stderr)  # this job's outcome; the sweep goes on
+        refused = isinstance(end.cause, DoesNotFit)
+        write_result(job_dir, **job, status="refused" if refused else "failed", detail=end.line.removeprefix("error: "),
+                     knobs=end.cause.knobs if refused else [], planned_peak_gb=end.cause.peaks_gb if refused else {},
+                     code=end.code)
+        return
+    write_result(job_dir, **job, status="done", planned_peak_gb=planned, code=0)
+
+
+def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
+    """Validate, plan, check the inputs, then train (unless a dry run). Returns the planned peak
+    per phase in GB (the largest over a curriculum's stages); raises Ended."""
     try:
         # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
         curriculum = has_stages(cfg)
@@ -70,23 +101,27 @@ def main(cfg: DictConfig) -> None:
         # The memory plan of every phase, before anything loads: refuse what cannot fit, or with
         # trainer.auto_micro_batch pick the largest micro-batches that do (a new plan).
         tables = []
-        for run in runs:
-            table, run.plan = preflight(run.cfg, run.spec, run.plan)
+        for stage in runs:
+            table, stage.plan = preflight(stage.cfg, stage.spec, stage.plan)
             tables.append(table)
         # Data, model directories, device, directories and disk: every stage's, before any starts.
-        for run in runs:
-            check_inputs(run.cfg, run.spec, run.plan)
+        for stage in runs:
+            check_inputs(stage.cfg, stage.spec, stage.plan)
     except BadInput as err:
         fail(err)
+    planned: dict[str, float] = {}
+    for stage in runs:
+        for phase, gb in planned_peaks_gb(stage.cfg, stage.spec, stage.plan).items():
+            planned[phase] = max(planned.get(phase, 0.0), gb)
     dry_run = runs[0].cfg.trainer.dry_run
-    for run, table in zip(runs, tables):
+    for stage, table in zip(runs, tables):
         if curriculum:
-            print(f"==== stage {run.index + 1}/{len(runs)}: {run.name}")
+            print(f"==== stage {stage.index + 1}/{len(runs)}: {stage.name}")
         if dry_run:
-            print(OmegaConf.to_yaml(run.cfg))
-        print(summarize(run.cfg, run.spec, run.plan, table))
+            print(OmegaConf.to_yaml(stage.cfg))
+        print(summarize(stage.cfg, stage.spec, stage.plan, table))
     if dry_run:
-        return
+        return planned
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
     from logicrl.logs import pin_ray_auth
 
@@ -117,12 +152,10 @@ def main(cfg: DictConfig) -> None:
         fail(err)
     except WorkerFailed as err:
         if isinstance(err.cause, OutOfMemoryAtMinimum):  # its message names the knob and the checkpoint
-            print(f"error: {str(err.cause).splitlines()[0]}", file=sys.stderr)
-            sys.exit(EXIT_OOM)
+            raise Ended(EXIT_OOM, f"error: {str(err.cause).splitlines()[0]}", err) from None
         stop(err, f"{err} (traceback in {keep_traceback(run_log_file(run_dir), err)})", EXIT_FAILED, show_all)
     except Preempted as err:
-        print(f"logicrl: {err}; run the same command (or requeue the job) to resume", file=sys.stderr)
-        sys.exit(EXIT_PREEMPTED)
+        raise Ended(EXIT_PREEMPTED, f"logicrl: {err}; run the same command (or requeue the job) to resume", err) from None
     except Stopped as err:  # before KeyboardInterrupt: it is one (logicrl/signals.py)
         stop(err, f"stopped by {err}; {resume_hint(cfg)}", stopped_code(err), show_all)
     except KeyboardInterrupt as err:
@@ -135,6 +168,7 @@ def main(cfg: DictConfig) -> None:
         # Multirun jobs share this process: each must start its own Ray cluster from scratch. Also
         # after a signal in the middle of ray.init, when Ray has processes but is not initialised.
         stop_ray()
+    return planned
 
 
 def stopped_code(err: BaseException) -> int:
@@ -156,8 +190,7 @@ def keep_traceback(log_file: Path, err: BaseException) -> Path:
 def stop(err: BaseException, line: str, code: int, show_all: bool) -> None:
     if show_all:
         traceback.print_exception(err, file=sys.stderr)
-    print(f"error: {line}", file=sys.stderr)
-    sys.exit(code)
+    raise Ended(code, f"error: {line}", err) from None
 
 
 if __name__ == "__main__":
@@ -169,9 +202,15 @@ if __name__ == "__main__":
         # Keys only today's verl has come back as ++key=value, so Hydra's struct mode lets them
         # through to validation, which maps, ignores or refuses each (config/verl_keys.py).
         sys.argv[1:] = check_overrides(sys.argv[1:])
+        register_resolver()  # names sweep jobs' directories (conf/ppo_trainer.yaml: hydra.sweep.subdir)
         main()
     except BadInput as err:
-        fail(err)
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
     except Stopped as err:  # before any model or Ray started: nothing to save
         print(f"error: stopped by {err} before training started", file=sys.stderr)
         sys.exit(stopped_code(err))
+    from logicrl.launch import sweep
+
+    if sweep.NOT_DONE:  # a sweep with jobs that did not finish: its summary says which and why
+        sys.exit(EXIT_FAILED)

@@ -63,7 +63,7 @@ def check_overrides(argv: list[str]) -> list[str]:
     valid = set(all_keys())
     for o in overrides:
         key = o.key_or_group
-        if key == "hydra" or key.startswith("hydra."):
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):  # Hydra's own, e.g. hydra/launcher=submitit_slurm
             continue
         if key == "recipe":
             values = o.value()

@@ -151,6 +151,16 @@ def _show(value) -> str:
     return "true" if value is True else f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
+class DoesNotFit(ConfigError):
+    """The memory plan refuses the config: a phase needs more than the device has. `knobs` are the
+    settings the message names (a sweep's summary lists them)."""
+
+    def __init__(self, message: str, knobs: list[str], plan: MemoryPlan):
+        super().__init__(message)
+        self.knobs = knobs
+        self.peaks_gb = {p.name: round(p.total / GB, 3) for p in plan.running()}
+
+
 def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
     """Raise ConfigError for the phase furthest over the device, naming the knobs that make it fit.
 
@@ -168,10 +178,11 @@ def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
     need = f"{worst.name} needs {worst.total / GB:.1f} GB > {usable_bytes(plan) / GB:.1f} GB usable per device{others}"
     fixes = remedies(plan)
     if fixes:
-        raise ConfigError(f"{need}: set {' or '.join(f'{k}={_show(v)}' for k, v in fixes)}")
-    raise ConfigError(f"{need}, and no single micro-batch, checkpointing or offload setting makes it fit: "
+        raise DoesNotFit(f"{need}: set {' or '.join(f'{k}={_show(v)}' for k, v in fixes)}", [k for k, _ in fixes], plan)
+    raise DoesNotFit(f"{need}, and no single micro-batch, checkpointing or offload setting makes it fit: "
                       f"combine them, shard over more devices (trainer.n_gpus), shorten data.max_prompt_length / "
-                      f"data.max_response_length, or train LoRA adapters (actor_rollout_ref.model.lora_rank)")
+                      f"data.max_response_length, or train LoRA adapters (actor_rollout_ref.model.lora_rank)",
+                     ["trainer.n_gpus", "data.max_response_length", "actor_rollout_ref.model.lora_rank"], plan)
 
 
 def _largest_utilization(x: PlanInputs, capacity: int) -> float | None:
@@ -195,5 +206,6 @@ def _check_kv_room(plan: MemoryPlan) -> None:
     if kv >= one:
         return
     key = KNOBS["kv_cache_gb"] if x.kv_cache_gb is not None or x.device != "cuda" else KNOBS["gpu_memory_utilization"]
-    raise ConfigError(f"generate: vLLM's KV cache ({kv / GB:.2f} GB) cannot hold one sequence of "
-                      f"{x.width} tokens ({one / GB:.2f} GB): raise {key}, or shorten data.max_response_length")
+    raise DoesNotFit(f"generate: vLLM's KV cache ({kv / GB:.2f} GB) cannot hold one sequence of "
+                     f"{x.width} tokens ({one / GB:.2f} GB): raise {key}, or shorten data.max_response_length",
+                     [key, "data.max_response_length"], plan)

@@ -150,3 +150,9 @@ def _table(plan, source: str, picked: dict[str, int]) -> str:
     if picked:
         lines.append("auto_micro_batch: " + " ".join(f"{k}={v}" for k, v in picked.items()))
     return "\n".join(lines)
+
+
+def planned_peaks_gb(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> dict[str, float]:
+    """Each running phase's planned peak per device in GB (a sweep's summary reports them)."""
+    x, cap, _ = plan_for(cfg, spec, plan)
+    return {p.name: round(p.total / GB, 3) for p in plan_inputs(x, cap).running()}

@@ -92,6 +92,9 @@ def test_nothing_calls_ray_stop():
     assert calls == []
 
 
+REQUEUE_SETTLE_S = 5
+
+
 def steps(metrics: Path) -> list[dict]:
     return [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
 
@@ -142,6 +145,10 @@ def two_runs(slurm, tmp_path_factory):
         time.sleep(0.5)
     seen["requeued_s"] = time.monotonic() - signalled
     seen["requeued_after_steps"] = [row["step"] for row in steps(metrics)]
+    # slurmd ends the first run's batch step a moment after its processes are gone; a launch that
+    # arrives before then is refused ("Job N already killed, do not launch batch job") and the job
+    # FAILS. SLURM's own ~120 s hold exists for this; a few seconds are enough on one host.
+    time.sleep(REQUEUE_SETTLE_S)
     slurm.release(preempted)
     for job in (plain, preempted):
         seen[job] = slurm.wait(job, timeout=300)

@@ -94,15 +94,29 @@ def test_validation_writes_accuracy_and_samples(tmp_path):
 
 
 def test_multirun_two_jobs(tmp_path):
-    sweep = tmp_path / "sweep"
-    result = run_main("-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", f"{ARR}.rollout.n=2,4",
-                      f"hydra.sweep.dir={sweep}", f"trainer.default_local_dir={tmp_path / 'ckpt'}", cwd=tmp_path)
+    sweep, ckpt = tmp_path / "sweep", tmp_path / "ckpt"
+    args = ["-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", f"{ARR}.rollout.n=2,4",
+            f"hydra.sweep.dir={sweep}", f"trainer.default_local_dir={ckpt}"]
+    result = run_main(*args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    for job in ("0", "1"):
+    jobs = ["rollout.n=2", "rollout.n=4"]  # named by the swept value, run and checkpoint directories alike
+    for job in jobs:
         assert (sweep / job / "metrics.jsonl").read_text().strip()
     # Each job checkpoints in its own directory: the second must not resume from the first.
-    jobs = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert len(jobs) == 2 and all((tmp_path / "ckpt" / j / "global_step_1" / "COMPLETE").is_file() for j in jobs)
+    assert sorted(p.name for p in ckpt.iterdir()) == jobs
+    assert all((ckpt / job / "global_step_1" / "COMPLETE").is_file() for job in jobs)
+    summary = (sweep / "sweep_summary.md").read_text()
+    for job in jobs:  # steps, reward, step time and measured peaks per phase
+        row = next(line for line in summary.splitlines() if line.startswith(f"| {job} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == "done" and cells[2] == "1" and float(cells[3]) >= 0 and float(cells[6]) > 0, row
+        assert float(cells[summary.splitlines()[4].strip("|").split("|").index(" update_actor GB ")]) > 0, row
+    # The same sweep again: each job finds its own finished checkpoint and trains nothing.
+    again = run_main(*args[:-2], f"hydra.sweep.dir={tmp_path / 'again'}", f"trainer.default_local_dir={ckpt}",
+                     cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for job in jobs:
+        assert f"{ckpt / job} already holds step 1 of 1" in again.stdout
 
 
 def test_reinforce_plus_plus_with_separate_reference_and_old_log_probs(tmp_path):
