@@ -199,7 +199,7 @@ def measure(name: str, shape: dict, ranks: int, model_dir: Path, data: Path, dev
     from omegaconf import OmegaConf
 
     from logicrl.config import compose, validate
-    from logicrl.controller.placement import free_port
+    from logicrl.controller.ports import free_port
     from logicrl.memory.planner import plan_memory
 
     write_checkpoint(shape, model_dir)

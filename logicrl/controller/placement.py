@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 from collections import Counter
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from logicrl.controller.cluster import resources, roomy_nodes
+from logicrl.controller.ports import free_port
 from logicrl.errors import BadInput
 
 # How long the ranks' bundles may wait for room. A cluster too small is refused before this (the
@@ -49,12 +49,6 @@ class Placement:
     master_addr: str
     master_port: int
     threads: list[int]  # by rank
-
-
-def free_port(host: str = "") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @ray.remote(num_cpus=0)

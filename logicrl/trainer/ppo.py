@@ -23,7 +23,6 @@ from tensordict import TensorDict
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
 from logicrl.config.inputs import reward_check
 from logicrl.config.plan import ARR, StepPlan
-from logicrl.controller.worker_group import WorkerGroup
 from logicrl.data.dataset import load_prompts
 from logicrl.faults import Faults
 from logicrl.logs import quiet_driver
@@ -61,7 +60,8 @@ class PPOTrainer:
     """
 
     def __init__(self, cfg: DictConfig, plan: StepPlan, run_dir: Path, init_from: Path | None = None,
-                 carry_optimizer: bool = False, stage: int | None = None, faults: Faults | None = None):
+                 carry_optimizer: bool = False, stage: int | None = None, faults: Faults | None = None,
+                 group_cls: type | None = None):
         self.cfg, self.run_dir, self.stage = cfg, run_dir, stage
         self.faults = (faults or Faults()).in_stage(stage)
         data, arr = cfg.data, cfg[ARR]
@@ -104,9 +104,13 @@ class PPOTrainer:
                      "(trainer.resume_mode=disable starts over)")
             return
         log_file = quiet_driver(run_dir, cfg.trainer.verbose)  # engine and Ray output to the log file (logs.py)
-        self.workers = WorkerGroup(HybridWorker, plan.ranks, use_cuda, cfg.trainer.nnodes, cfg.trainer.ray_address,
-                                   config=OmegaConf.to_container(cfg, resolve=True),
-                                   plan=plan, faults=self.faults, log_file=log_file)
+        if group_cls is None:
+            # Imported here: the step loop needs only a group's call/dispatch/shutdown, so the GPU
+            # tests can run it in-process (tests/gpu/local_group.py) on a machine without Ray.
+            from logicrl.controller.worker_group import WorkerGroup as group_cls
+        self.workers = group_cls(HybridWorker, plan.ranks, use_cuda, cfg.trainer.nnodes, cfg.trainer.ray_address,
+                                 config=OmegaConf.to_container(cfg, resolve=True),
+                                 plan=plan, faults=self.faults, log_file=log_file)
         if init_from is not None:
             log.info(f"starting from {init_from} (optimizer state {'carried' if carry_optimizer else 'fresh'})")
             self.workers.call("start_from", str(init_from), carry_optimizer)
