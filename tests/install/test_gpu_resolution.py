@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,11 +40,11 @@ def makefile_gpu_install() -> tuple[list[str], str]:
     return flags, extras
 
 
-def pip(*args: str, timeout: float) -> subprocess.CompletedProcess:
+def pip(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in KEEP}
     env["PIP_CONFIG_FILE"] = os.devnull  # no pip.conf either: a CUDA box's pip, not this machine's
     return subprocess.run([sys.executable, "-m", "pip", *args, "--retries", "1", "--timeout", "30"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def skip_if_unreachable(result: subprocess.CompletedProcess) -> None:
@@ -54,13 +56,19 @@ def skip_if_unreachable(result: subprocess.CompletedProcess) -> None:
 @pytest.fixture(scope="module")
 def resolved(tmp_path_factory) -> dict[str, dict]:
     """name -> the report's entry for every package `make` would install on a CUDA box."""
-    skip_if_unreachable(pip("index", "versions", "vllm", timeout=120))  # one request: fails fast offline
+    tmp = tmp_path_factory.mktemp("pip")
+    skip_if_unreachable(pip("index", "versions", "vllm", cwd=tmp, timeout=120))  # one request: fails fast offline
     flags, extras = makefile_gpu_install()
-    report = tmp_path_factory.mktemp("pip") / "report.json"
+    # The project's metadata is all pip reads of it: a copy keeps setuptools' egg-info out of the checkout.
+    project = tmp / "logicrl"
+    project.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, project / name)
+    report = tmp / "report.json"
     # fast-deps reads a wheel's metadata with HTTP range requests where the index serves no separate
     # metadata file; without it pip downloads every wheel it considers (4.7 GB here: torch twice, CUDA libraries).
     result = pip("install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-                 "--use-feature=fast-deps", *flags, "-e", f".[gpu,{extras}]", timeout=900)
+                 "--use-feature=fast-deps", *flags, "-e", f".[gpu,{extras}]", cwd=project, timeout=900)
     skip_if_unreachable(result)
     assert result.returncode == 0, result.stderr[-3000:]
     return {entry["metadata"]["name"].lower(): entry for entry in json.loads(report.read_text())["install"]}
