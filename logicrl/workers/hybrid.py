@@ -106,8 +106,9 @@ class HybridWorker:
         self.critic = None
         if plan.critic is not None:
             c = cfg.critic
+            critic_ckpt = c.model.enable_gradient_checkpointing
             critic_model = load_sharded_model(
-                lambda meta: load_value_model(c.model.path, master, c.model.enable_gradient_checkpointing, on_meta=meta),
+                lambda meta: load_value_model(c.model.path, master, critic_ckpt, on_meta=meta),
                 self.mesh, self.device, c.fsdp_config.param_offload, mixed)
             # The critic's loss is aggregated like the actor's (verl shares the key).
             self.critic = Critic(self._trained("critic", critic_model, c, arr.actor.loss_agg_mode, plan.critic),
