@@ -51,6 +51,13 @@ class ModelBytes:
     `layer_*` is one decoder layer (an FSDP unit), `root_*` the rest (embeddings, final norm,
     lm_head or value head), the root FSDP unit. `trainable_*` counts what gets gradients and
     AdamW states: every parameter, or only the LoRA adapters (kept in fp32 by peft).
+
+    Two widths per tensor (workers/hybrid.py): the compute dtype, in which FSDP2 gathers a unit's
+    parameters (`*_full`: gathered, what forward, backward and weight sync hold); and the master
+    dtype, in which the shards, their gradients and AdamW states are stored (`*_shard`) and
+    gradients reduced (`*_reduce`, `trainable_full`: FSDP2's MixedPrecisionPolicy reduces and
+    accumulates in fp32). The trained actor and critic keep fp32 masters under a narrower compute
+    dtype; the reference, the engine and a LoRA base store what they compute in.
     """
 
     total_full: int
@@ -58,40 +65,50 @@ class ModelBytes:
     layer_full: int
     root_full: int
     root_shard: int
-    trainable_full: int
+    trainable_full: int  # the unsharded gradients kept between micro-batches (accumulated in fp32)
     trainable_shard: int
     largest_full: int  # the biggest single tensor (gathered alone when larger than a weight-sync bucket)
     largest_trainable_shard: int  # AdamW's per-tensor temporaries
     trainable_root: bool  # embeddings and head train (not with LoRA)
     trainable_lm_head: bool  # the chunked log-prob kernel builds a [V, H] weight gradient
+    layer_reduce: int = 0  # one layer's gradients as reduce-scattered (the collective's input)
+    root_reduce: int = 0  # the root's, likewise
 
     @classmethod
     def build(cls, spec: ModelSpec, *, dtype_bytes: int, world: int, head: str = "lm", lora_rank: int = 0,
-              lora_targets_: tuple[str, ...] = (), base_weight_bits: float | None = None) -> "ModelBytes":
-        """head: "lm" (a causal LM) or "value" (the critic: a 1-output token head, no lm_head)."""
+              lora_targets_: tuple[str, ...] = (), base_weight_bits: float | None = None,
+              master_bytes: int | None = None) -> "ModelBytes":
+        """head: "lm" (a causal LM) or "value" (the critic: a 1-output token head, no lm_head).
+        dtype_bytes: the compute dtype; master_bytes: the stored dtype (None: the same)."""
         h, v = spec.hidden_size, spec.vocab_size
-        # A frozen 4-bit base (what-if only, see planner.py) stores decoder Linears at base_weight_bits.
+        mb = dtype_bytes if master_bytes is None else master_bytes
+        # (shape, compute bytes, master bytes) per tensor. A frozen 4-bit base (what-if only, see
+        # planner.py) stores decoder Linears at base_weight_bits.
         linear_bytes = dtype_bytes if base_weight_bits is None else base_weight_bits / 8
-        layer: list[tuple[tuple[int, ...], float]] = [(s, linear_bytes) for s in linear_shapes(spec).values()]
-        layer += [((h,), dtype_bytes)] * 2  # input and post-attention RMSNorm weights
+        layer: list[tuple[tuple[int, ...], float, float]] = [
+            (s, linear_bytes, mb if base_weight_bits is None else linear_bytes) for s in linear_shapes(spec).values()]
+        layer += [((h,), dtype_bytes, mb)] * 2  # input and post-attention RMSNorm weights
         if spec.attention_bias:
             q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
-            layer += [((q,), dtype_bytes), ((kv,), dtype_bytes), ((kv,), dtype_bytes)]
+            layer += [((q,), dtype_bytes, mb), ((kv,), dtype_bytes, mb), ((kv,), dtype_bytes, mb)]
         adapters = []
         for name in lora_targets_ if lora_rank else ():
             out_f, in_f = linear_shapes(spec)[name]
-            adapters += [((lora_rank, in_f), FP32), ((out_f, lora_rank), FP32)]
-        root: list[tuple[tuple[int, ...], float]] = [((v, h), dtype_bytes), ((h,), dtype_bytes)]
+            adapters += [((lora_rank, in_f), FP32, FP32), ((out_f, lora_rank), FP32, FP32)]
+        root: list[tuple[tuple[int, ...], float, float]] = [((v, h), dtype_bytes, mb), ((h,), dtype_bytes, mb)]
         if head == "lm" and not spec.tie_word_embeddings:
-            root.append(((v, h), dtype_bytes))
+            root.append(((v, h), dtype_bytes, mb))
         if head == "value":
-            root += [((1, h), dtype_bytes), ((1,), dtype_bytes)]
+            root += [((1, h), dtype_bytes, mb), ((1,), dtype_bytes, mb)]
 
-        def full(ts):
-            return int(sum(math.prod(s) * b for s, b in ts))
+        def full(ts):  # gathered, in the compute dtype
+            return int(sum(math.prod(s) * b for s, b, _ in ts))
 
-        def sharded(ts):
-            return int(sum(shard(s, world) * b for s, b in ts))
+        def full_master(ts):  # whole tensors in the master dtype (reduced, accumulated gradients)
+            return int(sum(math.prod(s) * m for s, _, m in ts))
+
+        def sharded(ts):  # this rank's shards, in the master dtype
+            return int(sum(shard(s, world) * m for s, _, m in ts))
 
         layers = spec.num_layers
         per_layer = layer + adapters
@@ -100,10 +117,11 @@ class ModelBytes:
         return cls(
             total_full=full(everything), total_shard=sharded(everything),
             layer_full=full(per_layer), root_full=full(root), root_shard=sharded(root),
-            trainable_full=full(trainable), trainable_shard=sharded(trainable),
-            largest_full=max(int(math.prod(s) * b) for s, b in everything),
-            largest_trainable_shard=max(int(shard(s, world) * b) for s, b in trainable),
-            trainable_root=not lora_rank, trainable_lm_head=head == "lm" and not lora_rank)
+            trainable_full=full_master(trainable), trainable_shard=sharded(trainable),
+            largest_full=max(int(math.prod(s) * b) for s, b, _ in everything),
+            largest_trainable_shard=max(int(shard(s, world) * m) for s, _, m in trainable),
+            trainable_root=not lora_rank, trainable_lm_head=head == "lm" and not lora_rank,
+            layer_reduce=full_master(per_layer), root_reduce=full_master(root))
 
 
 def kv_bytes_per_token(spec: ModelSpec, dtype_bytes: int) -> int:

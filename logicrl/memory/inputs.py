@@ -45,7 +45,7 @@ class PlanInputs:
     spec: ModelSpec
     critic_spec: ModelSpec | None  # None: no critic (not gae)
     device: str  # "cuda" or "cpu": decides the dtype under "auto", and whether offload means anything
-    dtype_bytes: int
+    dtype_bytes: int  # the compute dtype (model.dtype): activations, gathered parameters, the engine, the ref
     world: int  # FSDP ranks: every rank shards every model
     prompt_len: int
     response_len: int
@@ -89,6 +89,12 @@ class PlanInputs:
     def width(self) -> int:
         """Padded sequence length of every micro-batch: the longest prompt plus the response cap."""
         return self.prompt_len + self.response_len
+
+    @property
+    def master_bytes(self) -> int:
+        """The trained actor's and critic's stored weights, gradients and AdamW states: fp32 under a
+        narrower compute dtype (models/loading.py master_dtype)."""
+        return max(self.dtype_bytes, 4)
 
     @property
     def uses_ref(self) -> bool:

@@ -222,18 +222,21 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     layer_grads = model.trainable_shard - (model.root_shard if model.trainable_root else 0)
     if offload and x.device == "cuda":
         layer_grads = 0  # reduce-scattered straight to the host
+    # Fresh gradients come out of autograd in the compute dtype (root_full, vh); what earlier
+    # micro-batches accumulated, and a reduce-scatter's input, are in the reduce dtype (fp32 under
+    # a MixedPrecisionPolicy: *_reduce; the same as the compute dtype without one).
     root_grads = 0
     if model.trainable_root:
         vh = spec.vocab_size * h * b
         if lm and spec.tie_word_embeddings:
-            root_grads = (model.root_full if accumulated else 0) + 2 * vh
+            root_grads = (model.root_reduce if accumulated else 0) + 2 * vh
         else:
-            root_grads = model.root_full + (vh if accumulated else 0)
-    bottom_grads = layer_grads + root_grads + model.layer_full
+            root_grads = (model.root_reduce + vh) if accumulated else model.root_full
+    bottom_grads = layer_grads + root_grads + model.layer_reduce
     if x.world > 1 and model.trainable_root:
         # Then the root's reduce-scatter: its unsharded gradient, a flat copy as the collective's
-        # input and the sharded output. (One rank skips the copy.)
-        bottom_grads = max(bottom_grads, layer_grads + 2 * model.root_full + model.root_shard)
+        # input (in the reduce dtype) and the sharded output. (One rank skips the copy.)
+        bottom_grads = max(bottom_grads, layer_grads + model.root_full + model.root_reduce + model.root_shard)
     bottom = _phase(name, base, "bottom", params=root, activations=batch_bytes(x), grads=bottom_grads)
     # Every forward after the first in a phase (the next micro-batch, the next mini-batch) gathers the
     # root again, since each backward reshards it; on several ranks the root's flat all-gather
@@ -255,9 +258,12 @@ def weight_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: 
     """update_weights: the actor's weights into the engine, gathered in buckets of at most
     update_weights_bucket_mb (workers/weight_sync.py), each handed over before the next is gathered.
 
-    FSDP2's full_tensor() on one rank returns the local shard itself, so the bucket holds only
-    references; on more it gathers each tensor into new memory (two full-size buffers at its peak,
-    measured on 2 ranks) and the bucket keeps the gathered copies. A tensor is added to a bucket
+    Each shard is cast to the engine's (compute) dtype before it is gathered, so everything below is
+    in the compute dtype. FSDP2's full_tensor() on one rank returns the local shard itself, so the
+    bucket holds only references, unless the cast made copies (fp32 masters under bf16): then
+    it holds those, at most a bucket or the largest tensor. On more ranks it gathers each tensor
+    into new memory (two full-size buffers at its peak, measured on 2 ranks) and the bucket keeps
+    the gathered copies. A tensor is added to a bucket
     only while the bucket stays under the cap, and a larger one goes alone: the peak is the bucket
     held so far plus the tensor being gathered, at most max(2 x largest, bucket + largest). With
     LoRA each adapted weight is sent merged: B @ A in fp32, cast and scaled in the weight dtype,
@@ -268,7 +274,11 @@ def weight_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: 
     b = x.dtype_bytes
     bucket = min(x.update_weights_bucket_mb * 2**20, m.actor.total_full)  # never more than the model
     largest = m.actor.largest_full
-    gathered = max(2 * largest, bucket + largest) if x.world > 1 else 0
+    if x.world > 1:
+        gathered = max(2 * largest, bucket + largest)
+    else:
+        cast = not x.lora_rank and x.master_bytes != b  # LoRA's base is stored in the compute dtype
+        gathered = max(largest, bucket) if cast else 0
     if x.lora_rank:
         shapes = linear_shapes(x.spec)
         targets = [shapes[name] for name in x.lora_targets]

@@ -6,8 +6,11 @@
 It models what the code allocates (workers/hybrid.py and what it calls), in steady state, i.e.
 after the first step, once AdamW's states exist. On each rank, between phases:
   actor, ref, critic   FSDP2 shards (1/W of every tensor, dim 0 padded), and the actor's and the
-                       critic's AdamW states (2 x the trainable shard, in the parameter dtype; fp32
-                       for LoRA adapters). With param_offload on CUDA all of these live on the host.
+                       critic's AdamW states (2 x the trainable shard). The actor and critic store
+                       fp32 masters (4 + 4 + 8 bytes per parameter for weights, gradients and AdamW,
+                       sharded) and gather one unit at a time in the compute dtype (2 bytes in bf16);
+                       the reference and a LoRA base store the compute dtype, LoRA adapters fp32.
+                       With param_offload on CUDA all of these live on the host.
   gathered roots       FSDP2 reshards the root unit (embeddings, final norm, lm_head) after a
                        backward, never after a forward. A forward-only pass therefore leaves it
                        gathered: the reference's for good (it never runs backward), the actor's from
@@ -64,11 +67,13 @@ class MemoryPlan:
 
 
 def build_models(x: PlanInputs) -> Models:
-    b, w = x.dtype_bytes, x.world
+    b, w, master = x.dtype_bytes, x.world, x.master_bytes
+    # With LoRA the frozen base stays in the compute dtype (workers/hybrid.py); adapters are fp32 anyway.
     actor = ModelBytes.build(x.spec, dtype_bytes=b, world=w, lora_rank=x.lora_rank, lora_targets_=x.lora_targets,
-                             base_weight_bits=x.base_weight_bits)
+                             base_weight_bits=x.base_weight_bits, master_bytes=b if x.lora_rank else master)
     ref = ModelBytes.build(x.spec, dtype_bytes=b, world=w) if x.uses_ref and not x.lora_rank else None
-    critic = ModelBytes.build(x.critic_spec, dtype_bytes=b, world=w, head="value") if x.critic_spec else None
+    critic = ModelBytes.build(x.critic_spec, dtype_bytes=b, world=w, head="value",
+                              master_bytes=master) if x.critic_spec else None
     reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if x.reward_spec else None
     engine = ModelBytes.build(x.spec, dtype_bytes=b, world=1, base_weight_bits=x.base_weight_bits)
     return Models(actor, ref, critic, reward, engine)

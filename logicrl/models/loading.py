@@ -1,6 +1,13 @@
 """Loading the policy and critic from a local HF checkpoint (or the embedded tiny model).
 
-Every rank loads the same full weights on CPU, then FSDP2 shards them (workers/fsdp.py). The
+Two dtypes: the compute dtype (`actor_rollout_ref.model.dtype`, `resolve_dtype`) is what forward
+and backward run in, what the reference and the rollout engine hold; the master dtype
+(`master_dtype`) is what the trained actor and critic store and AdamW updates: fp32 whenever the
+compute dtype is narrower, since at Logic-RL's lr 4e-7 a bf16 weight rounds almost every update
+away (gpu-audit.md P1-1). FSDP2 casts the masters to the compute dtype per layer (workers/fsdp.py).
+
+With several ranks only rank 0 reads the checkpoint; every rank builds the model on the meta
+device (`on_meta`) and receives its shards (workers/sharded_load.py). The
 embedded tiny model is built once: random weights from a fixed seed, briefly pre-trained on the
 project's own K&K text (models/tiny_pretrain.py), saved beside its config and tokenizer, so
 every rank and every run starts from the same model.
@@ -35,6 +42,11 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         # bf16 on CPU is emulated and slow, and fp32 keeps the engine/trainer log-prob checks tight.
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return getattr(torch, name)
+
+
+def master_dtype(compute: torch.dtype) -> torch.dtype:
+    """The dtype trained weights and their AdamW states are kept in: fp32 below fp32, else `compute`."""
+    return torch.float32 if torch.finfo(compute).bits < 32 else compute
 
 
 def _quiet_transformers() -> None:
@@ -100,23 +112,45 @@ def load_tokenizer(path: str, quiet: bool = False):
 
 
 def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool = False,
-                   lora: LoraSpec | None = None) -> torch.nn.Module:
-    """The policy on CPU in `dtype`; with `lora`, wrapped by peft (only adapter weights train)."""
+                   lora: LoraSpec | None = None, on_meta: bool = False) -> torch.nn.Module:
+    """The policy on CPU in `dtype`; with `lora`, wrapped by peft (only adapter weights train).
+
+    `on_meta`: the same model with every tensor on the meta device and nothing read from disk,
+    for a rank that receives its shards from rank 0 (workers/sharded_load.py)."""
     from transformers import AutoModelForCausalLM
 
     _quiet_transformers()
-    model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True)
+    if on_meta:
+        model = _on_meta(AutoModelForCausalLM, path, dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True)
     return _prepare(model, gradient_checkpointing, lora)
 
 
-def load_value_model(path: str, dtype: torch.dtype, gradient_checkpointing: bool = False) -> torch.nn.Module:
+def load_value_model(path: str, dtype: torch.dtype, gradient_checkpointing: bool = False,
+                     on_meta: bool = False) -> torch.nn.Module:
     """The critic: the checkpoint's decoder with a fresh one-output token head (verl's choice)."""
     from transformers import AutoModelForTokenClassification
 
     _quiet_transformers()
-    model = AutoModelForTokenClassification.from_pretrained(checkpoint_dir(path), num_labels=1, dtype=dtype,
-                                                            local_files_only=True)
+    if on_meta:
+        model = _on_meta(AutoModelForTokenClassification, path, dtype, num_labels=1)
+    else:
+        model = AutoModelForTokenClassification.from_pretrained(checkpoint_dir(path), num_labels=1, dtype=dtype,
+                                                                local_files_only=True)
     return _prepare(model, gradient_checkpointing, None)
+
+
+def _on_meta(auto_class, path: str, dtype: torch.dtype, **config_kwargs) -> torch.nn.Module:
+    """The checkpoint's architecture from its config.json alone, every parameter and buffer on meta.
+
+    Buffers computed in __init__ (RoPE's inv_freq) are meta too; the sharded load copies them from
+    rank 0's real model, as it does the weights."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(checkpoint_dir(path), local_files_only=True, **config_kwargs)
+    with torch.device("meta"):
+        return auto_class.from_config(config, dtype=dtype)
 
 
 def _prepare(model: torch.nn.Module, gradient_checkpointing: bool, lora: LoraSpec | None) -> torch.nn.Module:

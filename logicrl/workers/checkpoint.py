@@ -12,6 +12,13 @@ name any other callable.
 
 `export_hf` gathers one parameter at a time (weight_sync.iter_engine_weights, LoRA merged) into
 safetensors shards on rank 0; with LoRA it also writes the adapter alone in peft's format.
+
+Precision: the sharded checkpoint holds what the model stores, i.e. the fp32 master weights and
+fp32 AdamW states under a bf16 compute dtype (models/loading.py master_dtype), so a resume or a
+curriculum stage continues from exactly the trained values. The HF export is written in the
+compute dtype (hybrid.py passes it): it is what the engine serves and what the source
+checkpoint's config.json (copied into the export) declares, at half the size; nothing resumes
+from it, so the rounding costs no training state.
 """
 
 from __future__ import annotations
@@ -215,14 +222,15 @@ class _ShardWriter:
 
 
 def export_hf(model: torch.nn.Module, out_dir: str | Path, source_path: str, merge_lora: bool = False,
-              shard_bytes: int = SHARD_BYTES) -> None:
+              shard_bytes: int = SHARD_BYTES, dtype: torch.dtype | None = None) -> None:
     """Every rank: write `model` as a HF directory in `out_dir` (rank 0 writes; the others help gather).
 
     `source_path` is actor_rollout_ref.model.path: config.json and the tokenizer are copied from it.
     Without LoRA `out_dir` holds the full model. With LoRA the adapter goes to `out_dir/lora_adapter`
     (peft's save format, loadable with PeftModel.from_pretrained over the source model), and the
     merged full model goes to `out_dir` only when `merge_lora` (it is the size of the base model).
-    Peak extra memory on rank 0 is one shard plus one gathered parameter.
+    Peak extra memory on rank 0 is one shard plus one gathered parameter. `dtype`: the weights' dtype
+    in the export (None: as the model stores them); the adapter stays in its own (fp32).
     """
     out_dir = Path(out_dir)
     rank0 = _rank() == 0
@@ -234,7 +242,7 @@ def export_hf(model: torch.nn.Module, out_dir: str | Path, source_path: str, mer
     if not lora or merge_lora:
         writer = _ShardWriter(out_dir, shard_bytes) if rank0 else None
         # Every rank iterates: each full_tensor() is a collective all-gather.
-        for name, tensor in iter_engine_weights(model):
+        for name, tensor in iter_engine_weights(model, dtype=dtype):
             if writer is not None:
                 writer.add(name, tensor)
         if rank0:

@@ -18,7 +18,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int,
@@ -43,13 +43,22 @@ def _layer_classes(model: torch.nn.Module) -> set[str]:
 
 
 def shard_model(model: torch.nn.Module, mesh: DeviceMesh, device: torch.device,
-                param_offload: bool = False) -> torch.nn.Module:
-    """Shard `model` in place with fully_shard (per decoder layer, then the root) and return it."""
+                param_offload: bool = False, compute_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """Shard `model` in place with fully_shard (per decoder layer, then the root) and return it.
+
+    `compute_dtype`, when given, is the dtype forward and backward run in while the model keeps
+    its own (fp32 master weights, models/loading.py master_dtype): FSDP2 casts each unit's
+    gathered parameters to it, and reduce-scatters and stores gradients in fp32 (verl's
+    MixedPrecisionPolicy). None: compute in the parameters' own dtype (the reference, LoRA).
+
+    The model may be on the CPU or on the meta device: fully_shard moves each unit's parameters to
+    `device` as it shards them, so the whole model is never on the device at once.
+    """
     # Parameter offload only means something with an accelerator: CPU ranks already hold them on CPU.
     offload = CPUOffloadPolicy() if param_offload and device.type == "cuda" else None
     kwargs = {"mesh": mesh, **({"offload_policy": offload} if offload else {})}
-    if offload is None:
-        model.to(device)
+    if compute_dtype is not None:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     layers = _layer_classes(model)
     for module in model.modules():
         if type(module).__name__ in layers:

@@ -28,14 +28,22 @@ from logicrl.config.plan import WORKER_PHASES, StepPlan
 from logicrl.faults import Faults
 from logicrl.logs import quiet_worker
 from logicrl.memory.telemetry import measure
-from logicrl.models.loading import LoraSpec, load_causal_lm, load_tokenizer, load_value_model, resolve_dtype
+from logicrl.models.loading import (
+    LoraSpec,
+    load_causal_lm,
+    load_tokenizer,
+    load_value_model,
+    master_dtype,
+    resolve_dtype,
+)
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
 from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
 from logicrl.workers.critic import Critic
-from logicrl.workers.fsdp import build_optimizer, init_distributed, shard_model
+from logicrl.workers.fsdp import build_optimizer, init_distributed
 from logicrl.workers.oom import MicroSize, phase_retry
 from logicrl.workers.rollout import SamplingParams
 from logicrl.workers.rollout.engines import build_engine
+from logicrl.workers.sharded_load import load_sharded_model
 from logicrl.workers.update import Trained
 from logicrl.workers.weight_sync import iter_engine_weights
 
@@ -74,23 +82,34 @@ class HybridWorker:
                       for p in plan.phases if p.micro is not None}
 
         lora = LoraSpec(model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.target_modules) if self.lora else None
-        actor_model = load_causal_lm(model_cfg.path, self.dtype, model_cfg.enable_gradient_checkpointing, lora)
-        shard_model(actor_model, self.mesh, self.device, arr.actor.fsdp_config.param_offload)
+        # The actor and critic keep fp32 master weights and AdamW states when self.dtype (the compute
+        # dtype: the engine's and the reference's) is narrower; FSDP2 computes in self.dtype.
+        # With LoRA only the adapters train, and peft keeps them fp32 already: the frozen base stays
+        # in self.dtype (fp32 would double its memory for nothing to update), and without a policy
+        # the adapters compute in fp32 too (FSDP2 only needs the trainable parameters' dtypes uniform).
+        master = master_dtype(self.dtype)
+        mixed = self.dtype if master != self.dtype else None
+        path, ckpt = model_cfg.path, model_cfg.enable_gradient_checkpointing
+        actor_dtype, actor_mixed = (self.dtype, None) if self.lora else (master, mixed)
+        actor_model = load_sharded_model(lambda meta: load_causal_lm(path, actor_dtype, ckpt, lora, on_meta=meta),
+                                         self.mesh, self.device, arr.actor.fsdp_config.param_offload, actor_mixed)
         self.actor = Actor(self._trained("actor", actor_model, arr.actor, arr.actor.loss_agg_mode, plan.actor),
                            arr.actor, self.temperature)
 
         # With LoRA the reference is the actor with its adapter switched off: no second copy.
         self.ref_model = None
         if plan.runs("ref") and not self.lora:
-            self.ref_model = load_causal_lm(model_cfg.path, self.dtype)
+            self.ref_model = load_sharded_model(lambda meta: load_causal_lm(path, self.dtype, on_meta=meta),
+                                                self.mesh, self.device, arr.ref.fsdp_config.param_offload)
             self.ref_model.requires_grad_(False)
-            shard_model(self.ref_model, self.mesh, self.device, arr.ref.fsdp_config.param_offload)
 
         self.critic = None
         if plan.critic is not None:
             c = cfg.critic
-            critic_model = load_value_model(c.model.path, self.dtype, c.model.enable_gradient_checkpointing)
-            shard_model(critic_model, self.mesh, self.device, c.fsdp_config.param_offload)
+            critic_ckpt = c.model.enable_gradient_checkpointing
+            critic_model = load_sharded_model(
+                lambda meta: load_value_model(c.model.path, master, critic_ckpt, on_meta=meta),
+                self.mesh, self.device, c.fsdp_config.param_offload, mixed)
             # The critic's loss is aggregated like the actor's (verl shares the key).
             self.critic = Critic(self._trained("critic", critic_model, c, arr.actor.loss_agg_mode, plan.critic),
                                  c.cliprange_value)
@@ -177,7 +196,8 @@ class HybridWorker:
     def _update_weights(self, _batch: None, _retry):
         stream: dict = {}
         bucket_mb = self.cfg.actor_rollout_ref.rollout.update_weights_bucket_mb
-        self.engine.sync_weights(iter_engine_weights(self.actor.model, bucket_mb, stream))
+        # Cast to the engine's dtype shard by shard, before gathering: half the bytes all-gathered.
+        self.engine.sync_weights(iter_engine_weights(self.actor.model, bucket_mb, stream, dtype=self.dtype))
         # The gathered bytes the stream held at once (its largest bucket), counted as it goes: free,
         # unlike an allocation tracker; the engine's own share shows in perf/memory/update_weights/.
         return None, {"perf/update_weights/bucket_peak_mb": stream["peak_bucket_bytes"] / 2**20,
@@ -197,7 +217,7 @@ class HybridWorker:
                 save_sharded(directory / "critic", self.critic.model, self.critic.optimizer, self.critic.scheduler)
             if save_hf:
                 export_hf(self.actor.model, directory / "huggingface", self.cfg.actor_rollout_ref.model.path,
-                          merge_lora=merge_lora)
+                          merge_lora=merge_lora, dtype=self.dtype)
         return metrics
 
     def resume_from(self, directory: str) -> None:
@@ -229,6 +249,7 @@ class HybridWorker:
 
     # ---------------------------------------------------------------- for tests
     def actor_state(self) -> dict[str, torch.Tensor]:
+        """The actor's full weights as stored (fp32 masters under a narrower compute dtype)."""
         return {k: v.cpu().clone() for k, v in iter_engine_weights(self.actor.model)}
 
     def ref_state(self) -> dict[str, torch.Tensor]:

@@ -14,9 +14,15 @@ bucket is the unit a transfer to an engine in another process would move (verl's
 gather order. In-process, a bucket of one tensor (bucket_mb=None) is the leanest choice; a large
 bucket only costs memory, which the test on the peak measures.
 
+With `dtype` (the engine's, i.e. the compute dtype) each shard is cast BEFORE it is gathered: the
+actor keeps fp32 master weights under a bf16 compute dtype, and gathering bf16 halves the bytes
+all-gathered and the bucket, for the same result (a cast is elementwise, so casting each shard
+then concatenating equals concatenating then casting). verl casts too, after gathering.
+
 With LoRA the engine holds a plain model: each adapted Linear is sent merged (W + scale * B @ A),
-computed from the gathered base weight and the two small adapter matrices; the merged tensor
-replaces the base one in the bucket, so nothing else is copied.
+computed from the gathered base weight and the two small adapter matrices (gathered in their own
+fp32: the product is formed in fp32, then cast); the merged tensor replaces the base one in the
+bucket, so nothing else is copied.
 """
 
 from __future__ import annotations
@@ -36,9 +42,17 @@ def _plain_name(name: str) -> str:
     return name.removeprefix("base_model.model.").replace(".base_layer.", ".")
 
 
-def _merged(param: torch.Tensor, layer) -> torch.Tensor:
+def _gathered(param: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """The whole parameter in `dtype` (None: its own), the shard cast before the all-gather."""
+    shard = param.detach()
+    if dtype is not None and shard.dtype != dtype:
+        shard = shard.to(dtype)  # a DTensor stays sharded: only this rank's slice is converted
+    return full_tensor(shard)
+
+
+def _merged(param: torch.Tensor, layer, dtype: torch.dtype | None) -> torch.Tensor:
     """The gathered parameter, with its LoRA layer's active adapters folded in when it has one."""
-    tensor = full_tensor(param).detach()
+    tensor = _gathered(param, dtype)
     if layer is not None:
         for adapter in layer.active_adapters:
             a = full_tensor(layer.lora_A[adapter].weight).detach()  # [r, in]
@@ -48,9 +62,10 @@ def _merged(param: torch.Tensor, layer) -> torch.Tensor:
 
 
 def iter_engine_weights(model: torch.nn.Module, bucket_mb: float | None = None,
-                        stats: dict | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+                        stats: dict | None = None, dtype: torch.dtype | None = None
+                        ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) for every parameter of the plain HF model, LoRA merged in, gathered in
-    buckets of at most `bucket_mb` MiB (None: one tensor at a time).
+    buckets of at most `bucket_mb` MiB (None: one tensor at a time), in `dtype` (None: as stored).
 
     stats, when given, receives `peak_bucket_bytes` (the largest bucket gathered, i.e. the most
     gathered bytes this stream held at once) and `buckets` (how many were gathered).
@@ -80,10 +95,11 @@ def iter_engine_weights(model: torch.nn.Module, bucket_mb: float | None = None,
                 continue  # folded into its base weight by _merged
             owner = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
             layer = adapted.get(owner) if name.endswith(".weight") else None
-            size = param.numel() * param.element_size()  # the full size: a DTensor's shape is global
+            # The full size as sent: a DTensor's shape is global, the dtype the one it is cast to.
+            size = param.numel() * (dtype or param.dtype).itemsize
             if bucket and held + size > limit:
                 yield from hand_over()  # before gathering: never a full bucket plus one more tensor
-            bucket.append((_plain_name(name), _merged(param, layer)))
+            bucket.append((_plain_name(name), _merged(param, layer, dtype)))
             held += size
         if bucket:
             yield from hand_over()

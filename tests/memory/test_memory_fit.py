@@ -43,9 +43,14 @@ def test_plan_has_every_phase_and_skips_what_does_not_run(data):
                                              "update_actor", "update_weights"]
     assert plan.phase("values").skipped and plan.phase("update_critic").skipped  # grpo: no critic
     assert not plan.phase("ref").skipped and not plan.phase("old_log_prob").skipped  # KL loss; 2 mini-batches
-    # Resident on every phase: the actor's bf16 shard and AdamW states over 4 ranks, the reference's shard.
-    shard = 2 * 7_615_616_512 / 4
-    assert plan.phase("update_weights").parts["optimizer"] == pytest.approx(2 * shard, rel=1e-3)
+    # Resident on every phase, over 4 ranks (bf16 compute): the actor's fp32 master shard (4 bytes per
+    # parameter) and its fp32 AdamW states (8), the reference's bf16 shard (2) and its root, gathered
+    # for good after its first forward: the untied [152064, 3584] embedding and lm_head plus the final
+    # norm [3584], in bf16.
+    n = 7_615_616_512
+    root = 2 * (2 * 152064 * 3584 + 3584)
+    assert plan.phase("update_weights").parts["optimizer"] == pytest.approx(8 * n / 4, rel=1e-3)
+    assert plan.phase("generate").parts["params"] == pytest.approx(4 * n / 4 + 2 * n / 4 + root, rel=1e-3)
     table = format_table(plan)
     assert "update_actor" in table and "capacity 80.0 GB" in table
 
@@ -131,5 +136,11 @@ def test_weight_sync_holds_one_bucket_plus_the_tensor_being_gathered(data):
     assert synced(4096) - synced(512) == 4096 * 2**20 + largest - 2 * largest == 3_204_972_544
     # A bucket larger than the model holds the model at most.
     assert synced(10**6) - synced(512) == model + largest - 2 * largest
-    # One rank: full_tensor() is the parameter itself, so the bucket holds references only.
-    assert synced(4096, world=1) == synced(1, world=1)
+    # One rank: full_tensor() is the shard itself, but each fp32 master is cast to bf16 before it is
+    # "gathered", so the bucket holds bf16 copies: the largest tensor alone, or a full 4 GiB bucket.
+    assert synced(4096, world=1) - synced(1, world=1) == 4096 * 2**20 - largest
+    # With fp32 compute nothing is cast, and the bucket holds references only.
+    fp32 = replace(x, dtype_bytes=4, world=1)
+    assert plan_inputs(replace(fp32, update_weights_bucket_mb=4096), 80 * GB).phase("update_weights").parts[
+        "params"] == plan_inputs(replace(fp32, update_weights_bucket_mb=1), 80 * GB).phase("update_weights").parts[
+        "params"]

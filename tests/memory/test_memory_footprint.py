@@ -34,6 +34,20 @@ def test_tiny_parameters_and_adam_states_on_two_ranks_fp32():
     assert m.largest_full == 4 * 2048 * 128
 
 
+def test_fp32_masters_under_bf16_compute_on_two_ranks():
+    # The same counts as above (184,832 per layer, 262,272 in the root, 92,416 + 131,136 per rank),
+    # stored at 4 bytes and gathered at 2: shards, their gradients and AdamW states are what the fp32
+    # case holds; a gathered layer or root half of it; gradients reduced and accumulated in fp32.
+    m = ModelBytes.build(TINY, dtype_bytes=2, world=2, master_bytes=4)
+    assert m.total_shard == 4 * (2 * 92_416 + 131_136) == 1_263_872
+    assert 2 * m.trainable_shard == 2_527_744
+    assert m.layer_full == 2 * 184_832 and m.root_full == 2 * 262_272 and m.largest_full == 2 * 2048 * 128
+    assert m.layer_reduce == 4 * 184_832 and m.root_reduce == 4 * 262_272
+    assert m.trainable_full == 4 * TINY.num_params() == 2_527_744  # the unsharded fp32 accumulation
+    same = ModelBytes.build(TINY, dtype_bytes=2, world=2)  # the reference: stored as it computes
+    assert same.total_shard == 2 * (2 * 92_416 + 131_136) and same.layer_reduce == same.layer_full
+
+
 def test_lora_trains_only_fp32_adapters():
     # all-linear, r=8, per layer: A [8, in] + B [out, 8] for q,k,v,o,gate,up,down:
     # 8*(128+128) + 8*(128+64) + 8*(128+64) + 8*(128+128) + 2*8*(128+352) + 8*(352+128) = 18,688.
