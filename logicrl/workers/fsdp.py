@@ -105,9 +105,12 @@ def clip_grad_norm(model: torch.nn.Module, max_norm: float, device: torch.device
         return 0.0
     norm = full_tensor(torch.nn.utils.get_total_norm(grads, 2.0), device)
     coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # torch's clip_grads_with_norm_ factor
+    on = {}  # one copy of the factor per device (offloaded grads: one device-to-host copy, not one each)
     for grad in grads:
         local = grad.to_local() if hasattr(grad, "to_local") else grad
-        local.mul_(coef.to(local.device))
+        if local.device not in on:
+            on[local.device] = coef.to(local.device)
+        local.mul_(on[local.device])
     return float(norm)
 
 

@@ -108,7 +108,8 @@ def test_lora_actor_streams_merged_weights_into_vllm():
 def test_optimizer_offload_reaches_the_update_and_a_resume(tmp_path, monkeypatch):
     from logicrl.workers import hybrid, update
 
-    worker, prompts = make_worker("hf", f"{ARR}.actor.fsdp_config.optimizer_offload=true", f"{ARR}.actor.use_kl_loss=false")
+    worker, prompts = make_worker("hf", f"{ARR}.actor.fsdp_config.optimizer_offload=true",
+                                  f"{ARR}.actor.use_kl_loss=false")
     assert worker.actor.role.optimizer_offload
     parked = []
     for module in (update, hybrid):  # both places that send the states to the host

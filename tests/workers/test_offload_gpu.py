@@ -141,8 +141,8 @@ def _update_path(rank: int, port: int, out: str):
         micro = Micro("ppo_micro_batch_size_per_gpu", 8, False)
         role = Trained("actor", net, optimizer, scheduler, Update(16, 16, micro, 1, 1), MicroSize("update_actor",
                        micro.key, 8, False), "token-mean", 1.0, 1, device, offload)
-        batch = TensorDict({"x": torch.randn(16, 512, device=device), "response_mask": torch.ones(16, 1, device=device)},
-                           batch_size=[16])
+        batch = TensorDict({"x": torch.randn(16, 512, device=device),
+                            "response_mask": torch.ones(16, 1, device=device)}, batch_size=[16])
         run_update(role, batch, lambda mb, n: (net(mb["x"]).pow(2).sum() / n, {}), lambda fn, reset=None: fn(None))
         torch.cuda.synchronize()
         after[offload] = torch.cuda.memory_allocated(device)
