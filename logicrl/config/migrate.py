@@ -25,13 +25,9 @@ GLOBAL_MICRO_BATCH_KEYS = (
 
 # Schema keys kept so verl and Logic-RL scripts run, that logicrl does not act on: (key, the value
 # that asks for nothing, why any other value is ignored). The only table of such keys.
-OPTIMIZER_OFFLOAD_WHY = ("AdamW states live with the parameters, on the host only with fsdp_config.param_offload=true "
-                         "(a separate optimizer offload is issue 16)")
 IGNORED_KEYS = (
     ("actor_rollout_ref.model.use_remove_padding", False,
      "forward passes run on padded batches (packed sequences are issue 16): the same results, more memory and time"),
-    ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False, OPTIMIZER_OFFLOAD_WHY),
-    ("critic.fsdp_config.optimizer_offload", False, OPTIMIZER_OFFLOAD_WHY),
     ("data.val_batch_size", None, "validation sends the whole set to the engine at once, which schedules "
                                   "rollout.max_num_seqs sequences at a time: the same results"),
     ("trainer.default_hdfs_dir", None, "logicrl writes checkpoints to trainer.default_local_dir only"),

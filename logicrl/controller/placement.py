@@ -83,7 +83,8 @@ def rendezvous(where: list[Where]) -> tuple[str, int]:
 def threads_per_rank(where: list[Where], node_cpus: dict[str, float]) -> list[int]:
     """Each rank's share of its own node: the node's CPUs in Ray (what SLURM gave it, or this
     machine's for a private cluster), bounded by the cores the process may run on, split among
-    the ranks on that node."""
+    the ranks on that node. GPU ranks too: with param_offload their AdamW step runs on the host
+    (CPUOffloadPolicy), where one thread would take seconds per step at 7B."""
     on_node = Counter(w.node_id for w in where)
     return [max(1, min(int(node_cpus.get(w.node_id, w.cpus)), w.cpus) // on_node[w.node_id]) for w in where]
 

@@ -90,6 +90,13 @@ def _flag_knobs(x: PlanInputs, phase: str) -> list[tuple[str, Callable[[PlanInpu
         out.append(("critic_ckpt", lambda y: replace(y, critic_ckpt=True)))
     if x.device != "cuda":
         return out  # offload moves nothing off a CPU rank (workers/fsdp.py)
+    # Optimizer offload first: it frees the states outside their update and keeps the step on the
+    # GPU; parameter offload moves the step itself to the host.
+    if phase != "update_actor" and not x.actor_offload and not x.actor_optim_offload:
+        out.append(("actor_optim_offload", lambda y: replace(y, actor_optim_offload=True)))
+    if (x.critic_spec is not None and phase != "update_critic" and not x.critic_offload
+            and not x.critic_optim_offload):
+        out.append(("critic_optim_offload", lambda y: replace(y, critic_optim_offload=True)))
     if not x.actor_offload:
         out.append(("actor_offload", lambda y: replace(y, actor_offload=True)))
     if x.uses_ref and not x.lora_rank and not x.ref_offload:

@@ -35,6 +35,8 @@ KNOBS = {
     "actor_offload": f"{ARR}.actor.fsdp_config.param_offload",
     "ref_offload": f"{ARR}.ref.fsdp_config.param_offload",
     "critic_offload": "critic.fsdp_config.param_offload",
+    "actor_optim_offload": f"{ARR}.actor.fsdp_config.optimizer_offload",
+    "critic_optim_offload": "critic.fsdp_config.optimizer_offload",
     "actor_ckpt": f"{ARR}.model.enable_gradient_checkpointing",
     "critic_ckpt": "critic.model.enable_gradient_checkpointing",
 }
@@ -84,6 +86,9 @@ class PlanInputs:
     base_weight_bits: float | None = None
     reward_spec: ModelSpec | None = None
     update_weights_bucket_mb: int = 0  # weight sync gathers buckets of at most this (0: one tensor at a time)
+    # optimizer_offload: AdamW states on the host outside their update (workers/update.py)
+    actor_optim_offload: bool = False
+    critic_optim_offload: bool = False
 
     @property
     def width(self) -> int:
@@ -131,6 +136,8 @@ class PlanInputs:
             free_cache_engine=arr.rollout.free_cache_engine,
             max_num_batched_tokens=arr.rollout.max_num_batched_tokens,
             update_weights_bucket_mb=arr.rollout.update_weights_bucket_mb,
+            actor_optim_offload=arr.actor.fsdp_config.optimizer_offload,
+            critic_optim_offload=critic.fsdp_config.optimizer_offload,
             **what_if)
 
 

@@ -10,7 +10,9 @@ after the first step, once AdamW's states exist. On each rank, between phases:
                        fp32 masters (4 + 4 + 8 bytes per parameter for weights, gradients and AdamW,
                        sharded) and gather one unit at a time in the compute dtype (2 bytes in bf16);
                        the reference and a LoRA base store the compute dtype, LoRA adapters fp32.
-                       With param_offload on CUDA all of these live on the host.
+                       With param_offload on CUDA all of these live on the host; with
+                       optimizer_offload on CUDA the AdamW states do, except during their own
+                       update (update_actor, update_critic), which brings them to the device.
   gathered roots       FSDP2 reshards the root unit (embeddings, final norm, lm_head) after a
                        backward, never after a forward. A forward-only pass therefore leaves it
                        gathered: the reference's for good (it never runs backward), the actor's from
@@ -84,15 +86,22 @@ def _on_device(x: PlanInputs, offload: bool) -> bool:
     return not (offload and x.device == "cuda")
 
 
+def loaded_states(x: PlanInputs, model: ModelBytes, param_offload: bool, optim_offload: bool) -> int:
+    """AdamW state bytes that optimizer_offload brings to the device for the model's update, and
+    takes back after it (workers/update.py); 0 when they never leave (or, with param_offload, never
+    reach) the device."""
+    return 2 * model.trainable_shard if _on_device(x, param_offload) and not _on_device(x, optim_offload) else 0
+
+
 def resident(x: PlanInputs, m: Models) -> tuple[int, int]:
     """(parameter bytes, AdamW state bytes) every rank holds on the device between phases."""
     params = optim = 0
     if _on_device(x, x.actor_offload):
         params += m.actor.total_shard
-        optim += 2 * m.actor.trainable_shard
+        optim += 2 * m.actor.trainable_shard - loaded_states(x, m.actor, x.actor_offload, x.actor_optim_offload)
     if m.critic and _on_device(x, x.critic_offload):
         params += m.critic.total_shard
-        optim += 2 * m.critic.trainable_shard
+        optim += 2 * m.critic.trainable_shard - loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
     if m.ref:
         # The gathered root is on the device even with offload: FSDP2 gathers onto the GPU.
         params += m.ref.root_full + (m.ref.total_shard if _on_device(x, x.ref_offload) else 0)
@@ -108,8 +117,8 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     weights, kv = engine_bytes(x, m, capacity, awake=False)
     base = dict(params=params, optimizer=optim, engine=weights, kv_cache=kv)
 
-    def plus(extra: int) -> dict[str, int]:
-        return {**base, "params": params + extra}
+    def plus(extra: int, states: int = 0) -> dict[str, int]:
+        return {**base, "params": params + extra, "optimizer": optim + states}
 
     ref_is_actor = x.uses_ref and m.ref is None  # LoRA: the actor with its adapter disabled
     # From old_log_prob (or a LoRA reference pass) until update_actor, the actor's root stays gathered.
@@ -137,14 +146,16 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     if m.critic:
         phases.append(forward_phase("values", x, m.critic, x.critic_spec, plus(actor_held), x.critic_micro,
                                     None, lm=False))
+        states = loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
         phases.append(backward_phase("update_critic", x, m.critic, x.critic_spec,
-                                     plus(actor_held + m.critic.root_full), x.critic_micro, x.critic_budget,
+                                     plus(actor_held + m.critic.root_full, states), x.critic_micro, x.critic_budget,
                                      x.critic_per_rank_mini, x.critic_ckpt, lm=False, root_held=True,
                                      offload=x.critic_offload))
     else:
         phases += [PhaseMemory("values", skipped=x.skip_critic), PhaseMemory("update_critic", skipped=x.skip_critic)]
 
-    phases.append(backward_phase("update_actor", x, m.actor, x.spec, plus(actor_held), x.actor_micro,
+    states = loaded_states(x, m.actor, x.actor_offload, x.actor_optim_offload)
+    phases.append(backward_phase("update_actor", x, m.actor, x.spec, plus(actor_held, states), x.actor_micro,
                                  x.actor_budget, x.actor_per_rank_mini, x.actor_ckpt, lm=True,
                                  root_held=bool(actor_held), offload=x.actor_offload))
     phases.append(weight_sync_phase(x, m, base, capacity))

@@ -2,8 +2,14 @@
 and the few collectives the workers run themselves (gathering a DTensor, reducing a number).
 
 FSDP2 (`fully_shard`) shards each decoder layer and then the root, so only one layer's full
-parameters exist at a time during forward and backward. On CUDA it runs over NCCL; without CUDA
-the same code runs on CPU ranks over gloo (the CI path).
+parameters exist at a time during forward and backward. On CUDA it runs over NCCL, with gloo beside
+it for CPU tensors; without CUDA the same code runs on CPU ranks over gloo (the CI path).
+
+Offload, as verl means it: `param_offload` keeps the shards (and their gradients) on the host
+through FSDP2's CPUOffloadPolicy, so every gather below first moves a host shard to the rank's
+device and gathers there, over NCCL (verl fsdp_workers.py, TRL vllm_generation.py do the same);
+`optimizer_offload` keeps AdamW's states on the host between updates (offload_optimizer /
+load_optimizer, verl's fsdp_utils offload_fsdp_optimizer / load_fsdp_optimizer).
 
 Every helper below that gathers or reduces is a collective: all ranks must call it, in the same
 order, or the others wait in it until the process group's timeout.
@@ -23,13 +29,23 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int,
                      device: torch.device) -> DeviceMesh:
-    """Join the process group (once per process) and return the 1-D data-parallel mesh."""
+    """Join the process group (once per process) and return the 1-D data-parallel mesh.
+
+    On CUDA the group has two backends: NCCL for device tensors and gloo for host ones, which a
+    CPU-offloaded shard or vLLM's world group (a gloo `cpu_group`) may put into a collective; an
+    NCCL-only group fails those with "No backend type associated with device type cpu". The
+    device is set first and bound with `device_id`: NCCL then starts eagerly on the right GPU, and
+    later `new_group` calls (vLLM builds a dozen) can split its communicator instead of starting
+    new ones.
+    """
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(minutes=30))
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+        backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+        bind = {"device_id": device} if cuda else {}
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(minutes=30), **bind)
     return init_device_mesh(device.type, (world_size,))
 
 
@@ -85,11 +101,50 @@ def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, tota
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> float:
-    """Clip the global gradient norm (over all shards) and return it, taken before clipping."""
-    params = [p for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return float(full_tensor(norm))
+def clip_grad_norm(model: torch.nn.Module, max_norm: float, device: torch.device | None = None) -> float:
+    """Clip the global gradient norm (over all shards) and return it, taken before clipping.
+
+    verl's fsdp2_clip_grad_norm_: torch's clip_grad_norm_ would reduce the norm where the gradients
+    are, on the host when they are offloaded. Here each rank's norm over its local shards is taken
+    where they live (a Partial DTensor, nothing sent yet), moved to `device` (None: the mesh's) and
+    reduced there, and each local shard is scaled in place by the one clip factor.
+    """
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return 0.0
+    norm = full_tensor(torch.nn.utils.get_total_norm(grads, 2.0), device)
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # torch's clip_grads_with_norm_ factor
+    on = {}  # one copy of the factor per device (offloaded grads: one device-to-host copy, not one each)
+    for grad in grads:
+        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        if local.device not in on:
+            on[local.device] = coef.to(local.device)
+        local.mul_(on[local.device])
+    return float(norm)
+
+
+def offload_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """Move AdamW's states (exp_avg, exp_avg_sq) to the host: `optimizer_offload` between updates.
+
+    Blocking copies: a non-blocking one into pageable memory could be read before it lands, and
+    pinning the states would hold as much pinned host memory for the whole run. `step` stays where
+    torch put it (a host scalar unless the optimizer is fused or capturable).
+    """
+    _move_states(optimizer, lambda _param: torch.device("cpu"))
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """Bring AdamW's states back beside their parameters for the step. A parameter on the host
+    (CPUOffloadPolicy, or a CPU rank) keeps them there: its step runs on the host anyway."""
+    _move_states(optimizer, lambda param: param.device)
+
+
+def _move_states(optimizer: torch.optim.Optimizer, where) -> None:
+    for param, state in optimizer.state.items():
+        target = where(param)
+        for key, value in state.items():
+            if key != "step" and torch.is_tensor(value) and value.device != target:
+                state[key] = value.to(target)
 
 
 def drop_unreduced_grads(model: torch.nn.Module) -> None:
@@ -116,9 +171,27 @@ def drop_unreduced_grads(model: torch.nn.Module) -> None:
         p.grad = None
 
 
-def full_tensor(t: torch.Tensor) -> torch.Tensor:
-    """The whole tensor: a DTensor (an FSDP2 shard) is all-gathered, a plain tensor comes back as is."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
+def full_tensor(t: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+    """The whole tensor: a DTensor (an FSDP2 shard) is all-gathered, a plain tensor comes back as is.
+
+    A shard on the host of a device mesh (param_offload's CPUOffloadPolicy) is first moved to
+    `device` (None: this rank's device of the mesh's type), so the gather runs there, over NCCL,
+    and its result is on the device; gathering it in place would run over gloo, through host
+    memory, or fail in an NCCL-only group.
+    """
+    if not hasattr(t, "full_tensor"):
+        return t
+    target = device if device is not None else mesh_device(t.device_mesh)
+    if t.device.type == "cpu" and target.type != "cpu":
+        t = t.to(target)
+    return t.full_tensor()
+
+
+def mesh_device(mesh: DeviceMesh) -> torch.device:
+    """This rank's device of the mesh's type: the current CUDA device (init_distributed sets it)."""
+    if mesh.device_type == "cpu":
+        return torch.device("cpu")
+    return torch.device(mesh.device_type, getattr(torch, mesh.device_type).current_device())
 
 
 def _multi_rank() -> bool:

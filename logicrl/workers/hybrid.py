@@ -17,6 +17,7 @@ Tensors cross the Ray boundary on CPU; `run` moves the shard to the rank's devic
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from logicrl.models.loading import (
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
 from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
 from logicrl.workers.critic import Critic
-from logicrl.workers.fsdp import build_optimizer, init_distributed
+from logicrl.workers.fsdp import build_optimizer, init_distributed, offload_optimizer
 from logicrl.workers.oom import MicroSize, phase_retry
 from logicrl.workers.rollout import SamplingParams
 from logicrl.workers.rollout.engines import build_engine
@@ -54,8 +55,32 @@ def pick_device(kind: str, rank: int) -> torch.device:
         raise RuntimeError("trainer.device=cuda but CUDA is not available here: use trainer.device=auto or cpu")
     if kind == "cpu" or not cuda:
         return torch.device("cpu")
-    # Ray gives each rank one GPU and makes it cuda:0 through CUDA_VISIBLE_DEVICES.
-    return torch.device("cuda", 0 if "CUDA_VISIBLE_DEVICES" in os.environ else rank % torch.cuda.device_count())
+    # A Ray worker always has ray imported; anything else (tests, one process) does not need it.
+    ray = sys.modules.get("ray")
+    ray_ids = ray.get_gpu_ids() if ray is not None and ray.is_initialized() else []
+    return torch.device("cuda", gpu_index(rank, torch.cuda.device_count(), ray_ids,
+                                          os.environ.get("CUDA_VISIBLE_DEVICES")))
+
+
+def gpu_index(rank: int, count: int, ray_ids: list, visible: str | None) -> int:
+    """This rank's index among the visible GPUs.
+
+    Under Ray it is the GPU Ray assigned (ray.get_gpu_ids(), named as in CUDA_VISIBLE_DEVICES).
+    Ray usually narrows CUDA_VISIBLE_DEVICES to that GPU, which makes it index 0; with
+    RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES every rank sees all of them, and taking index 0
+    would put every rank on GPU 0 (NCCL: "Duplicate GPU detected"). Without Ray: the one visible
+    GPU, or one per rank.
+    """
+    if ray_ids:
+        gpu = str(ray_ids[0])
+        if visible is None:
+            return int(gpu)  # every GPU visible, in the driver's order
+        names = [name.strip() for name in visible.split(",")]
+        if gpu not in names:
+            raise RuntimeError(f"Ray assigned GPU {gpu} to rank {rank} but CUDA_VISIBLE_DEVICES={visible} hides it: "
+                               "leave CUDA_VISIBLE_DEVICES to Ray")
+        return names.index(gpu)
+    return 0 if count == 1 else rank % count
 
 
 class HybridWorker:
@@ -123,7 +148,14 @@ class HybridWorker:
         optimizer, scheduler = build_optimizer(model, o.lr, o.weight_decay, self.plan.total_steps,
                                                o.lr_warmup_steps_ratio, o.lr_scheduler_type)
         return Trained(name, model, optimizer, scheduler, update, self.sizes[f"update_{name}"], loss_agg_mode,
-                       role_cfg.grad_clip, self.world_size, self.device)
+                       role_cfg.grad_clip, self.world_size, self.device, role_cfg.fsdp_config.optimizer_offload)
+
+    def _park_optimizers(self) -> None:
+        """A loaded checkpoint puts AdamW's states beside the parameters; optimizer_offload keeps
+        them on the host until the next update (workers/update.py)."""
+        for part in (self.actor, self.critic):
+            if part is not None and part.role.optimizer_offload:
+                offload_optimizer(part.optimizer)
 
     # ---------------------------------------------------------------- the phase wrapper
     def run(self, batch: TensorDict | None, phase: str, step: int | None = None,
@@ -134,7 +166,8 @@ class HybridWorker:
         self.faults.fail_worker_if_due(phase, step)  # test-injected failures; a no-op unless asked
         metrics: dict = {}
         body = getattr(self, f"_{phase}")
-        with measure(phase, metrics, self.device):
+        # Only generate wakes the whole engine; other phases see it asleep (or only its weights, for the sync).
+        with measure(phase, metrics, self.device, engine_awake=phase == "generate"):
             retry = phase_retry(self.sizes[phase], self.device, self.faults, step) if phase in self.sizes else None
             out, phase_metrics = body(None if batch is None else batch.to(self.device), retry, **kwargs)
         metrics.update(phase_metrics)
@@ -227,6 +260,7 @@ class HybridWorker:
         if self.critic is not None:
             load_sharded(directory / "critic", self.critic.model, self.critic.optimizer, self.critic.scheduler,
                          restore_rng=False)
+        self._park_optimizers()
         self._update_weights(None, None)  # the engine still holds the weights it was built with
 
     def start_from(self, directory: str, carry_optimizer: bool) -> None:
@@ -245,6 +279,7 @@ class HybridWorker:
             load_stage_start(path, part.model, part.optimizer, part.scheduler, carry_optimizer)
         if self.ref_model is not None:
             load_sharded(directory / "actor", self.ref_model, None, restore_rng=False)
+        self._park_optimizers()
         self._update_weights(None, None)
 
     # ---------------------------------------------------------------- for tests

@@ -27,7 +27,13 @@ from tensordict import TensorDict
 
 from logicrl.algos import loss_normalizer
 from logicrl.config.plan import Update
-from logicrl.workers.fsdp import all_reduce_sum, clip_grad_norm, drop_unreduced_grads
+from logicrl.workers.fsdp import (
+    all_reduce_sum,
+    clip_grad_norm,
+    drop_unreduced_grads,
+    load_optimizer,
+    offload_optimizer,
+)
 from logicrl.workers.micro import split_fixed
 from logicrl.workers.oom import MicroSize
 
@@ -49,16 +55,21 @@ class Trained:
     grad_clip: float
     world_size: int
     device: torch.device
+    optimizer_offload: bool = False  # AdamW states on the host outside run_update
 
 
 def run_update(role: Trained, batch: TensorDict, loss_fn: LossFn, retry) -> dict[str, float]:
     role.model.train()
+    if role.optimizer_offload:
+        load_optimizer(role.optimizer)
     records: dict[str, list[float]] = {}
     for _ in range(role.plan.ppo_epochs):
         for mini in split_fixed(batch, role.plan.per_rank_mini):
             for key, value in _step(role, mini, loss_fn, retry).items():
                 records.setdefault(key, []).append(value)
     role.scheduler.step()
+    if role.optimizer_offload:  # not on an exception: the run ends then, and a CUDA error would repeat here
+        offload_optimizer(role.optimizer)
     metrics = {k: sum(v) / len(v) for k, v in records.items()}
     metrics[f"{role.name}/lr"] = role.scheduler.get_last_lr()[0]
     return metrics
@@ -68,7 +79,7 @@ def _step(role: Trained, mini: TensorDict, loss_fn: LossFn, retry) -> dict[str, 
     normalizer = all_reduce_sum(float(loss_normalizer(mini["response_mask"], role.loss_agg_mode)), role.device)
     stats = retry(lambda _: _accumulate(role, mini, normalizer, loss_fn),
                   reset=lambda: drop_unreduced_grads(role.model))
-    grad_norm = clip_grad_norm(role.model, role.grad_clip)
+    grad_norm = clip_grad_norm(role.model, role.grad_clip, role.device)
     if torch.isfinite(torch.tensor(grad_norm)):
         role.optimizer.step()
     role.optimizer.zero_grad(set_to_none=True)

@@ -103,3 +103,24 @@ def test_lora_actor_streams_merged_weights_into_vllm():
     add(worker, after, "old_log_prob")  # peft model, adapters active
     mask = after["response_mask"].bool()
     torch.testing.assert_close(after["old_log_probs"][mask], after["rollout_log_probs"][mask], atol=1e-4, rtol=0)
+
+
+def test_optimizer_offload_reaches_the_update_and_a_resume(tmp_path, monkeypatch):
+    from logicrl.workers import hybrid, update
+
+    worker, prompts = make_worker("hf", f"{ARR}.actor.fsdp_config.optimizer_offload=true",
+                                  f"{ARR}.actor.use_kl_loss=false")
+    assert worker.actor.role.optimizer_offload
+    parked = []
+    for module in (update, hybrid):  # both places that send the states to the host
+        monkeypatch.setattr(module, "offload_optimizer", lambda opt, seen=parked, real=module.offload_optimizer:
+                            seen.append(opt) or real(opt))
+    batch, _ = generate(worker, prompts, seed=3)
+    batch["advantages"] = torch.randn(batch["responses"].shape) * batch["response_mask"]
+    worker.run(batch, "update_actor")
+    assert parked == [worker.actor.optimizer]
+    states = [v for s in worker.actor.optimizer.state.values() for k, v in s.items() if k != "step"]
+    assert states and all(t.device.type == "cpu" for t in states)
+    worker.save_checkpoint(str(tmp_path / "ckpt"), save_hf=False, merge_lora=False)
+    worker.resume_from(str(tmp_path / "ckpt"))
+    assert parked == [worker.actor.optimizer] * 2  # a loaded checkpoint's states go back to the host too
