@@ -4,12 +4,17 @@ with --engines, the same run once per rollout engine and how they compare.
     .venv/bin/python benchmarks/step_time.py --steps 10 [override ...]
     .venv/bin/python benchmarks/step_time.py --steps 5 +recipe=stage1 actor_rollout_ref.model.path=/ckpt/...
     .venv/bin/python benchmarks/step_time.py --engines vllm,hf --bench-model --steps 4   # vLLM vs HF
+    python3 benchmarks/step_time.py --in-process --qwen05b --steps 3 trainer.device=cuda actor_rollout_ref.rollout.name=hf
 
 It runs main_ppo.py as a user would (validation off, JSONL metrics) and summarises its
 metrics.jsonl: the mean controller wall time of each phase (timing_s/*, Ray transfers included),
 the largest per-phase peak memory any rank reported (perf/memory/*/peak_gb: CUDA max allocated,
 or on CPU the sampled process RSS, see logicrl/memory/telemetry.py), and rollout tokens/s. The
 first step (worker start-up, caches) is left out of the means when there are more than two.
+
+--in-process runs one rank in this process, without Ray (tests/gpu/runs.py: the same trainer, the
+same metrics), for a GPU machine that has torch but no Ray. --qwen05b trains a Qwen2.5-0.5B-shaped
+model (494M parameters, random weights) instead of the embedded one.
 
 --bench-model trains a 27M-parameter Qwen2 (BENCH_MODEL: hidden 512, 8 layers, head_dim 64 as
 vLLM's CPU attention needs) with random weights, built once from its config with the tiny
@@ -70,6 +75,14 @@ def run(steps: int, overrides: list[str]) -> list[dict]:
         return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def run_in_process(steps: int, overrides: list[str]) -> list[dict]:
+    from tests.gpu.runs import train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return train([f"trainer.total_training_steps={steps}", "trainer.val_before_train=false", "trainer.test_freq=-1",
+                      "trainer.save_freq=-1", *overrides], Path(tmp))
+
+
 def summarize(rows: list[dict], label: str) -> dict[str, float]:
     steady = rows[1:] if len(rows) > 2 else rows
     print(f"{len(rows)} steps ({len(steady)} averaged); {label}")
@@ -97,17 +110,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--engines", default="", help="comma-separated rollout engines to compare, e.g. vllm,hf")
     parser.add_argument("--bench-model", action="store_true", help="the 27M-parameter model and BENCH_RUN batch")
+    parser.add_argument("--qwen05b", action="store_true", help="a Qwen2.5-0.5B-shaped model with random weights")
+    parser.add_argument("--in-process", action="store_true", help="one rank in this process, no Ray")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     overrides = list(args.overrides)
+    sys.path.insert(0, str(ROOT))  # tests.gpu.runs, for the next two
+    runner = run_in_process if args.in_process else run
+    if args.qwen05b:
+        from tests.gpu.runs import QWEN25_05B, write_random_model
+        from logicrl.models.tiny import cache_root
+
+        overrides = [f"{ARR}.model.path={write_random_model(QWEN25_05B, cache_root() / 'qwen2.5-0.5b-random')}",
+                     *overrides]
     if args.bench_model:
         overrides = [f"{ARR}.model.path={bench_model_dir()}", *BENCH_RUN, *overrides]
     engines = [e for e in args.engines.split(",") if e]
     if not engines:
-        summarize(run(args.steps, overrides), f"overrides: {' '.join(overrides) or '(embedded default)'}")
+        summarize(runner(args.steps, overrides), f"overrides: {' '.join(overrides) or '(embedded default)'}")
         return
     print(f"overrides: {' '.join(overrides)}\n")
-    results = {e: summarize(run(args.steps, [*overrides, f"{ARR}.rollout.name={e}"]), f"rollout.name={e}")
+    results = {e: summarize(runner(args.steps, [*overrides, f"{ARR}.rollout.name={e}"]), f"rollout.name={e}")
                for e in engines}
     keys = list(next(iter(results.values())))
     print(f"{'engine':<8}" + "".join(f"{k:>18}" for k in keys))
