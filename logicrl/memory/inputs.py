@@ -84,6 +84,7 @@ class PlanInputs:
     base_weight_bits: float | None = None
     reward_spec: ModelSpec | None = None
     update_weights_bucket_mb: int = 0  # weight sync gathers buckets of at most this (0: one tensor at a time)
+    rollout_tp: int = 1  # vLLM tensor parallelism: each rank's engine holds 1/tp of the weights
 
     @property
     def width(self) -> int:
@@ -125,6 +126,7 @@ class PlanInputs:
             free_cache_engine=arr.rollout.free_cache_engine,
             max_num_batched_tokens=arr.rollout.max_num_batched_tokens,
             update_weights_bucket_mb=arr.rollout.update_weights_bucket_mb,
+            rollout_tp=arr.rollout.tensor_model_parallel_size,
             **what_if)
 
 

@@ -85,7 +85,9 @@ def engine_bytes(x: PlanInputs, m: Models, capacity: int, awake: bool) -> tuple[
     # the sampler's fp32 logits for max_num_seqs rows; this is an estimate of that profile.
     reserve = x.max_num_batched_tokens * forward_transient_per_token(x.spec, x.dtype_bytes, x.width) + \
         2 * FP32 * x.gen_micro * x.spec.vocab_size
-    weights = m.engine.total_full + reserve
+    # With tensor parallelism vLLM keeps 1/tp of each sharded weight (vocab and norms are small next to the
+    # linears); the KV cache default is unchanged: tp times the rows at 1/tp of the KV heads.
+    weights = m.engine.total_full // x.rollout_tp + reserve
     if x.kv_cache_gb is not None:
         return weights, int(x.kv_cache_gb * GB)
     if x.device == "cuda":  # vLLM takes this fraction of the device; the KV cache is what is left

@@ -3,9 +3,11 @@
 In-process: vLLM's engine core normally runs in a child process (and on CPU always uses the
 multiprocessing executor). VLLM_ENABLE_V1_MULTIPROCESSING=0 with distributed_executor_backend="uni"
 keeps the engine core, the executor and the one worker in this process, so weight sync hands
-tensors over by reference and no second copy of the weights crosses a process boundary.
+tensors over by reference and no second copy of the weights crosses a process boundary. With
+rollout.tensor_model_parallel_size > 1 the executor is "external_launcher" instead: the same
+in-process worker, its TP group cut from the trainer's ranks (vllm_tp.py).
 
-Four places where vLLM does not do what base.py needs on its own, and what this file does:
+Five places where vLLM does not do what base.py needs on its own, and what this file does:
 
 1. Log-probs. base.py wants log_softmax(logits / T) before top-k/top-p filtering; vLLM's
    `processed_logprobs` mode renormalises over the kept tokens once a filter is on. The engine runs
@@ -70,6 +72,7 @@ reload), where vLLM's LoRA would move only the adapter's r * (in + out) values p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Sequence
 
@@ -77,6 +80,7 @@ import torch
 
 from logicrl.workers.rollout.base import RolloutOutput, SamplingParams
 from logicrl.workers.rollout.vllm_logprobs import patch_worker_sampler
+from logicrl.workers.rollout.vllm_tp import TPGroup, external_launcher_env
 
 SLEEP_LEVEL = 2  # discard weights and KV cache: every sync reloads every parameter (module docstring, point 4)
 
@@ -119,9 +123,9 @@ class VLLMRolloutEngine:
                  kv_cache_gb: float | None = None, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
                  enforce_eager: bool | None = None, enable_prefix_caching: bool = True, free_cache_engine: bool = True,
                  tensor_model_parallel_size: int = 1):
-        if tensor_model_parallel_size != 1:
-            raise ValueError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tensor_model_parallel_size}: "
-                             "only 1 is supported (one engine per rank); set it to 1")
+        self.tp = tensor_model_parallel_size
+        if self.tp > 1:
+            external_launcher_env(self.tp)  # vllm_tp.py: vLLM adopts our world and cuts it into TP groups
         # Must be set before vLLM reads it at engine creation; "0" keeps the engine core in-process.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         import vllm
@@ -151,12 +155,19 @@ class VLLMRolloutEngine:
                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                 enable_chunked_prefill=chunked_prefill,
                 enforce_eager=enforce_eager, enable_prefix_caching=enable_prefix_caching,
-                tensor_parallel_size=1, distributed_executor_backend="uni",
+                tensor_parallel_size=self.tp,
+                # "uni": one in-process worker that joins our process group as a TP-of-1 "external
+                # DP" rank; "external_launcher": the same, with TP groups cut from our ranks.
+                distributed_executor_backend="uni" if self.tp == 1 else "external_launcher",
+                # vLLM's custom all-reduce needs every TP peer's GPU visible in this process (CUDA IPC);
+                # Ray shows each rank one GPU, so TP reductions go through NCCL (as verl's SPMD rollout did).
+                disable_custom_all_reduce=self.tp > 1,
                 logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode,
             )
         finally:
             torch.set_num_threads = set_num_threads
         self.enforce_eager = enforce_eager
+        self.tp_group = TPGroup() if self.tp > 1 else None
         self.sampler_kind = self.llm.collective_rpc(patch_worker_sampler)[0]  # "v1" or "v2"
 
     def _vllm_params(self, params: SamplingParams, seed: int | None):
@@ -180,6 +191,32 @@ class VLLMRolloutEngine:
         row is its own request with n=1; vLLM's prefix cache shares the repeated prompts' KV.
         """
         prompts = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids.cpu(), attention_mask.cpu())]
+        # Each request gets its own seed, drawn from params.seed: one seed for every row would
+        # give the n copies of a prompt the same noise, hence the same response.
+        seeds: list[int | None] = [None] * len(prompts)
+        if params.seed is not None:
+            g = torch.Generator().manual_seed(params.seed)
+            seeds = torch.randint(0, 2**62, (len(prompts),), generator=g).tolist()
+        if self.tp_group is None:
+            return self._generate(prompts, seeds, params)
+        # Tensor parallel: the group's members must all run the same requests (vllm_tp.py). Gathered
+        # before any check, so a bad shard on one member raises the same error on every member
+        # instead of leaving the others waiting in the next collective.
+        shards = self.tp_group.gather((prompts, seeds, params))
+        # Unseeded sampling would draw from each member's own global RNG and the members would part.
+        unseeded = dataclasses.replace(params, seed=None)  # each member's rows keep their own seed
+        if any(dataclasses.replace(other, seed=None) != unseeded for _, _, other in shards) or \
+                (params.seed is None and not params.greedy):
+            raise ValueError("tensor_model_parallel_size>1: the ranks of a TP group must generate with the same "
+                             "sampling parameters, and with a seed unless greedy (HybridWorker always passes one)")
+        every = self._generate([p for shard in shards for p in shard[0]], [s for shard in shards for s in shard[1]],
+                               params)
+        start = sum(len(shard[0]) for shard in shards[:self.tp_group.rank])
+        mine = slice(start, start + len(prompts))
+        return RolloutOutput(responses=every.responses[mine], response_mask=every.response_mask[mine],
+                             log_probs=every.log_probs[mine])
+
+    def _generate(self, prompts: list[list[int]], seeds: list[int | None], params: SamplingParams) -> RolloutOutput:
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate needs at least one prompt, and every prompt at least one token")
         longest = max(map(len, prompts))
@@ -193,12 +230,6 @@ class VLLMRolloutEngine:
                                    "does when engine.weights_valid is False)")
         if self.asleep:
             self.wake()
-        # Each request gets its own seed, drawn from params.seed: one seed for every row would
-        # give the n copies of a prompt the same noise, hence the same response.
-        seeds: list[int | None] = [None] * len(prompts)
-        if params.seed is not None:
-            g = torch.Generator().manual_seed(params.seed)
-            seeds = torch.randint(0, 2**62, (len(prompts),), generator=g).tolist()
         from vllm.inputs import TokensPrompt
 
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
