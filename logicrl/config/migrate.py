@@ -81,11 +81,3 @@ def migrate(cfg: DictConfig, n_ranks: int) -> None:
             log.warning(f"{key}={value} is ignored: {why}")
             OmegaConf.update(cfg, key, inert)
 
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.tensor_model_parallel_size != 1:
-        # Tensor parallelism splits the engine's matmuls, not the sampling: one engine per rank with
-        # the whole model samples the same distribution. What it costs is memory, which the
-        # preflight plan checks with the value used.
-        log.warning(f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
-                    "is ignored: each rank runs one engine holding the whole model (tensor_model_parallel_size=1)")
-        rollout.tensor_model_parallel_size = 1

@@ -150,7 +150,7 @@ class RolloutConfig:
     log_prob_micro_batch_size: Optional[int] = key(ge=1)
     max_num_seqs: int = key(ge=1)
     max_num_batched_tokens: int = key(ge=1)
-    enforce_eager: bool = key()
+    enforce_eager: Optional[bool] = key()  # None: eager on CPU, CUDA graphs on CUDA
     enable_prefix_caching: bool = key()
     free_cache_engine: bool = key()
     update_weights_bucket_mb: int = key(ge=1)

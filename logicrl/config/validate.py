@@ -126,6 +126,8 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
         raise ConfigError(f"{ARR}.model.target_modules is empty but lora_rank={arr.model.lora_rank}: "
                           "name the modules (e.g. [q_proj,v_proj]) or use all-linear")
 
+    check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
+
     overlong = cfg.reward.overlong_buffer
     if overlong.enable and overlong.len > data.max_response_length:
         raise ConfigError(f"reward.overlong_buffer.len={overlong.len} exceeds data.max_response_length="
@@ -155,6 +157,22 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     if arr.actor.strategy == "fsdp":
         log.info(f"{ARR}.actor.strategy=fsdp runs FSDP2 (fully_shard); FSDP1 is not implemented")
     return spec
+
+
+def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:
+    """Rollout tensor parallelism (workers/rollout/vllm_tp.py): TP groups of consecutive ranks, vLLM only."""
+    tp, key = rollout.tensor_model_parallel_size, f"{ARR}.rollout.tensor_model_parallel_size"
+    if tp == 1:
+        return
+    if rollout.name != "vllm":
+        raise ConfigError(f"{key}={tp} needs {ARR}.rollout.name=vllm (the hf engine holds the whole model on "
+                          f"each rank): set rollout.name=vllm or {key}=1")
+    if n_gpus % tp:
+        raise ConfigError(f"{key}={tp} must divide trainer.n_gpus={n_gpus} (each TP group is {tp} ranks): "
+                          f"set trainer.n_gpus to a multiple of {tp}")
+    if spec.num_heads % tp:
+        raise ConfigError(f"{key}={tp} must divide the model's num_attention_heads={spec.num_heads} "
+                          f"({ARR}.model.path): pick a divisor of it")
 
 
 def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:

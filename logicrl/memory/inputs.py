@@ -89,6 +89,7 @@ class PlanInputs:
     # optimizer_offload: AdamW states on the host outside their update (workers/update.py)
     actor_optim_offload: bool = False
     critic_optim_offload: bool = False
+    rollout_tp: int = 1  # vLLM tensor parallelism: each rank's engine holds 1/tp of the weights
 
     @property
     def width(self) -> int:
@@ -138,6 +139,7 @@ class PlanInputs:
             update_weights_bucket_mb=arr.rollout.update_weights_bucket_mb,
             actor_optim_offload=arr.actor.fsdp_config.optimizer_offload,
             critic_optim_offload=critic.fsdp_config.optimizer_offload,
+            rollout_tp=arr.rollout.tensor_model_parallel_size,
             **what_if)
 
 

@@ -80,12 +80,14 @@ def engine_bytes(x: PlanInputs, m: Models, capacity: int, awake: bool) -> tuple[
     if x.engine == "hf":
         return m.engine.total_full, 0  # the KV cache lives only inside generate
     if x.device == "cuda" and x.free_cache_engine and not awake:
-        return 0, 0  # sleep level 1: weights to the host, KV cache freed
+        return 0, 0  # sleep level 2: weights and KV cache discarded (rollout/vllm.py)
     # vLLM sizes its activations by profiling one forward of max_num_batched_tokens tokens and
     # the sampler's fp32 logits for max_num_seqs rows; this is an estimate of that profile.
     reserve = x.max_num_batched_tokens * forward_transient_per_token(x.spec, x.dtype_bytes, x.width) + \
         2 * FP32 * x.gen_micro * x.spec.vocab_size
-    weights = m.engine.total_full + reserve
+    # With tensor parallelism vLLM keeps 1/tp of each sharded weight (vocab and norms are small next to the
+    # linears); the KV cache default is unchanged: tp times the rows at 1/tp of the KV heads.
+    weights = m.engine.total_full // x.rollout_tp + reserve
     if x.kv_cache_gb is not None:
         return weights, int(x.kv_cache_gb * GB)
     if x.device == "cuda":  # vLLM takes this fraction of the device; the KV cache is what is left

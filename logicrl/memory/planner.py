@@ -18,8 +18,8 @@ after the first step, once AdamW's states exist. On each rank, between phases:
                        gathered: the reference's for good (it never runs backward), the actor's from
                        old_log_prob to update_actor, the critic's from values to update_critic.
   rollout engine       hf: its own full copy of the weights, always resident. vllm: on CUDA with
-                       free_cache_engine, sleep level 1 moves its weights to the host and drops
-                       the KV cache between rollouts; on CPU nothing is released.
+                       free_cache_engine, sleep level 2 discards its weights (re-synced before the
+                       next rollout) and the KV cache between rollouts; on CPU nothing is released.
 Each phase adds its transients (phases.py). Not modelled: allocator fragmentation, the CUDA
 context and NCCL buffers; check_fit keeps HEADROOM_GB of the device for them.
 

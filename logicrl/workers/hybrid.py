@@ -181,6 +181,10 @@ class HybridWorker:
         """One response per row of the left-padded prompts; adds the full sequences and masks."""
         sampling = SamplingParams(**{**params, "seed": params.get("seed", 0) * 1009 + self.rank})
         prompts, prompt_mask = batch["input_ids"], batch["attention_mask"]
+        if not self.engine.weights_valid:
+            # A level-2 sleep discarded the engine's weights and no update_weights ran since (the
+            # critic warm-up steps skip it): stream the actor's (unchanged) weights back in first.
+            self._update_weights(None, None)
         if hasattr(self.engine, "micro_batch_size"):
             # hf decodes in micro-batches; rows are seeded one by one, so a halved retry gives the same responses.
             out = retry(lambda size: self.engine.generate(prompts, prompt_mask, sampling, micro_batch_size=size))

@@ -108,8 +108,15 @@ def test_global_micro_batch_must_split(data_files):
         validate(compose([*data_files, "trainer.n_gpus=4", f"{ARR}.rollout.log_prob_micro_batch_size=6"]))
 
 
-def test_tensor_parallel_runs_as_one_engine_per_rank(data_files, caplog):
-    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
-        cfg, _, _ = validate(compose([*data_files, f"{ARR}.rollout.tensor_model_parallel_size=2"]))
-    assert cfg[ARR].rollout.tensor_model_parallel_size == 1
-    assert [r.getMessage() for r in caplog.records if "tensor_model_parallel_size=2 is ignored" in r.getMessage()]
+def test_tensor_parallel_is_kept_and_checked_up_front(data_files):
+    # vLLM engines spanning TP groups of consecutive ranks (workers/rollout/vllm_tp.py).
+    cfg, _, _ = validate(compose([*data_files, "trainer.n_gpus=2", f"{ARR}.rollout.tensor_model_parallel_size=2"]))
+    assert cfg[ARR].rollout.tensor_model_parallel_size == 2
+    with pytest.raises(ConfigError, match=r"tensor_model_parallel_size=2 must divide trainer.n_gpus=3"):
+        validate(compose([*data_files, "trainer.n_gpus=3", f"{ARR}.rollout.tensor_model_parallel_size=2"]))
+    with pytest.raises(ConfigError, match=r"tensor_model_parallel_size=2 needs actor_rollout_ref.rollout.name=vllm"):
+        validate(compose([*data_files, "trainer.n_gpus=2", f"{ARR}.rollout.name=hf",
+                          f"{ARR}.rollout.tensor_model_parallel_size=2"]))
+    # The embedded tiny model has 2 attention heads.
+    with pytest.raises(ConfigError, match=r"must divide the model's num_attention_heads=2"):
+        validate(compose([*data_files, "trainer.n_gpus=4", f"{ARR}.rollout.tensor_model_parallel_size=4"]))

@@ -53,7 +53,7 @@ CASES = [
     (["algorithm.adv_estimator=rloo", f"{ARR}.rollout.n=1"], ["algorithm.adv_estimator=rloo", f"{ARR}.rollout.n"]),
     # topology and engine
     (["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"], ["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"]),
-    # a verl-only key that would change results (tensor_model_parallel_size=2 only warns: test_migration.py)
+    # a verl-only key that would change results (tensor_model_parallel_size: test_migration.py)
     ([f"{ARR}.rollout.mode=async"], [f"{ARR}.rollout.mode=async", f"set {ARR}.rollout.mode=sync"]),
     ([f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct"], [f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct", "local"]),
     (["trainer.resume_mode=/no/such/ckpt"], ["trainer.resume_mode"]),

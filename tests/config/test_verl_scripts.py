@@ -83,7 +83,7 @@ def test_current_verl_grpo_script_validates(kk_role, caplog):
         cfg, _, plan = validate(compose(grpo_script()))
     arr = cfg[ARR]
     assert cfg.data.truncation == "filter"  # filter_overlong_prompts wins over truncation='error', as in verl
-    assert arr.rollout.tensor_model_parallel_size == 1 and arr.rollout.n == 5
+    assert arr.rollout.tensor_model_parallel_size == 2 and arr.rollout.n == 5
     assert arr.actor.kl_loss_type == "low_var_kl" and cfg.trainer.n_gpus == 8
     assert list(cfg.trainer.logger) == ["console", "wandb"]
     # 1024 prompts x 5 = 5120 responses over 8 ranks; mini-batch 256 prompts = 160 responses per rank, micro 40.
@@ -91,8 +91,7 @@ def test_current_verl_grpo_script_validates(kk_role, caplog):
     warned = warnings_of(caplog)
     assert all("\n" not in w for w in warned)
     assert sorted(w.split(" ", 1)[0] for w in warned) == sorted([
-        "data.filter_overlong_prompts=True", f"{ARR}.model.use_remove_padding=True",
-        f"{ARR}.rollout.tensor_model_parallel_size=2"])
+        "data.filter_overlong_prompts=True", f"{ARR}.model.use_remove_padding=True"])
 
 
 def test_verl_internal_keys_are_ignored_one_warning_each(kk_role, caplog):

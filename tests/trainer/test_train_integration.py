@@ -127,9 +127,13 @@ def test_reinforce_plus_plus_with_separate_reference_and_old_log_probs(tmp_path)
     assert rows[-1]["actor/ppo_kl"] != 0.0  # the second epoch sees a moved policy
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_grpo_with_the_vllm_engine(tmp_path, ranks):
+@pytest.mark.parametrize("ranks, tp", [(1, 1), (2, 1), (2, 2)], ids=["1", "2", "2-tp2"])
+def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp):
     pytest.importorskip("vllm")
-    rows = train(tmp_path, f"{ARR}.rollout.name=vllm", f"trainer.n_gpus={ranks}")
+    rows = train(tmp_path, f"{ARR}.rollout.name=vllm", f"trainer.n_gpus={ranks}",
+                 f"{ARR}.rollout.tensor_model_parallel_size={tp}")
     assert [r["step"] for r in rows] == [1, 2]
     assert "timing_s/update_weights" in rows[-1] and rows[-1]["response_length/mean"] > 0
+    # Step 2 samples from the weights step 1 synced (into both TP members with tp=2): the engine's
+    # log-probs still match the trainer's (fp32 on CPU).
+    assert rows[-1]["rollout/logprob_diff_max"] < 1e-3

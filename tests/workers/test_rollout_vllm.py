@@ -10,7 +10,7 @@ pytest.importorskip("vllm")
 from logicrl.models.loading import checkpoint_dir, load_causal_lm  # noqa: E402
 from logicrl.models.logprob import causal_lm_logprobs  # noqa: E402
 from logicrl.workers.rollout import RolloutEngine, SamplingParams  # noqa: E402
-from logicrl.workers.rollout.vllm import VLLMRolloutEngine  # noqa: E402
+from logicrl.workers.rollout.vllm import VLLMRolloutEngine, sampled_logprobs  # noqa: E402
 from tests.workers.conftest import (  # noqa: E402
     ask,
     assert_engine_logprobs_match,
@@ -123,6 +123,28 @@ def test_engine_log_probs_equal_the_trainers_recomputation(engine, hf_model, par
     # "filtered" is the case vLLM's own logprobs modes get wrong (processed_logprobs renormalises
     # over the kept tokens, raw_logprobs ignores the temperature).
     assert_trainer_agrees(hf_model, generate(engine, PROMPTS, params), params)
+
+
+def test_flat_logprobs_read_as_one_tensor_equal_the_per_token_dicts(engine):
+    # The same seeded requests, once as the engine asks (flat_logprobs) and once with vLLM's default
+    # list of one {token: Logprob} dict per position, read the old way.
+    from vllm.inputs import TokensPrompt
+
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in PROMPTS]
+    flat_params = [engine._vllm_params(PARAMS[0].params, seed) for seed in (1, 2, 3)]
+    dict_params = [p.clone() for p in flat_params]
+    for p in dict_params:
+        p.flat_logprobs = False
+    flat = [r.outputs[0] for r in engine.llm.generate(prompts, flat_params, use_tqdm=False)]
+    dicts = [r.outputs[0] for r in engine.llm.generate(prompts, dict_params, use_tqdm=False)]
+    for f, d in zip(flat, dicts, strict=True):
+        tokens = list(d.token_ids)
+        assert list(f.token_ids) == tokens and len(tokens) == PARAMS[0].max_tokens
+        assert isinstance(d.logprobs, list) and not isinstance(f.logprobs, list)
+        old = torch.tensor([step[t].logprob for step, t in zip(d.logprobs, tokens, strict=True)])
+        assert torch.equal(sampled_logprobs(f.logprobs, tokens), old)
+    with pytest.raises(RuntimeError, match="expected exactly the sampled token at each position"):
+        sampled_logprobs(flat[0].logprobs, list(flat[1].token_ids))
 
 
 def perturbed_copy(seed=0):

@@ -76,6 +76,10 @@ class RolloutOutput:
 class RolloutEngine(Protocol):
     """What the step loop needs from a rollout engine. Each rank calls it for its own prompt shard."""
 
+    # False after a sleep() that discarded the engine's weights (vLLM level 2 on CUDA), until the next
+    # sync_weights(); generate() refuses while it is False, so the caller must sync first.
+    weights_valid: bool
+
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams) -> RolloutOutput:
         """Sample one response for each row of left-padded prompts input_ids / attention_mask [N, P]."""
         ...

@@ -87,6 +87,8 @@ def build_engine(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.d
         reason = vllm_unavailable_reason()
         if reason:
             # vllm is the default, so a machine without it still trains, with the engine it has.
-            log.warning(f"actor_rollout_ref.rollout.name=vllm but {reason}: generating with hf instead")
+            tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
+            also = f" (each rank holding the whole model: tensor_model_parallel_size={tp} needs vLLM)" if tp > 1 else ""
+            log.warning(f"actor_rollout_ref.rollout.name=vllm but {reason}: generating with hf instead{also}")
             name = "hf"
     return ENGINES[name](cfg, tokenizer, dtype, device, max_num_seqs)

