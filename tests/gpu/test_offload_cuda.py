@@ -6,20 +6,14 @@ Imports are torch-only (logicrl.workers.fsdp), except where marked: the GPU chec
 neither Ray nor Hydra.
 """
 
-import socket
-
 import pytest
 import torch
 import torch.multiprocessing as mp
 
+from logicrl.controller.ports import free_port
+
 pytestmark = pytest.mark.gpu
 MB = 2**20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn(fn, tmp_path, *args) -> dict:
