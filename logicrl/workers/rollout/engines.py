@@ -56,6 +56,12 @@ def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, 
     from logicrl.workers.rollout.vllm import VLLMRolloutEngine
 
     r = cfg.actor_rollout_ref.rollout
+    if device.type == "cuda" and (device.index or 0) != 0:
+        # vLLM 0.32's in-process engine takes its GPU from its device type alone ("cuda": the first
+        # visible one); sharing GPU 0 with another rank's trainer would fail late, or oversubscribe it.
+        raise RuntimeError(f"the vLLM engine can only use the first visible GPU, and this rank trains on {device}: "
+                           "let Ray give each rank its own GPU (unset RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES), "
+                           "or use actor_rollout_ref.rollout.name=hf")
     return VLLMRolloutEngine(
         str(checkpoint_dir(cfg.actor_rollout_ref.model.path)), pad_id=tokenizer.pad_token_id,
         eos_ids=stop_ids(cfg, tokenizer), max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
