@@ -27,9 +27,10 @@ tests_rc=${PIPESTATUS[0]}
 
 echo "== training steps (Qwen2.5-0.5B shape, random weights)"
 if $PY -c "import ray, vllm" 2>/dev/null; then
-  steps=(--qwen05b --steps "$STEPS" trainer.device=cuda)
+  steps=(--qwen05b --steps "$STEPS" trainer.device=cuda data.max_response_length=256)
 else
-  steps=(--in-process --qwen05b --steps "$STEPS" trainer.device=cuda actor_rollout_ref.rollout.name=hf)
+  steps=(--in-process --qwen05b --steps "$STEPS" trainer.device=cuda actor_rollout_ref.rollout.name=hf
+         data.max_response_length=256)
 fi
 $PY benchmarks/step_time.py "${steps[@]}" 2>&1 | tee "$LOG/steps.txt"
 steps_rc=${PIPESTATUS[0]}
