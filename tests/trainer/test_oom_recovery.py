@@ -71,8 +71,12 @@ def test_injected_ooms_are_recovered_with_identical_results(tmp_path):
         assert ra["actor/grad_norm"] == pytest.approx(rb["actor/grad_norm"], rel=1e-4)
     wa = load_file(tmp_path / "clean/ckpt/global_step_3/huggingface/model.safetensors")
     wb = load_file(tmp_path / "faulty/ckpt/global_step_3/huggingface/model.safetensors")
+    # Halved micro-batches sum the same gradient in another order (float rounding, ~1e-7 relative);
+    # AdamW divides by sqrt(v), which magnifies that for a component with a tiny second moment: a
+    # few 1e-6 in a weight after 3 steps at lr 1e-2 (seen: 3.1e-6). A micro-batch counted twice, or
+    # dropped, moves the weights by the order of lr instead.
     for k in wa:
-        torch.testing.assert_close(wb[k], wa[k], atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(wb[k], wa[k], atol=1e-5, rtol=1e-4)
 
 
 def test_oom_at_a_micro_batch_of_one_exits_cleanly_with_the_checkpoint_intact(tmp_path):
