@@ -22,12 +22,13 @@ from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int,
-                     device: torch.device) -> DeviceMesh:
-    """Join the process group (once per process) and return the 1-D data-parallel mesh."""
+                     device: torch.device, timeout_s: float = 600.0) -> DeviceMesh:
+    """Join the process group (once per process) and return the 1-D data-parallel mesh. A collective
+    that waits `timeout_s` (trainer.collective_timeout_s) ends the run, as a hang would not."""
     if not dist.is_initialized():
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(minutes=30))
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return init_device_mesh(device.type, (world_size,))
