@@ -217,9 +217,9 @@ class PPOTrainer:
                 if isinstance(err.cause, RankOutOfMemory):  # the other ranks may be stuck in a collective:
                     raise ended_by_oom(self.ckpt_root, err) from err  # fit's shutdown kills them
                 raise
-                parts = [out for out, _ in outs if out is not None]
-                if parts:
-                    batch.update(torch.cat(parts)[:len(batch)])
+            parts = [out for out, _ in outs if out is not None]
+            if parts:
+                batch.update(torch.cat(parts)[:len(batch)])
             self.rank_metrics += [m for _, m in outs]
 
     @contextmanager
