@@ -11,10 +11,10 @@ whose memory plan (logicrl/memory/) does not fit the device. A rank that fails i
 it and its phase (exit 1, the traceback in the run's log), Ctrl-C exit 130, an OOM at a micro-batch
 of one exit 3. An OOM on one rank inside an FSDP2 phase (with several ranks) exits 4 at once, naming
 the rank and the phase: the halved micro-batch is saved beside the checkpoints, and running the same
-command resumes with it (logicrl/workers/oom.py). SIGUSR1 or SIGTERM (a scheduler's preemption notice) lets the step in flight finish
-and be saved, then exits 75, which slurm/train.sbatch requeues; a second SIGTERM stops at once
-(143). HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the traceback. Checkpoints stay intact
-in every case.
+command resumes with it (logicrl/workers/oom.py). SIGUSR1 or SIGTERM (a scheduler's preemption
+notice) lets the step in flight finish and be saved, then exits 75, which slurm/train.sbatch
+requeues; a second SIGTERM stops at once (143). HYDRA_FULL_ERROR=1 or trainer.verbose=true also
+print the traceback. Checkpoints stay intact in every case.
 """
 
 import os

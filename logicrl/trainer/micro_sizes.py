@@ -18,11 +18,14 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from logicrl.config.plan import StepPlan
-from logicrl.controller.worker_group import WorkerFailed
 from logicrl.trainer.checkpoint import complete_checkpoints, write_durably
 from logicrl.workers.oom import RankOutOfMemory
+
+if TYPE_CHECKING:  # imports Ray, which the trainer does not need to run (tests/gpu/local_group.py)
+    from logicrl.controller.worker_group import WorkerFailed
 
 log = logging.getLogger("logicrl.trainer")
 SIZES_FILE = "micro_sizes.json"

@@ -213,9 +213,12 @@ class PPOTrainer:
                 else:
                     outs = self.workers.dispatch("run", shards(batch, self.plan.ranks), phase=phase, step=step,
                                                  **kwargs)
-            except WorkerFailed as err:
-                if isinstance(err.cause, RankOutOfMemory):  # the other ranks may be stuck in a collective:
-                    raise ended_by_oom(self.ckpt_root, err) from err  # fit's shutdown kills them
+            except RuntimeError as err:
+                # A rank's RankOutOfMemory, as the group's WorkerFailed (controller/worker_group.py;
+                # not imported: it imports Ray). The other ranks may be stuck in a collective: fit's
+                # shutdown kills them.
+                if isinstance(getattr(err, "cause", None), RankOutOfMemory):
+                    raise ended_by_oom(self.ckpt_root, err) from err
                 raise
             parts = [out for out, _ in outs if out is not None]
             if parts:
