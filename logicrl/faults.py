@@ -11,9 +11,10 @@ plus `save` (after the ranks wrote a checkpoint, before it is committed). Kinds:
 - `oom`: a worker's phase raises torch.OutOfMemoryError, what a CUDA OOM raises. On every rank it
   fires at the end of the phase's first attempt in that step, after the attempt's collectives: the
   symmetric case, which the ranks' agreement retries, so the retry must drop everything the
-  attempt accumulated. With `@rankN` it fires on that rank only and, in a phase of a sharded model,
+  attempt accumulated. With `@rankN` it fires on that rank only: in a phase of a sharded model
   inside the forward of its first decoder layer, while the other ranks go on into FSDP2's next
-  collective: the asymmetric case a real OOM is, which ends the run (logicrl/workers/oom.py).
+  collective (the asymmetric case a real OOM is, which ends the run: logicrl/workers/oom.py);
+  in the hf engine's generate at the end of that rank's attempt (which the ranks retry).
 - `raise`: a worker's phase raises a RuntimeError, as a bug would.
 - `die`: a worker process exits at once, as one killed by the kernel's OOM killer does.
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from logicrl.controller.placement import free_port
+from logicrl.controller.ports import free_port
 from logicrl.workers.oom import MicroSize, OutOfMemoryAtMinimum, RankOutOfMemory, is_oom, retry_on_oom
 
 PG_TIMEOUT_S = 60  # the old code's rank 1 would wait this long in its mismatched all-reduce
