@@ -9,10 +9,12 @@ A bad input (logicrl/errors.py: config, data, model directory, device, directori
 size) is one line on stderr and exit code 2, before Ray or any model is touched; so is a config
 whose memory plan (logicrl/memory/) does not fit the device. A rank that fails is one line naming
 it and its phase (exit 1, the traceback in the run's log), Ctrl-C exit 130, an OOM at a micro-batch
-of one exit 3. SIGUSR1 or SIGTERM (a scheduler's preemption notice) lets the step in flight finish
-and be saved, then exits 75, which slurm/train.sbatch requeues; a second SIGTERM stops at once
-(143). HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the traceback. Checkpoints stay intact
-in every case.
+of one exit 3. An OOM on one rank inside an FSDP2 phase (with several ranks) exits 4 at once, naming
+the rank and the phase: the halved micro-batch is saved beside the checkpoints, and running the same
+command resumes with it (logicrl/workers/oom.py). SIGUSR1 or SIGTERM (a scheduler's preemption
+notice) lets the step in flight finish and be saved, then exits 75, which slurm/train.sbatch
+requeues; a second SIGTERM stops at once (143). HYDRA_FULL_ERROR=1 or trainer.verbose=true also
+print the traceback. Checkpoints stay intact in every case.
 """
 
 import os
@@ -34,6 +36,9 @@ from logicrl.memory.preflight import check_inputs, planned_peaks_gb, preflight
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
+# A rank ran out of memory inside FSDP2's collectives: the run ended rather than hang, the halved
+# micro-batch is saved (trainer/micro_sizes.py); the same command resumes with it.
+EXIT_OOM_RESUME = 4
 EXIT_FAILED = 1  # a rank raised or died: one line here, the traceback in the run's log
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
 # Stopped by SIGUSR1/SIGTERM at a step boundary with a checkpoint, or by SIGUSR1 before training:
@@ -132,6 +137,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
     from logicrl.faults import Faults
     from logicrl.logs import run_log_file
     from logicrl.signals import Preempted, Stopped
+    from logicrl.trainer.micro_sizes import OutOfMemoryOnRank
     from logicrl.workers.oom import OutOfMemoryAtMinimum
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
@@ -150,6 +156,9 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
             PPOTrainer(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
     except BadInput as err:  # one the preflight could not see (e.g. a row past the sampled ones)
         fail(err)
+    except OutOfMemoryOnRank as err:  # its line names the rank, phase, saved size and checkpoint
+        keep_traceback(run_log_file(run_dir), err)  # the rank's own traceback, for the curious
+        raise Ended(EXIT_OOM_RESUME, f"error: {err}", err) from None
     except WorkerFailed as err:
         if isinstance(err.cause, OutOfMemoryAtMinimum):  # its message names the knob and the checkpoint
             raise Ended(EXIT_OOM, f"error: {str(err.cause).splitlines()[0]}", err) from None

@@ -3,14 +3,20 @@
     LOGICRL_INJECT_FAULT="sigkill@update_actor:3"      the controller SIGKILLs itself in step 3's update_actor
     LOGICRL_INJECT_FAULT="sigkill@save:4,oom@generate:2"    several, comma-separated
     LOGICRL_INJECT_FAULT="sigkill@update_actor:2#2"    only in curriculum stage 2 (1-based)
+    LOGICRL_INJECT_FAULT="oom@update_actor:2@rank1"    only on rank 1
 
-A fault is `kind@point:step[#stage]`. Points are the step's phase names (config/plan.PHASES) plus
-`save` (after the ranks wrote a checkpoint, before it is committed). Kinds: `sigkill` (the
-controller dies like a killed job: no cleanup, no atexit), `oom` (a worker's phase raises
-torch.OutOfMemoryError, what a CUDA OOM raises, at the end of its first attempt in that step, so
-the retry must drop everything the attempt accumulated), `raise` (a worker's phase raises a
-RuntimeError, as a bug would) and `die` (a worker process exits at once, as one killed by the
-kernel's OOM killer does).
+A fault is `kind@point:step[#stage][@rankN]`. Points are the step's phase names (config/plan.PHASES)
+plus `save` (after the ranks wrote a checkpoint, before it is committed). Kinds:
+- `sigkill`: the controller dies like a killed job: no cleanup, no atexit (no rank: it is the controller).
+- `oom`: a worker's phase raises torch.OutOfMemoryError, what a CUDA OOM raises. On every rank it
+  fires at the end of the phase's first attempt in that step, after the attempt's collectives: the
+  symmetric case, which the ranks' agreement retries, so the retry must drop everything the
+  attempt accumulated. With `@rankN` it fires on that rank only: in a phase of a sharded model
+  inside the forward of its first decoder layer, while the other ranks go on into FSDP2's next
+  collective (the asymmetric case a real OOM is, which ends the run: logicrl/workers/oom.py);
+  in the hf engine's generate at the end of that rank's attempt (which the ranks retry).
+- `raise`: a worker's phase raises a RuntimeError, as a bug would.
+- `die`: a worker process exits at once, as one killed by the kernel's OOM killer does.
 
 The entry point reads the variable once (`Faults.from_env`) and passes the object down: the
 controller's phase runner and the workers' phase wrapper are the only places that fire it.
@@ -23,24 +29,35 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 ENV = "LOGICRL_INJECT_FAULT"
 KINDS = ("sigkill", "oom", "raise", "die")
 
 
-def parse(spec: str) -> dict[tuple[str, int, int | None], str]:
+class Fault(NamedTuple):
+    kind: str
+    rank: int | None = None  # None: every rank
+
+
+def parse(spec: str) -> dict[tuple[str, int, int | None], Fault]:
     faults = {}
     for item in filter(None, (s.strip() for s in spec.split(","))):
         try:
-            kind, where = item.split("@")
+            kind, where, *on = item.split("@")
+            if len(on) > 1 or (on and not on[0].startswith("rank")):
+                raise ValueError
+            rank = int(on[0].removeprefix("rank")) if on else None
             where, _, stage = where.partition("#")
             point, step = where.split(":")
-            faults[(point, int(step), int(stage) if stage else None)] = kind
+            faults[(point, int(step), int(stage) if stage else None)] = Fault(kind, rank)
         except ValueError:
-            raise ValueError(f"{ENV}: cannot parse {item!r}; write kind@point:step[#stage], "
-                             "e.g. sigkill@update_actor:3") from None
+            raise ValueError(f"{ENV}: cannot parse {item!r}; write kind@point:step[#stage][@rankN], "
+                             "e.g. sigkill@update_actor:3 or oom@update_actor:2@rank1") from None
         if kind not in KINDS:
             raise ValueError(f"{ENV}: unknown fault kind {kind!r} in {item!r}: use {', '.join(KINDS)}")
+        if kind == "sigkill" and rank is not None:
+            raise ValueError(f"{ENV}: {item!r}: sigkill kills the controller, which has no rank: drop @rank{rank}")
     return faults
 
 
@@ -48,7 +65,7 @@ def parse(spec: str) -> dict[tuple[str, int, int | None], str]:
 class Faults:
     """The faults asked for; empty (the normal case) costs one dict lookup per phase."""
 
-    points: dict[tuple[str, int, int | None], str] = field(default_factory=dict)
+    points: dict[tuple[str, int, int | None], Fault] = field(default_factory=dict)
     stage: int | None = None  # the 0-based curriculum stage this run is (None outside a curriculum)
     # An `oom` fires once per (point, step) in a process, as a transient OOM would: the phase's
     # retry with a smaller micro-batch then goes through.
@@ -61,30 +78,39 @@ class Faults:
     def in_stage(self, stage: int | None) -> Faults:
         return replace(self, stage=stage, fired=set())
 
-    def _kind(self, point: str, step: int | None) -> str | None:
+    def _fault(self, point: str, step: int | None, rank: int | None = None) -> Fault | None:
         if not self.points or step is None:
             return None
-        kind = self.points.get((point, step, None))
-        if kind is None and self.stage is not None:
-            kind = self.points.get((point, step, self.stage + 1))
-        return kind
+        fault = self.points.get((point, step, None))
+        if fault is None and self.stage is not None:
+            fault = self.points.get((point, step, self.stage + 1))
+        if fault is not None and fault.rank is not None and fault.rank != rank:
+            return None
+        return fault
+
+    def _kind(self, point: str, step: int | None, rank: int | None = None) -> str | None:
+        fault = self._fault(point, step, rank)
+        return None if fault is None else fault.kind
 
     def kill_if_due(self, point: str, step: int | None) -> None:
         """The controller: die here if a sigkill is asked for at (point, step)."""
         if self._kind(point, step) == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def fail_worker_if_due(self, point: str, step: int | None) -> None:
-        """A worker phase, as it starts: raise or die if asked to at (point, step)."""
-        kind = self._kind(point, step)
+    def fail_worker_if_due(self, point: str, step: int | None, rank: int | None = None) -> None:
+        """A worker phase, as it starts: raise or die if asked to at (point, step) on this rank."""
+        kind = self._kind(point, step, rank)
         if kind == "raise":
             raise RuntimeError(f"injected fault in {point} at step {step} ({ENV})")
         if kind == "die":
             os._exit(1)
 
-    def oom_due(self, point: str, step: int | None) -> bool:
-        """A worker phase: whether to raise an injected OOM now (once per point and step)."""
-        if self._kind(point, step) != "oom" or (point, step) in self.fired:
-            return False
+    def oom_due(self, point: str, step: int | None, rank: int | None = None) -> Fault | None:
+        """A worker phase: the OOM to inject now on this rank (once per point and step), or None.
+        Its `rank` says where it fires: None at the end of the attempt on every rank, a rank
+        number inside the forward on that rank only (see the module's docstring)."""
+        fault = self._fault(point, step, rank)
+        if fault is None or fault.kind != "oom" or (point, step) in self.fired:
+            return None
         self.fired.add((point, step))
-        return True
+        return fault

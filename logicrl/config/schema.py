@@ -262,6 +262,7 @@ class TrainerConfig:
     gpu_memory_gb: Optional[float] = key(gt=0)  # null: detect (logicrl/memory/preflight.py)
     auto_micro_batch: bool = key()
     verbose: bool = key()
+    collective_timeout_s: float = key(gt=0)  # the process group's timeout (workers/fsdp.py init_distributed)
 
 
 # ---------------------------------------------------------------- curriculum

@@ -141,7 +141,7 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.model.enable_activation_offload": ignore(OFFLOAD_MEMORY),
     f"{ARR}.hybrid_engine": ignore_only((True,), "actor and rollout always share each rank",
                                         "logicrl always colocates actor and rollout on each rank: drop it"),
-    f"{ARR}.nccl_timeout": ignore("logicrl's process group times out after 30 minutes (workers/fsdp.py)"),
+    f"{ARR}.nccl_timeout": rename("trainer.collective_timeout_s"),
     # ---- actor and ref internals
     f"{ARR}.actor.use_torch_compile": ignore(LOGPROB_INTERNALS),
     f"{ARR}.ref.use_torch_compile": ignore(LOGPROB_INTERNALS),

@@ -41,11 +41,13 @@ from logicrl.trainer.checkpoint import (
     write_trainer_state,
 )
 from logicrl.trainer.curves import plot_curves
+from logicrl.trainer.micro_sizes import apply_saved, ended_by_oom
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
 from logicrl.trainer.validation import validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
+from logicrl.workers.oom import RankOutOfMemory
 
 log = logging.getLogger("logicrl.trainer")
 
@@ -103,6 +105,9 @@ class PPOTrainer:
             log.info(f"{resume} is at step {state.step} of {self.total_steps}: nothing left to train "
                      "(trainer.resume_mode=disable starts over)")
             return
+        if cfg.trainer.resume_mode != "disable":
+            # Micro-batches an OOM halved before it ended an earlier run here (trainer/micro_sizes.py).
+            self.plan = plan = apply_saved(plan, self.ckpt_root)
         log_file = quiet_driver(run_dir, cfg.trainer.verbose)  # engine and Ray output to the log file (logs.py)
         if group_cls is None:
             # Imported here: the step loop needs only a group's call/dispatch/shutdown, so the GPU
@@ -202,13 +207,22 @@ class PPOTrainer:
         the ranks return to it; the controller's time is timing_s/<phase>, the ranks' metrics are
         kept for the step's merge."""
         with self.timed(phase, metrics, step):
-            if batch is None:
-                outs = self.workers.call("run", None, phase=phase, step=step, **kwargs)
-            else:
-                outs = self.workers.dispatch("run", shards(batch, self.plan.ranks), phase=phase, step=step, **kwargs)
-                parts = [out for out, _ in outs if out is not None]
-                if parts:
-                    batch.update(torch.cat(parts)[:len(batch)])
+            try:
+                if batch is None:
+                    outs = self.workers.call("run", None, phase=phase, step=step, **kwargs)
+                else:
+                    outs = self.workers.dispatch("run", shards(batch, self.plan.ranks), phase=phase, step=step,
+                                                 **kwargs)
+            except RuntimeError as err:
+                # A rank's RankOutOfMemory, as the group's WorkerFailed (controller/worker_group.py;
+                # not imported: it imports Ray). The other ranks may be stuck in a collective: fit's
+                # shutdown kills them.
+                if isinstance(getattr(err, "cause", None), RankOutOfMemory):
+                    raise ended_by_oom(self.ckpt_root, err) from err
+                raise
+            parts = [out for out, _ in outs if out is not None]
+            if parts:
+                batch.update(torch.cat(parts)[:len(batch)])
             self.rank_metrics += [m for _, m in outs]
 
     @contextmanager

@@ -28,8 +28,9 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int,
-                     device: torch.device) -> DeviceMesh:
-    """Join the process group (once per process) and return the 1-D data-parallel mesh.
+                     device: torch.device, timeout_s: float = 600.0) -> DeviceMesh:
+    """Join the process group (once per process) and return the 1-D data-parallel mesh. A collective
+    that waits `timeout_s` (trainer.collective_timeout_s) ends the run, as a hang would not.
 
     On CUDA the group has two backends: NCCL for device tensors and gloo for host ones, which a
     CPU-offloaded shard or vLLM's world group (a gloo `cpu_group`) may put into a collective; an
@@ -45,7 +46,8 @@ def init_distributed(rank: int, world_size: int, master_addr: str, master_port: 
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
         bind = {"device_id": device} if cuda else {}
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(minutes=30), **bind)
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s),
+                                **bind)
     return init_device_mesh(device.type, (world_size,))
 
 

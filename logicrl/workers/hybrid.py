@@ -8,7 +8,8 @@ The phase contract: every phase of a step goes through `run(batch, phase, step)`
 rank's TensorDict shard (None for update_weights) and returns `(TensorDict of what the phase adds,
 or None; metrics)`. `run` is the one wrapper that times the phase, measures its memory
 (`perf/memory/<phase>/...`), hands the phase its OOM retry (`retry`: halve the micro-batch and
-re-run) and fires test-injected faults (logicrl/faults.py). Micro-batch sizes come from the step
+re-run, or in an FSDP2 phase on several ranks end the run with the halved value saved; see
+workers/oom.py) and fires test-injected faults (logicrl/faults.py). Micro-batch sizes come from the step
 plan (config/plan.py) and stay, once an OOM halved them, for the rest of the run.
 
 Tensors cross the Ray boundary on CPU; `run` moves the shard to the rank's device and back.
@@ -95,7 +96,8 @@ class HybridWorker:
         if threads:
             torch.set_num_threads(threads)
         self.device = pick_device(cfg.trainer.device, rank)
-        self.mesh = init_distributed(rank, world_size, master_addr, master_port, self.device)
+        self.mesh = init_distributed(rank, world_size, master_addr, master_port, self.device,
+                                     cfg.trainer.collective_timeout_s)
         torch.manual_seed(cfg.trainer.seed)
         arr, model_cfg = cfg.actor_rollout_ref, cfg.actor_rollout_ref.model
         self.dtype = resolve_dtype(model_cfg.dtype, self.device)
@@ -163,18 +165,31 @@ class HybridWorker:
         """Run one phase on this rank's shard; `step` labels test faults (None: none fire)."""
         if phase not in WORKER_PHASES:
             raise ValueError(f"no worker phase {phase!r}; they are {', '.join(WORKER_PHASES)}")
-        self.faults.fail_worker_if_due(phase, step)  # test-injected failures; a no-op unless asked
+        self.faults.fail_worker_if_due(phase, step, self.rank)  # test-injected failures; a no-op unless asked
         metrics: dict = {}
         body = getattr(self, f"_{phase}")
         # Only generate wakes the whole engine; other phases see it asleep (or only its weights, for the sync).
         with measure(phase, metrics, self.device, engine_awake=phase == "generate"):
-            retry = phase_retry(self.sizes[phase], self.device, self.faults, step) if phase in self.sizes else None
+            # The sharded model tells the retry that the phase runs FSDP2 collectives: there an OOM
+            # on several ranks ends the run instead of retrying in place (workers/oom.py).
+            retry = phase_retry(self.sizes[phase], self.device, self.faults, step, self.rank,
+                                self._sharded(phase)) if phase in self.sizes else None
             out, phase_metrics = body(None if batch is None else batch.to(self.device), retry, **kwargs)
         metrics.update(phase_metrics)
         if phase in self.sizes:  # the micro-batch as it stands, and how often an OOM halved it (0 normally)
             metrics[f"perf/oom_retries/{phase}"] = self.sizes[phase].retries
             metrics[f"perf/micro_size/{phase}"] = self.sizes[phase].value
         return (None if out is None else out.cpu()), metrics
+
+    def _sharded(self, phase: str) -> torch.nn.Module | None:
+        """The FSDP2 model a phase runs; None for generate (the engine's own full copy)."""
+        if phase in ("old_log_prob", "update_actor") or (phase == "ref" and self.ref_model is None):
+            return self.actor.model
+        if phase == "ref":
+            return self.ref_model
+        if phase in ("values", "update_critic"):
+            return self.critic.model
+        return None
 
     # ---------------------------------------------------------------- phases
     def _generate(self, batch: TensorDict, retry, params: dict):

@@ -1,20 +1,55 @@
-"""Out-of-memory recovery: halve a phase's micro-batch (or token budget) and run the phase again.
+"""Out-of-memory recovery: halve a phase's micro-batch (or token budget) and run the phase again,
+or, where the ranks cannot agree on that safely, end the run at once with the halved value saved.
 
     size = MicroSize("update_actor", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 16)
-    stats = retry_on_oom(size, attempt, device, reset=optimizer.zero_grad)   # attempt(size.value)
+    stats = retry_on_oom(size, attempt, device, reset=optimizer.zero_grad, collectives=True)
 
 The worker's phase wrapper (workers/hybrid.py `run`) builds each phase's MicroSize from the step
-plan and hands the phase this retry.
+plan and hands the phase this retry (`phase_retry`), saying whether the phase's attempts run FSDP2
+collectives.
 
 An attempt is all-or-nothing: the gradients of a failed attempt are dropped (`reset`) before the
 retry, and the loss normaliser is fixed per mini-batch (algos/aggregation.py), so the retried
 phase gives the same loss and gradient as an uninterrupted one, with nothing counted twice. The
 halved value stays for the rest of the run (it is the rank's new setting) and is logged once.
 
-Ranks agree on a retry with one all-reduce after each attempt. That works when every rank reaches
-it: an OOM raised before or between collectives (the usual place: the allocation of a micro-batch's
-activations or logits). A rank that fails inside a collective leaves the others waiting in it; the
-process group's timeout then ends the run, and the last complete checkpoint is untouched.
+Where a retry is safe. Ranks agree on a retry with one all-reduce after each attempt; a rank
+that sees an OOM and one that does not must both reach it with the same collectives behind them.
+A real OOM is asymmetric (the rank with the longest responses hits it) and, in a phase of an
+FSDP2 model, strikes in the middle of a forward or backward: the rank that fails would call the
+agreement while the others wait in the next layer's all-gather or the backward's reduce-scatter.
+NCCL and gloo pair collectives by their order on the communicator, not by their kind, so the
+all-reduce meets an all-gather: a hang until the process group's timeout, or corrupt data. So:
+
+- One rank, or an attempt without collectives (the hf engine's generate: each rank decodes with
+  its own full copy, so the agreement is every rank's first collective): retry in place.
+- A phase of an FSDP2 model on several ranks (`collectives=True`): an OOM raised inside the attempt
+  ends the run. The rank halves its value and raises RankOutOfMemory at once, touching no
+  collective. The driver's wait (controller/worker_group.py `_gather`) ends at the first rank that
+  fails; the trainer writes the halved value beside the checkpoints (trainer/micro_sizes.py) and
+  kills the worker group, with the ranks still waiting in FSDP2's collective; main_ppo exits 4 with
+  one line naming the rank, its node and the phase. Re-running the same command resumes from the
+  last complete checkpoint with the halved value (every rank takes it from the plan, so their
+  micro-batch counts agree). An OOM there at the smallest value is OutOfMemoryAtMinimum (exit 3).
+- Backstop for a hang that no rank reports: the process group times out after
+  trainer.collective_timeout_s (10 minutes by default, not torch's 30).
+
+Why not retry in place on several ranks: the failing rank left FSDP2 mid-flight (layers still
+unsharded, an all-gather result pending, hooks not run) and the others are blocked inside a
+collective that only aborting the communicator cancels; going on would mean rebuilding the process
+group and resharding every model on every rank, which is what a restart from the checkpoint does,
+at the cost of the steps since the last save (`trainer.save_freq`). Agreeing on the split before
+each micro-batch, from each rank's predicted need against its free memory, would avoid the OOMs
+that can be predicted, not those of a fragmented allocator; it is left for later.
+
+A test's `oom@phase:step` (logicrl/faults.py) fires on every rank at the end of a successful
+attempt, after its collectives: the symmetric case the agreement retries in place, even in an
+FSDP2 phase. `oom@phase:step@rankN` fires on one rank inside the first decoder layer's forward:
+the real case, which ends the run.
+
+CUDA OOMs arrive as torch.OutOfMemoryError from the caching allocator, but as a plain RuntimeError
+from what allocates on its own: cuBLAS's workspace (CUBLAS_STATUS_ALLOC_FAILED), NCCL's buffers,
+vLLM's CuMem pool ("CUDA error: out of memory"). `is_oom` takes both.
 """
 
 from __future__ import annotations
@@ -22,6 +57,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -33,10 +69,32 @@ from logicrl.workers.micro import split_by_tokens, split_fixed
 
 log = logging.getLogger("logicrl.workers")
 T = TypeVar("T")
+# What CUDA's libraries put in a RuntimeError when an allocation of theirs fails (lower case).
+OOM_MESSAGES = ("out of memory", "cublas_status_alloc_failed", "cudnn_status_alloc_failed")
 
 
 class OutOfMemoryAtMinimum(RuntimeError):
     """A phase ran out of memory with nothing left to halve."""
+
+
+class RankOutOfMemory(RuntimeError):
+    """This rank ran out of memory inside a phase whose attempts run collectives with the other
+    ranks: the run must end; `value` is the halved micro-batch (or token budget) to resume with."""
+
+    def __init__(self, phase: str, key: str, old: int, value: int):
+        self.phase, self.key, self.old, self.value = phase, key, old, value
+        super().__init__(f"{phase} ran out of memory inside FSDP2's collectives with {key}={old}; "
+                         f"resume with {key}={value}")
+
+    def __reduce__(self):  # Ray pickles it to the driver; the default would call cls(message)
+        return type(self), (self.phase, self.key, self.old, self.value)
+
+
+def is_oom(err: BaseException) -> bool:
+    """torch.OutOfMemoryError, or a RuntimeError that CUDA's libraries raise for a failed allocation."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    return isinstance(err, RuntimeError) and any(m in str(err).lower() for m in OOM_MESSAGES)
 
 
 @dataclass
@@ -58,7 +116,8 @@ class MicroSize:
         self.minimum = int(batch["attention_mask"].sum(-1).max())
         return split_by_tokens(batch, self.value, device, with_index=with_index)
 
-    def halve(self) -> None:
+    def halve(self) -> int:
+        """Halve `value` (returns the old one), or raise OutOfMemoryAtMinimum."""
         if self.value <= self.minimum:
             raise OutOfMemoryAtMinimum(
                 f"{self.phase} ran out of memory with {self.key}={self.value}, the smallest split there is: "
@@ -66,8 +125,7 @@ class MicroSize:
                 f"or use more ranks; the last complete checkpoint is intact")
         old, self.value = self.value, max(self.minimum, self.value // 2)
         self.retries += 1
-        log.warning(f"{self.phase} ran out of memory: {self.key} {old} -> {self.value} on this rank for the rest "
-                    "of the run; the phase is re-run from its start")
+        return old
 
 
 def _release(device: torch.device) -> None:
@@ -76,36 +134,81 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def _multi_rank() -> bool:
+    return torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+
+
 def retry_on_oom(size: MicroSize, attempt: Callable[[int], T], device: torch.device,
-                 reset: Callable[[], None] | None = None) -> T:
-    """attempt(size.value), halving size.value and re-running after an OOM on any rank."""
+                 reset: Callable[[], None] | None = None, collectives: bool = False,
+                 injected_oom: Callable[[], bool] | None = None) -> T:
+    """attempt(size.value), halving size.value and re-running after an OOM on any rank; with
+    `collectives` on several ranks, an OOM inside the attempt raises RankOutOfMemory instead.
+    `injected_oom()`, asked once an attempt has returned, says whether a test's OOM fires there."""
     while True:
         result, failed = None, False
         try:
             result = attempt(size.value)
-        except torch.OutOfMemoryError:
+        except RuntimeError as err:  # torch.OutOfMemoryError is one
+            if not is_oom(err):
+                raise
+            if collectives and _multi_rank():
+                # No agreement: the other ranks may be inside a collective (see the docstring).
+                old = size.halve()
+                raise RankOutOfMemory(size.phase, size.key, old, size.value) from err
             failed = True
+        else:
+            failed = injected_oom is not None and injected_oom()
         if not all_reduce_max(int(failed), device):  # an OOM on any rank retries on all
             return result
         result = None
         if reset is not None:
             reset()
         _release(device)
-        size.halve()
+        old = size.halve()
+        log.warning(f"{size.phase} ran out of memory: {size.key} {old} -> {size.value} on this rank for the rest "
+                    "of the run; the phase is re-run from its start")
 
 
-def phase_retry(size: MicroSize, device: torch.device, faults=None, step: int | None = None):
+@contextmanager
+def _oom_in_first_layer(model: torch.nn.Module, message: str):
+    """Raise torch.OutOfMemoryError once, after the forward of `model`'s first FSDP2 unit below
+    the root (the first decoder layer, workers/fsdp.py `shard_model`): mid-forward, where the other
+    ranks go on into the next layer's all-gather."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]  # the root comes first
+    layer = units[1] if len(units) > 1 else model
+
+    def hook(module, args, output):
+        handle.remove()
+        raise torch.OutOfMemoryError(message)
+
+    handle = layer.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def phase_retry(size: MicroSize, device: torch.device, faults=None, step: int | None = None,
+                rank: int | None = None, sharded: torch.nn.Module | None = None):
     """The retry a phase is handed by the worker's phase wrapper: `retry(attempt, reset=None)` runs
-    retry_on_oom on the phase's size. A test-injected OOM (logicrl/faults.py) fires at the end of a
-    successful attempt, so the retry must undo everything the attempt did."""
+    retry_on_oom on the phase's size. `sharded` is the FSDP2 model the phase runs, None for a phase
+    without collectives. A test-injected OOM (logicrl/faults.py) fires at the end of a successful
+    attempt on every rank, so the retry must undo everything the attempt did; or, aimed at one
+    rank, inside `sharded`'s forward on that rank."""
 
     def retry(attempt: Callable[[int], T], reset: Callable[[], None] | None = None) -> T:
-        def guarded(value: int) -> T:
-            result = attempt(value)
-            if faults is not None and faults.oom_due(size.phase, step):
-                raise torch.OutOfMemoryError(f"injected at {size.phase}:{step} (LOGICRL_INJECT_FAULT)")
-            return result
+        fault = faults.oom_due(size.phase, step, rank) if faults is not None else None
+        message = f"injected at {size.phase}:{step} (LOGICRL_INJECT_FAULT)"
+        mid_forward = fault is not None and fault.rank is not None and sharded is not None
+        armed = [fault is not None and not mid_forward]  # at the end of the first attempt only
 
-        return retry_on_oom(size, guarded, device, reset)
+        def injected() -> bool:
+            fire, armed[0] = armed[0], False
+            return fire
+
+        with _oom_in_first_layer(sharded, message) if mid_forward else nullcontext():
+            return retry_on_oom(size, attempt, device, reset, collectives=sharded is not None, injected_oom=injected)
 
     return retry

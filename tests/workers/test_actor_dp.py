@@ -55,7 +55,8 @@ def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = N
     size = MicroSize("update_actor", key, micro.value, micro.by_tokens)
     update = Update(mini_prompts=len(shard), per_rank_mini=len(shard), micro=micro, ppo_epochs=1, num_mini=1)
     role = Trained("actor", model, optimizer, scheduler, update, size, cfg.loss_agg_mode, cfg.grad_clip, world, device)
-    metrics = Actor(role, cfg, 1.0).update(shard, phase_retry(size, device, Faults(parse(fault or "")), step=1))
+    retry = phase_retry(size, device, Faults(parse(fault or "")), step=1, rank=rank, sharded=model)
+    metrics = Actor(role, cfg, 1.0).update(shard, retry)
     metrics.update({"perf/oom_retries/update_actor": size.retries, "perf/micro_size/update_actor": size.value})
     params = {name: t.clone() for name, t in iter_full_params(model)}
     if rank == 0:

@@ -1,6 +1,6 @@
 """Token-budget micro-batches and OOM retries give the same update as fixed micro-batches.
 
-Two FSDP2 ranks over gloo (test_actor_dp's harness); the parameters after one SGD step compare
+Two FSDP2 ranks over gloo, or one (test_actor_dp's harness); the parameters after one SGD step compare
 the gradients, and `actor/loss` is the mini-batch's loss whatever the split.
 """
 
@@ -62,3 +62,12 @@ def test_oom_at_a_micro_batch_of_one_is_a_clear_error():
     with pytest.raises(OutOfMemoryAtMinimum, match=r"ppo_micro_batch_size_per_gpu=1, the smallest split"):
         retry_on_oom(size, always_oom, torch.device("cpu"))
     assert calls == [2, 1]
+
+
+def test_an_oom_inside_the_forward_of_a_single_rank_is_retried_to_the_same_update(tmp_path):
+    # One GPU: nothing to agree with, so the retry goes on in place, though the OOM left FSDP2 in the
+    # middle of a forward (raised after the first decoder layer's; logicrl/faults.py `@rank0`).
+    clean = run(1, tmp_path)
+    hit = run(1, tmp_path, fault="oom@update_actor:1@rank0")
+    assert (hit["metrics"]["perf/oom_retries/update_actor"], hit["metrics"]["perf/micro_size/update_actor"]) == (1, 1)
+    assert_same_update(clean, hit)
