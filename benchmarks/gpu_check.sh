@@ -22,7 +22,7 @@ $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', to
 'available', torch.cuda.is_available(), '| transformers', transformers.__version__)"
 
 echo "== gpu tests"
-$PY -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider 2>&1 | tee "$LOG/tests.txt"
+$PY -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider --timeout="${GPU_TEST_TIMEOUT:-240}" 2>&1 | tee "$LOG/tests.txt"
 tests_rc=${PIPESTATUS[0]}
 
 echo "== training steps (Qwen2.5-0.5B shape, random weights)"
