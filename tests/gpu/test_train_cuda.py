@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpu.runs import train
+from tests.gpu.runs import QWEN25_05B, train, write_random_model
 
 pytestmark = pytest.mark.gpu
 
 ARR = "actor_rollout_ref"
 TWO_STEPS = ["trainer.total_training_steps=2", "trainer.device=cuda", f"{ARR}.rollout.name=hf",
              "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=2"]
-# The planner's target against measurement (benchmarks/memory_plan.py): every phase within 15%.
+# The planner's target against measurement (benchmarks/memory_plan.py): every phase within 15%. On a
+# model of a few MB the CUDA side's fixed costs (cuBLAS workspaces, ~tens of MB, which the plan leaves
+# to its headroom) dominate every phase, so the check runs on a real model's shape.
 PLAN_TOLERANCE = 0.15
 # bf16 keeps 8 significant bits (unit roundoff u = 2^-9 ~ 2e-3). The trainer (HF SDPA, fp32 log-softmax
 # over bf16 logits) and the HF engine (the same kernels, on a bf16 copy of the same weights) differ
@@ -29,6 +31,7 @@ MEAN_GAP = 0.02
 def test_two_grpo_steps_in_bf16_train_and_report_their_memory(tmp_path):
     rows = train(TWO_STEPS, tmp_path)
     assert [r["step"] for r in rows] == [1, 2]
+    print({r["step"]: (r["rollout/logprob_diff"], r["rollout/logprob_diff_max"]) for r in rows})
     for row in rows:
         for key in ("actor/pg_loss", "actor/grad_norm", "critic/score/mean"):
             assert key in row, f"{key} missing or not finite (the tracker drops NaN and inf)"
@@ -40,11 +43,14 @@ def test_two_grpo_steps_in_bf16_train_and_report_their_memory(tmp_path):
 def test_the_plan_matches_max_memory_allocated_per_phase(tmp_path):
     from logicrl.config import compose, validate
     from logicrl.memory.preflight import planned_peaks_gb
+    from logicrl.models.tiny import cache_root
+    from tests.conftest import BASE_BATCH
 
-    rows = train(TWO_STEPS, tmp_path)
+    model = write_random_model(QWEN25_05B, cache_root() / "qwen2.5-0.5b-random")
+    run = [*TWO_STEPS, f"{ARR}.model.path={model}", "data.max_response_length=256"]
+    rows = train(run, tmp_path)
     cfg, spec, plan = validate(compose([f"data.train_files={tmp_path / 'data' / 'train.jsonl'}",
-                                        f"data.val_files={tmp_path / 'data' / 'test.jsonl'}",
-                                        *TWO_STEPS]))
+                                        f"data.val_files={tmp_path / 'data' / 'test.jsonl'}", *BASE_BATCH, *run]))
     planned = planned_peaks_gb(cfg, spec, plan)
     measured = {phase: max(r.get(f"perf/memory/{phase}/peak_gb", 0.0) for r in rows) for phase in planned}
     off = {phase: (measured[phase], planned[phase]) for phase in planned
