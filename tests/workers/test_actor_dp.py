@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from logicrl.controller.placement import free_port
+from logicrl.controller.ports import free_port
 
 ACTOR_CFG = dict(use_dynamic_bsz=False, ppo_micro_batch_size_per_gpu=2, ppo_max_token_len_per_gpu=64, ppo_epochs=1,
                  loss_agg_mode="token-mean", policy_loss={"loss_mode": "vanilla"}, clip_ratio_low=0.2,

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from logicrl.controller.placement import free_port
+from logicrl.controller.ports import free_port
 from logicrl.rng import capture_rng_state
 from logicrl.trainer import checkpoint as ckpt
 

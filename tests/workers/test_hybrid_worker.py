@@ -5,7 +5,7 @@ import torch
 from omegaconf import OmegaConf
 
 from logicrl.config import compose, validate
-from logicrl.controller.placement import free_port
+from logicrl.controller.ports import free_port
 from logicrl.data.dataset import load_prompts
 from logicrl.models.loading import load_tokenizer
 from logicrl.trainer.batch import prompt_batch, tensors

@@ -10,7 +10,7 @@ import torch
 import torch.multiprocessing as mp
 from tensordict import TensorDict
 
-from logicrl.controller.placement import free_port
+from logicrl.controller.ports import free_port
 from logicrl.workers import fsdp
 from logicrl.workers.fsdp import full_tensor, load_optimizer, offload_optimizer
 from logicrl.workers.hybrid import gpu_index

@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 
 pytest.importorskip("vllm")
 
-from logicrl.controller.placement import free_port  # noqa: E402
+from logicrl.controller.ports import free_port  # noqa: E402
 
 PAD = 0
 SHARDS = [[[17, 250, 3, 99], [5, 6, 7, 8, 9, 10, 11]], [[42, 43]]]  # rank 0: two prompts, rank 1: one

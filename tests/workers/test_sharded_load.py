@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from logicrl.controller.placement import free_port
+from logicrl.controller.ports import free_port
 
 pytestmark = pytest.mark.integration
 WORLD = 2

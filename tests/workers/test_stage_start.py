@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from logicrl.controller.placement import free_port
+from logicrl.controller.ports import free_port
 from logicrl.workers.checkpoint import load_stage_start, save_sharded
 from logicrl.workers.fsdp import build_optimizer, init_distributed, iter_full_params, shard_model
 from tests.workers.conftest import build_tiny_qwen2

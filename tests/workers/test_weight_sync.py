@@ -10,7 +10,7 @@ import torch
 import torch.multiprocessing as mp
 import transformers
 
-from logicrl.controller.placement import free_port
+from logicrl.controller.ports import free_port
 
 MIB = 2**20
 # head_dim 64 as vLLM's CPU attention needs; 4 layers so no single layer is most of the model.
