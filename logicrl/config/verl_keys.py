@@ -161,8 +161,9 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.actor.checkpoint": ignore("a logicrl checkpoint always holds model, optimizer and trainer state"),
     f"{ARR}.actor.optim.clip_grad": rename(f"{ARR}.actor.grad_clip"),
     "critic.optim.clip_grad": rename("critic.grad_clip"),
-    f"{ARR}.actor.fsdp_config.model_dtype": refuse("logicrl has one parameter dtype for actor, reference and "
-                                                   f"rollout: set {ARR}.model.dtype instead"),
+    f"{ARR}.actor.fsdp_config.model_dtype": refuse(f"logicrl computes in {ARR}.model.dtype (actor, reference and "
+                                                   "rollout) and keeps fp32 master weights for the trained models "
+                                                   f"when it is narrower: set {ARR}.model.dtype instead"),
     # verl >= 0.4 keeps the critic's FSDP settings under critic.model.
     "critic.model.fsdp_config.param_offload": rename("critic.fsdp_config.param_offload"),
     "critic.model.fsdp_config.optimizer_offload": rename("critic.fsdp_config.optimizer_offload"),

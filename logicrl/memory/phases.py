@@ -290,5 +290,6 @@ def weight_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: 
         gathered += out_f * in_f * (FP32 + 3 * b)
     weights, kv = engine_bytes(x, m, capacity, awake=False)
     if x.engine != "hf" and x.device == "cuda" and x.free_cache_engine:
-        weights = m.engine.total_full + m.engine.layer_full
+        # Each TP member reloads its own 1/tp slice of every layer (the full tensors stream past it).
+        weights = (m.engine.total_full + m.engine.layer_full) // x.rollout_tp
     return _phase("update_weights", {**base, "engine": weights, "kv_cache": kv}, params=gathered)
