@@ -39,8 +39,14 @@ esac
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
 
+# Under `make test` the parent make passes its own variables down (MAKEFLAGS carries e.g. PYTEST_ARGS=...),
+# which would change the commands these tests read.
+PARENT_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "PYTEST_ARGS")
+
+
 def make(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env=env or dict(os.environ),
+    env = {k: v for k, v in (env or os.environ).items() if k not in PARENT_MAKE}
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -19,6 +19,13 @@ SEVEN_B = ["actor_rollout_ref.model.path=logicrl/memory/shapes/qwen2.5-7b", "tra
            "trainer.gpu_memory_gb=80", "data.max_response_length=4096", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4"]
 
 
+def planned_generate_gb() -> float:
+    from logicrl.config import compose, validate
+    from logicrl.memory.preflight import planned_peaks_gb
+
+    return planned_peaks_gb(*validate(compose(SEVEN_B)))["generate"]
+
+
 def test_hydra_group_overrides_pass_the_override_check():
     argv = ["-m", "hydra/launcher=submitit_slurm", "hydra/sweeper=basic", "hydra.launcher.partition=debug", "a=1"]
     with pytest.raises(ConfigError, match="unknown config key `a`"):
@@ -84,6 +91,7 @@ def test_a_dry_run_sweep_is_the_table_of_what_fits(tmp_path):
                       f"{ARR}.model.enable_gradient_checkpointing=true,false", f"hydra.sweep.dir={sweep}", cwd=ROOT)
     assert result.returncode == 1, result.stderr[-3000:]
     rows = summary_rows(sweep)
+    generate_gb = planned_generate_gb()
     # In the sweep's order; Hydra writes booleans True/False in a job's overrides.
     assert list(rows) == [f"rollout.n={n},model.enable_gradient_checkpointing={gc}"
                           for n in (8, 16) for gc in ("True", "False")]
@@ -93,4 +101,6 @@ def test_a_dry_run_sweep_is_the_table_of_what_fits(tmp_path):
         if not fits:  # refused, with the planned peaks and the setting that makes it fit
             assert "| refused by the planner |" in line and "update_actor needs" in line, line
             assert "enable_gradient_checkpointing=true" in line.split("update_actor needs")[1]
-        assert "| 50.64 |" in line  # generate's planned peak, in every row
+        # generate's planned peak, in every row (rollout.n and checkpointing leave generate alone):
+        # the planner's own number for this shape, so a change in the model does not break the table test.
+        assert f"| {generate_gb:.2f} |" in line
