@@ -9,12 +9,16 @@ Otherwise, or the second time (but for the other stop signal within SAME_REQUEST
 delivered twice), the handler raises `Stopped` where the process stands: saves in
 flight are dropped (trainer/checkpoint.saving), Ray is shut down, and main_ppo prints one line.
 
+Python runs a handler only between bytecodes of the main thread, and a signal that arrives again
+before its handler ran is delivered once: two requests must be far enough apart to count as two.
+
 Ray's `ray.init` installs its own SIGTERM handler (exit at once, after killing its processes);
 `stop_on_signals` is called again right after it, so for the rest of the run the signals are ours.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -56,6 +60,9 @@ def _on_signal(signum, frame):
     global _requested, _requested_at
     if _at_step_end and _requested is None:
         _requested, _requested_at = signum, time.monotonic()  # no logging: the handler may run inside logging's lock
+        # A step can take minutes: say at once that the request was heard (os.write takes no lock).
+        os.write(2, f"\nlogicrl: {signal.Signals(signum).name}: finishing this step, then saving a checkpoint "
+                    "(send it again to stop at once)\n".encode())
         return
     if _at_step_end and signum != _requested and time.monotonic() - _requested_at < SAME_REQUEST_S:
         return
