@@ -19,6 +19,8 @@ from logicrl.controller.cluster import ensure_ray
 from logicrl.controller.placement import place
 from logicrl.errors import BadInput
 
+WAIT_SLICE_S = 0.2  # how often a wait for the ranks returns to Python (its signal handlers)
+
 
 class WorkerFailed(RuntimeError):
     """A rank's call raised (`cause`), or its process died (`cause` None): which rank, in which phase, why."""
@@ -86,7 +88,11 @@ class WorkerGroup:
         rank_of = {f: rank for rank, f in enumerate(futures)}
         pending = list(futures)
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            # In slices: Python runs a signal handler only when the main thread is back in bytecode,
+            # and a stop request repeated while it is blocked in one long wait would arrive as one.
+            done, pending = ray.wait(pending, num_returns=1, timeout=WAIT_SLICE_S)
+            if not done:
+                continue
             try:
                 ray.get(done[0])
             except (RayTaskError, RayActorError) as err:
