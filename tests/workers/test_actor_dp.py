@@ -56,7 +56,7 @@ def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = N
     update = Update(mini_prompts=len(shard), per_rank_mini=len(shard), micro=micro, ppo_epochs=1, num_mini=1)
     role = Trained("actor", model, optimizer, scheduler, update, size, cfg.loss_agg_mode, cfg.grad_clip, world, device)
     retry = phase_retry(size, device, Faults(parse(fault or "")), step=1, rank=rank, sharded=model)
-    metrics = Actor(role, cfg, 1.0).update(shard, retry)
+    metrics = Actor(role, cfg, 1.0, remove_padding=cfg.get("remove_padding", False)).update(shard, retry)
     metrics.update({"perf/oom_retries/update_actor": size.retries, "perf/micro_size/update_actor": size.value})
     params = {name: t.clone() for name, t in iter_full_params(model)}
     if rank == 0:
@@ -79,6 +79,16 @@ def test_two_ranks_match_one_rank(tmp_path):
         torch.testing.assert_close(two["params"][name] - initial[name], p1 - initial[name], atol=1e-7, rtol=1e-4)
         moved += int(not torch.equal(p1, initial[name]))
     assert moved == len(initial)  # the step changed every parameter, on both sides alike
+
+
+def test_packed_token_budget_update_matches_padded(tmp_path):
+    """use_remove_padding with a token budget: the same SGD step as padded fixed micro-batches, on 2 ranks."""
+    padded = run(2, tmp_path)
+    packed = run(2, tmp_path, {"remove_padding": True, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 24})
+    assert packed["metrics"]["perf/micro_size/update_actor"] == 24
+    torch.testing.assert_close(packed["grad_norm"], padded["grad_norm"], atol=1e-5, rtol=1e-5)
+    for name, p in padded["params"].items():
+        torch.testing.assert_close(packed["params"][name], p, atol=1e-5, rtol=0, msg=name)
 
 
 def build_params():
