@@ -9,6 +9,7 @@ settings). `KNOBS` names the keys the suggestions may set.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 from omegaconf import DictConfig
@@ -90,6 +91,9 @@ class PlanInputs:
     actor_optim_offload: bool = False
     critic_optim_offload: bool = False
     rollout_tp: int = 1  # vLLM tensor parallelism: each rank's engine holds 1/tp of the weights
+    # use_remove_padding: None (padded), "flash" (varlen, no mask) or "sdpa" (a packed [L, L] mask)
+    packing: str | None = None  # the actor's and the reference's forwards
+    critic_packing: str | None = None
 
     @property
     def width(self) -> int:
@@ -140,7 +144,19 @@ class PlanInputs:
             actor_optim_offload=arr.actor.fsdp_config.optimizer_offload,
             critic_optim_offload=critic.fsdp_config.optimizer_offload,
             rollout_tp=arr.rollout.tensor_model_parallel_size,
+            packing=packing_kernel(arr.model.use_remove_padding, device, dtype_bytes),
+            critic_packing=packing_kernel(critic.model.use_remove_padding, device, dtype_bytes),
             **what_if)
+
+
+def packing_kernel(remove_padding: bool, device: str, dtype_bytes: int) -> str | None:
+    """The attention packed micro-batches run on (models/packing.py packed_attention), as this
+    machine sees it: flash_attn is looked for here, so a driver without it plans the sdpa mask."""
+    if not remove_padding:
+        return None
+    if device == "cuda" and dtype_bytes == 2 and importlib.util.find_spec("flash_attn") is not None:
+        return "flash"
+    return "sdpa"
 
 
 def _split(plan: StepPlan, phase: str) -> tuple[int | None, int | None]:

@@ -128,7 +128,8 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
         phases.append(forward_phase("reward_model", x, m.reward, x.reward_spec, base, x.ref_micro, x.ref_budget,
                                     lm=False, root_held=True))
 
-    old = forward_phase("old_log_prob", x, m.actor, x.spec, base, x.log_prob_micro, x.log_prob_budget, lm=True)
+    old = forward_phase("old_log_prob", x, m.actor, x.spec, base, x.log_prob_micro, x.log_prob_budget, lm=True,
+                         packing=x.packing)
     old.skipped = x.skip_old_log_prob
     phases.append(old)
 
@@ -137,27 +138,27 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     elif ref_is_actor:
         held = 0 if x.skip_old_log_prob else m.actor.root_full
         phases.append(forward_phase("ref", x, m.actor, x.spec, plus(held), x.ref_micro, x.ref_budget, lm=True,
-                                    root_held=bool(held)))
+                                    root_held=bool(held), packing=x.packing))
     else:
         held = 0 if x.skip_old_log_prob else m.actor.root_full
         phases.append(forward_phase("ref", x, m.ref, x.spec, plus(held), x.ref_micro, x.ref_budget, lm=True,
-                                    root_held=True))
+                                    root_held=True, packing=x.packing))
 
     if m.critic:
         phases.append(forward_phase("values", x, m.critic, x.critic_spec, plus(actor_held), x.critic_micro,
-                                    None, lm=False))
+                                    None, lm=False, packing=x.critic_packing))
         states = loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
         phases.append(backward_phase("update_critic", x, m.critic, x.critic_spec,
                                      plus(actor_held + m.critic.root_full, states), x.critic_micro, x.critic_budget,
                                      x.critic_per_rank_mini, x.critic_ckpt, lm=False, root_held=True,
-                                     offload=x.critic_offload))
+                                     offload=x.critic_offload, packing=x.critic_packing))
     else:
         phases += [PhaseMemory("values", skipped=x.skip_critic), PhaseMemory("update_critic", skipped=x.skip_critic)]
 
     states = loaded_states(x, m.actor, x.actor_offload, x.actor_optim_offload)
     phases.append(backward_phase("update_actor", x, m.actor, x.spec, plus(actor_held, states), x.actor_micro,
                                  x.actor_budget, x.actor_per_rank_mini, x.actor_ckpt, lm=True,
-                                 root_held=bool(actor_held), offload=x.actor_offload))
+                                 root_held=bool(actor_held), offload=x.actor_offload, packing=x.packing))
     phases.append(weight_sync_phase(x, m, base, capacity))
     # One list of phase names (config/plan.py): the table's rows are the metrics' perf/memory/<phase>.
     assert [p.name for p in phases if p.name != "reward_model"] == list(WORKER_PHASES)
