@@ -90,6 +90,9 @@ class PlanInputs:
     actor_optim_offload: bool = False
     critic_optim_offload: bool = False
     rollout_tp: int = 1  # vLLM tensor parallelism: each rank's engine holds 1/tp of the weights
+    # fsdp_config.grad_accumulation: "sharded", "unsharded" or "auto" (planner.py resolves it from memory)
+    actor_grad_accum: str = "unsharded"
+    critic_grad_accum: str = "unsharded"
 
     @property
     def width(self) -> int:
@@ -140,6 +143,8 @@ class PlanInputs:
             actor_optim_offload=arr.actor.fsdp_config.optimizer_offload,
             critic_optim_offload=critic.fsdp_config.optimizer_offload,
             rollout_tp=arr.rollout.tensor_model_parallel_size,
+            actor_grad_accum=plan.actor.grad_accumulation,
+            critic_grad_accum=plan.critic.grad_accumulation if plan.critic else "unsharded",
             **what_if)
 
 
