@@ -136,7 +136,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
     from logicrl.controller.worker_group import WorkerFailed
     from logicrl.faults import Faults
     from logicrl.logs import run_log_file
-    from logicrl.signals import Preempted, Stopped
+    from logicrl.signals import Preempted, stop_request_of
     from logicrl.trainer.micro_sizes import OutOfMemoryOnRank
     from logicrl.workers.oom import OutOfMemoryAtMinimum
 
@@ -165,10 +165,11 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         stop(err, f"{err} (traceback in {keep_traceback(run_log_file(run_dir), err)})", EXIT_FAILED, show_all)
     except Preempted as err:
         raise Ended(EXIT_PREEMPTED, f"logicrl: {err}; run the same command (or requeue the job) to resume", err) from None
-    except Stopped as err:  # before KeyboardInterrupt: it is one (logicrl/signals.py)
-        stop(err, f"stopped by {err}; {resume_hint(cfg)}", stopped_code(err), show_all)
-    except KeyboardInterrupt as err:
-        stop(err, f"interrupted (Ctrl-C); {resume_hint(cfg)}", EXIT_SIGINT, show_all)
+    except KeyboardInterrupt as err:  # Stopped is one; inside a Ray wait it comes out as a plain one
+        stopped = stop_request_of(err)
+        if stopped is None:
+            stop(err, f"interrupted (Ctrl-C); {resume_hint(cfg)}", EXIT_SIGINT, show_all)
+        stop(err, f"stopped by {stopped}; {resume_hint(cfg)}", stopped_code(stopped), show_all)
     except SystemExit as err:
         # Nothing in the run calls sys.exit: this is Ray's own SIGTERM handler, which holds the
         # signal while ray.init starts the cluster (it kills Ray's processes, then exits).

@@ -34,6 +34,7 @@ SAME_REQUEST_S = 2.0
 _at_step_end = False  # the trainer's loop is running and can stop at a step boundary
 _requested: int | None = None  # the signal that asked it to
 _requested_at = 0.0
+_stopped_by: int | None = None  # the signal whose handler raised Stopped
 
 
 class Stopped(KeyboardInterrupt):
@@ -66,6 +67,8 @@ def _on_signal(signum, frame):
         return
     if _at_step_end and signum != _requested and time.monotonic() - _requested_at < SAME_REQUEST_S:
         return
+    global _stopped_by
+    _stopped_by = signum
     raise Stopped(signum)
 
 
@@ -84,6 +87,16 @@ def stop_at_step_end() -> Iterator[None]:
         yield
     finally:
         _at_step_end = False
+
+
+def stop_request_of(err: BaseException) -> Stopped | None:
+    """The Stopped that `err` stands for: itself, or the plain KeyboardInterrupt that a Ray blocking
+    call raises in its place when our handler raised Stopped inside it; None for a real Ctrl-C."""
+    if isinstance(err, Stopped):
+        return err
+    if isinstance(err, KeyboardInterrupt) and _stopped_by is not None:
+        return Stopped(_stopped_by)
+    return None
 
 
 def requested() -> int | None:

@@ -35,3 +35,13 @@ def test_the_other_signal_later_stops_at_once(monkeypatch):
         signals._on_signal(signal.SIGUSR1, None)
         with pytest.raises(Stopped):
             signals._on_signal(signal.SIGTERM, None)
+
+
+def test_a_stop_that_ray_reraised_as_a_plain_keyboard_interrupt_is_still_the_stop(monkeypatch):
+    monkeypatch.setattr(signals, "_stopped_by", None)
+    assert signals.stop_request_of(KeyboardInterrupt()) is None  # a real Ctrl-C
+    with pytest.raises(Stopped):
+        signals._on_signal(signal.SIGTERM, None)  # outside the loop: stops at once
+    # ray.wait runs the handler inside its C++ loop and raises a new, plain KeyboardInterrupt.
+    stopped = signals.stop_request_of(KeyboardInterrupt())
+    assert isinstance(stopped, Stopped) and stopped.signum == signal.SIGTERM
