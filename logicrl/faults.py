@@ -17,6 +17,8 @@ plus `save` (after the ranks wrote a checkpoint, before it is committed). Kinds:
   in the hf engine's generate at the end of that rank's attempt (which the ranks retry).
 - `raise`: a worker's phase raises a RuntimeError, as a bug would.
 - `die`: a worker process exits at once, as one killed by the kernel's OOM killer does.
+- `stall`: a worker's phase sleeps STALL_S before it starts, as a long step does: a signal test
+  then knows the step is still in flight when its second signal arrives, on any machine's speed.
 
 The entry point reads the variable once (`Faults.from_env`) and passes the object down: the
 controller's phase runner and the workers' phase wrapper are the only places that fire it.
@@ -28,11 +30,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 ENV = "LOGICRL_INJECT_FAULT"
-KINDS = ("sigkill", "oom", "raise", "die")
+KINDS = ("sigkill", "oom", "raise", "die", "stall")
+STALL_S = 60.0
 
 
 class Fault(NamedTuple):
@@ -104,6 +108,8 @@ class Faults:
             raise RuntimeError(f"injected fault in {point} at step {step} ({ENV})")
         if kind == "die":
             os._exit(1)
+        if kind == "stall":
+            time.sleep(STALL_S)
 
     def oom_due(self, point: str, step: int | None, rank: int | None = None) -> Fault | None:
         """A worker phase: the OOM to inject now on this rank (once per point and step), or None.

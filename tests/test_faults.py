@@ -43,3 +43,16 @@ def test_a_raise_aimed_at_one_rank_spares_the_others():
     faults.fail_worker_if_due("values", 2, rank=0)
     with pytest.raises(RuntimeError, match="injected fault in values at step 2"):
         faults.fail_worker_if_due("values", 2, rank=1)
+
+
+def test_a_stall_sleeps_in_its_phase_only(monkeypatch):
+    import logicrl.faults as faults_module
+
+    slept = []
+    monkeypatch.setattr(faults_module.time, "sleep", slept.append)
+    faults = Faults(parse("stall@update_actor:3"))
+    faults.fail_worker_if_due("update_actor", 2, rank=0)
+    faults.fail_worker_if_due("generate", 3, rank=0)
+    assert slept == []
+    faults.fail_worker_if_due("update_actor", 3, rank=0)
+    assert slept == [faults_module.STALL_S]

@@ -14,10 +14,9 @@ and the allocator's free lists. The profiler's memory events are exact instead: 
 each with the running total of the bytes still live among them (`total_allocated`), in the order
 they happened. The peak is then
     live bytes at the start   every tensor storage reachable from Python (gc), deduplicated
-  + the highest running total during the block.
-Frees of storages that predate the block are invisible to that total (c10 records sizes only
-from the start of profiling), so the figure can only overstate the peak, and only by memory the
-block frees of what it did not allocate, which none of the trainer's phases do. Storage resizes
+  + the highest total of bytes allocated in the block and not yet freed.
+Frees of storages that predate the block are left out of that total, so the figure can only
+overstate the peak, and only by memory the block frees of what it did not allocate, which none of the trainer's phases do. Storage resizes
 (FSDP2 frees and re-gathers unsharded parameters with `storage.resize_`) go through the same
 allocator and are counted.
 """
@@ -92,11 +91,14 @@ class PeakTracker:
 
 
 def _max_running_total(prof) -> int:
-    """Highest rise of c10's running total over the block (0 if nothing was allocated).
+    """Highest rise of the bytes the block allocated and has not yet freed (0 if nothing).
 
-    The running total is process-wide and survives between profiling sessions (it still holds
-    blocks allocated under an earlier session and alive now), so the rise is measured from its
-    value just before the block's first event.
+    Computed from the events' own sizes, in the order they happened, not from c10's process-wide
+    running total: c10 keeps the sizes of blocks allocated under any earlier profiling session, and
+    an entry whose block was freed while no profiler ran stays behind; a new block at the same
+    address then "frees" the stale size inside the block and the running total drops by memory
+    the block never held (seen as a 6 MB resize measured as 0 in a full test run). A free counts
+    only for a block allocated inside this one, which is what the module docstring promises.
     """
     from torch._C._profiler import _EventType
 
@@ -106,8 +108,14 @@ def _max_running_total(prof) -> int:
         if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
             events.append(event)
         stack.extend(event.children)
-    if not events:
-        return 0
-    first = min(events, key=lambda e: e.start_time_ns).extra_fields
-    before = first.total_allocated - first.alloc_size
-    return max(e.extra_fields.total_allocated for e in events) - before
+    live: dict[int, int] = {}
+    total = peak = 0
+    for event in sorted(events, key=lambda e: (e.start_time_ns, e.extra_fields.id)):
+        fields = event.extra_fields
+        if fields.alloc_size > 0:
+            live[fields.ptr] = live.get(fields.ptr, 0) + fields.alloc_size
+            total += fields.alloc_size
+            peak = max(peak, total)
+        elif fields.ptr in live:
+            total -= live.pop(fields.ptr)
+    return peak

@@ -74,16 +74,14 @@ def intact(ckpt: Path) -> list[int]:
     return [step for step, _ in found]
 
 
-# Steps of a few seconds, so that a second SIGTERM 0.3 s after the first lands inside the same step.
-LONG_STEPS = ["data.train_batch_size=32", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=32"]
-
 
 @pytest.mark.parametrize("signals, code, says", [
     ([signal.SIGINT], 130, "error: interrupted (Ctrl-C); checkpoints under"),
     ([signal.SIGTERM, signal.SIGTERM], 143, "error: stopped by SIGTERM; checkpoints under"),  # the second: at once
 ])
 def test_a_signal_mid_run_is_one_line_with_checkpoints_intact_and_ray_gone(tmp_path, signals, code, says):
-    proc = start(tmp_path, "trainer.total_training_steps=200", *LONG_STEPS)
+    # Step 3 stalls in update_actor (faults.py), so it is still in flight when the second signal comes.
+    proc = start(tmp_path, "trainer.total_training_steps=200", fault="stall@update_actor:3")
     wait_for(lambda: (tmp_path / "ckpt" / "global_step_2").is_dir())
     ray = psutil.Process(proc.pid).children(recursive=True)
     assert ray  # Ray's daemons and the rank are the driver's descendants

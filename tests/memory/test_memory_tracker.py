@@ -41,6 +41,29 @@ def test_storage_resize_is_counted():
     assert tracker.peak_bytes - tracker.start_bytes == 6 * MB
 
 
+def test_a_stale_size_freed_inside_the_block_does_not_cancel_its_allocations():
+    """c10 keeps the size of a block allocated under an earlier profiler and freed without one; a
+    new block malloc puts at that address reports that size when the block frees it. That free
+    must not cancel the block's own allocations (it did: a 6 MB resize measured 0 in a full run)."""
+    from types import SimpleNamespace
+
+    from torch._C._profiler import _EventType
+
+    from logicrl.memory.tracker import _max_running_total
+
+    def event(t, ptr, size, total):
+        fields = SimpleNamespace(device=torch.device("cpu"), ptr=ptr, alloc_size=size, total_allocated=total, id=t)
+        return SimpleNamespace(tag=_EventType.Allocation, extra_fields=fields, start_time_ns=t, children=[])
+
+    # 100 MB of the process's earlier profiled blocks; the stale 8 MB entry at 0xA is freed first.
+    events = [event(1, 0xA, -8 * MB, 92 * MB), event(2, 0xB, 6 * MB, 98 * MB), event(3, 0xC, 2 * MB, 100 * MB),
+              event(4, 0xC, -2 * MB, 98 * MB), event(5, 0xD, 1 * MB, 99 * MB)]
+    root = SimpleNamespace(tag=None, children=events[::-1])  # the tree is not in time order
+    prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(
+        experimental_event_tree=lambda: [root])))
+    assert _max_running_total(prof) == 8 * MB
+
+
 def test_live_bytes_count_shared_storage_once():
     base = torch.zeros(MB // 4)
     before = live_tensor_bytes()

@@ -144,6 +144,9 @@ def _resume_and_compare(rank: int, port: int, checkpoint: str, ref: str, src: st
     export_hf(lora, os.path.join(ref, "lora_hf"), src, merge_lora=True)
     if rank == 0:
         save_file({"logits": logits.contiguous()}, os.path.join(ref, "lora_logits.safetensors"))
+    # Both ranks idle before the group goes: a rank tearing gloo down while its peer is still busy
+    # aborted once in CI ("terminate called without an active exception", SIGABRT).
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
