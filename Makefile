@@ -27,7 +27,7 @@ CUDA_CHECK = import sys, torch; sys.exit(0 if torch.cuda.is_available() else f't
   (CUDA {torch.version.cuda}) is installed but torch.cuda.is_available() is False: check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES')
 PYTEST_ARGS ?=
 
-.PHONY: setup data train test test-gpu test-all dry-run clean slurm
+.PHONY: setup data train test test-gpu test-all dry-run clean slurm bench-env
 
 setup: $(STAMP)
 
@@ -92,5 +92,21 @@ slurm:
 test-all: $(STAMP) data slurm
 	$(PY) -m pytest -m "" $(PYTEST_ARGS)
 
+# The bench extra (TRL, for benchmarks/vs_trl.py) in its own venv, so .venv is never changed. A .pth
+# file puts .venv's site-packages after the bench venv's own: pip then installs only what .venv lacks
+# (trl, datasets, ...) and both sides of the comparison run the same torch and transformers.
+BENCH_VENV := .venv-bench
+bench-env:
+	@# Not a prerequisite on $(STAMP): editing pyproject.toml (this extra) would reinstall .venv.
+	@test -x $(PY) || { echo "$(PY) is missing: run make setup first (the bench env reuses its torch)" >&2; exit 1; }
+	@# From .venv's own Python: the .pth below needs the same Python version on both sides.
+	$(PY) -m venv $(BENCH_VENV)
+	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	  > $$($(BENCH_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/logicrl-main-env.pth
+	$(BENCH_VENV)/bin/python -m pip install -q $$($(PY) -c 'import tomllib; \
+	  print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"]))')
+	$(BENCH_VENV)/bin/python -c "import trl, torch, transformers; print('bench env ok: trl', trl.__version__, \
+	  'torch', torch.__version__, 'transformers', transformers.__version__)"
+
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) outputs multirun .pytest_cache
