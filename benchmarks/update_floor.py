@@ -59,7 +59,7 @@ def make_batch(pad_id: int, prompts: int = PROMPTS):
     }, batch_size=[rows])
 
 
-def build_worker(model_dir: Path, prompts: int, micro: int, threads: int):
+def build_worker(model_dir: Path, prompts: int, micro: int, threads: int, engine: str = "hf"):
     from omegaconf import OmegaConf
 
     from logicrl.config import compose, validate
@@ -73,7 +73,7 @@ def build_worker(model_dir: Path, prompts: int, micro: int, threads: int):
         f"{ARR}.model.path={model_dir}", f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet",
         f"data.train_batch_size={prompts}", f"{ARR}.rollout.n={N}", f"{ARR}.actor.ppo_mini_batch_size={prompts}",
         f"{ARR}.actor.ppo_micro_batch_size_per_gpu={micro}", f"data.max_response_length={RESPONSE_LEN}",
-        f"{ARR}.rollout.name=hf", f"{ARR}.actor.use_kl_loss=false", "trainer.device=cpu"]))
+        f"{ARR}.rollout.name={engine}", f"{ARR}.actor.use_kl_loss=false", "trainer.device=cpu"]))
     worker = HybridWorker(OmegaConf.to_container(cfg, resolve=True), plan, 0, 1, "127.0.0.1", free_port(),
                           threads=threads)
     return worker, cfg[ARR].actor
