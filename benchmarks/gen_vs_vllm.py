@@ -8,9 +8,10 @@ sampler, every sampled token's log-prob, the TensorDict the trainer gets, the sl
 vLLM alone: a plain vllm.LLM in a subprocess of the same Python, on the same model (step_time.py's
 BENCH_MODEL), fp32, eager, prefix caching on, generating the same 64 requests (each prompt 8 times,
 one seed per request, drawn as logicrl draws them) at temperature 1, top_p 1, up to 128 tokens,
-ignore_eos with the same stop ids, with the sampled tokens' log-probs. Only the requests' order of
-magnitude of work is the same, not the sampled tokens (the engines' seeds differ), so both report
-the tokens they generated; with random weights nearly every response runs the full 128.
+ignore_eos with the same stop ids, with the sampled tokens' log-probs. Each run's per-request seeds
+are drawn as logicrl's engine draws them from the phase's seed, so both sample the same tokens
+(each line reports the tokens generated); with random weights nearly every response runs all 128.
+Differences left: vLLM alone runs its engine core in its default separate process.
 
 The two alternate (the subprocess waits for a "go" on stdin), a first pair warms both up.
 """
@@ -42,10 +43,15 @@ def vllm_child(spec_path: str) -> None:
                    enable_chunked_prefill=False, enforce_eager=True, enable_prefix_caching=True,
                    kv_cache_memory_bytes=2**30)
     print(f"{TAG} ready", flush=True)
-    while sys.stdin.readline().strip() == "go":
+    import torch
+
+    while (line := sys.stdin.readline().split())[:1] == ["go"]:
+        # The per-request seeds logicrl's engine draws from the phase's seed (rollout/vllm.py).
+        g = torch.Generator().manual_seed(int(line[1]))
+        seeds = torch.randint(0, 2**62, (len(spec["prompts"]),), generator=g).tolist()
         params = [vllm.SamplingParams(n=1, temperature=1.0, top_p=1.0, top_k=0, max_tokens=RESPONSE_LEN, seed=s,
                                       logprobs=0, detokenize=False, ignore_eos=True, stop_token_ids=spec["eos"])
-                  for s in spec["seeds"]]
+                  for s in seeds]
         start = time.perf_counter()
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in spec["prompts"]], params, use_tqdm=False)
         seconds = time.perf_counter() - start
@@ -62,7 +68,7 @@ def main() -> None:
         vllm_child(args.vllm_child)
         return
     sys.path.insert(0, str(ROOT))
-    import torch
+    from tensordict import TensorDict
 
     from benchmarks.step_time import bench_model_dir
     from benchmarks.update_floor import build_worker
@@ -80,11 +86,9 @@ def main() -> None:
     engine = worker.engine
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "spec.json"
-        g = torch.Generator().manual_seed(0)
         spec.write_text(json.dumps({
             "model": str(model_dir), "max_model_len": engine.max_model_len, "eos": list(engine.eos_ids),
-            "prompts": [r[m.bool()].tolist() for r, m in zip(ids, mask)],
-            "seeds": torch.randint(0, 2**62, (len(ids),), generator=g).tolist()}))
+            "prompts": [r[m.bool()].tolist() for r, m in zip(ids, mask)]}))
         child = subprocess.Popen([sys.executable, __file__, "--vllm-child", str(spec)], cwd=ROOT, text=True,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=(Path(tmp) / "vllm.log").open("w"),
@@ -100,13 +104,11 @@ def main() -> None:
         times = {"logicrl": [], "vllm": []}
         try:
             for i in range(args.runs + 1):
-                from tensordict import TensorDict
-
                 batch = TensorDict({"input_ids": ids, "attention_mask": mask}, batch_size=[len(ids)])
                 start = time.perf_counter()
                 out, _ = worker.run(batch, "generate", params=dict(temperature=1.0, max_tokens=RESPONSE_LEN, seed=i))
                 ours = time.perf_counter() - start
-                child.stdin.write("go\n")
+                child.stdin.write(f"go {i * 1009}\n")  # HybridWorker: seed * 1009 + rank
                 child.stdin.flush()
                 alone, tokens = child_line()
                 warm = " (warm-up)" if i == 0 else ""
