@@ -135,20 +135,41 @@ class StepPlan:
 
     def with_micro(self, values: dict[str, int]) -> StepPlan:
         """A new plan with the micro-batches or token budgets set by config key in `values` changed."""
+        # A phase split by rows may be given its token budget key instead: it then splits by tokens, as
+        # with use_dynamic_bsz=true (auto_micro_batch prefers budgets for packed sequences). The
+        # values forward always splits by rows (the critic's micro-batch).
         known = {p.micro.key for p in self.phases if p.micro is not None}
+        known |= {token_key(p.micro.key) for p in self.phases if p.micro is not None and p.name in BUDGETED_PHASES}
         unknown = set(values) - known
         if unknown:
             raise KeyError(f"not a micro-batch key of this plan: {sorted(unknown)}")
 
-        def swap(micro: Micro | None) -> Micro | None:
-            return replace(micro, value=values[micro.key]) if micro is not None and micro.key in values else micro
+        def swap(micro: Micro | None, flips: bool = True) -> Micro | None:
+            if micro is None:
+                return None
+            if micro.key in values:
+                return replace(micro, value=values[micro.key])
+            if flips and not micro.by_tokens and token_key(micro.key) in values:
+                return Micro(token_key(micro.key), int(values[token_key(micro.key)]), by_tokens=True)
+            return micro
 
-        phases = tuple(replace(p, micro=swap(p.micro)) for p in self.phases)
+        phases = tuple(replace(p, micro=swap(p.micro, p.name in BUDGETED_PHASES)) for p in self.phases)
         updates = {role: replace(u, micro=swap(u.micro)) for role, u in (("actor", self.actor), ("critic", self.critic))
                    if u is not None}
         for role, u in updates.items():
             _check_divides(u, role)
         return replace(self, phases=phases, **updates)
+
+
+# Phases that can split by a token budget (use_dynamic_bsz); generate and values split by rows.
+BUDGETED_PHASES = ("old_log_prob", "ref", "update_actor", "update_critic")
+
+
+def token_key(rows_key: str) -> str:
+    """The token budget key beside a micro-batch key: ppo_micro_batch_size_per_gpu -> ppo_max_token_len_per_gpu,
+    log_prob_micro_batch_size_per_gpu -> log_prob_max_token_len_per_gpu (a budget key maps to itself)."""
+    return rows_key.replace("ppo_micro_batch_size_per_gpu", "ppo_max_token_len_per_gpu").replace(
+        "log_prob_micro_batch_size_per_gpu", "log_prob_max_token_len_per_gpu")
 
 
 def count_steps(train_rows: int, prompts: int, total_epochs: int, max_steps: int | None) -> tuple[int, int]:

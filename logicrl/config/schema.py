@@ -261,6 +261,8 @@ class TrainerConfig:
     dry_run: bool = key()
     gpu_memory_gb: Optional[float] = key(gt=0)  # null: detect (logicrl/memory/preflight.py)
     auto_micro_batch: bool = key()
+    memory_plan: str = key(choices=("worst_case", "expected"))  # logicrl/memory/lengths.py
+    expected_response_length: Optional[int] = key(ge=1)  # <= data.max_response_length (validate.py)
     verbose: bool = key()
     collective_timeout_s: float = key(gt=0)  # the process group's timeout (workers/fsdp.py init_distributed)
 

@@ -144,6 +144,13 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
         raise ConfigError(f"trainer.resume_mode={trainer.resume_mode} is neither auto, disable nor an existing "
                           "checkpoint directory")
 
+    if trainer.expected_response_length is not None and trainer.expected_response_length > data.max_response_length:
+        raise ConfigError(f"trainer.expected_response_length={trainer.expected_response_length} exceeds "
+                          f"data.max_response_length={data.max_response_length}: responses are cut there; lower it")
+    if trainer.expected_response_length is not None and trainer.memory_plan != "expected":
+        raise ConfigError(f"trainer.expected_response_length={trainer.expected_response_length} is only read with "
+                          "trainer.memory_plan=expected: set that too, or drop the length")
+
     for name in trainer.logger:
         if name not in LOGGERS:
             raise ConfigError(f"trainer.logger: {name!r} is not one of: {', '.join(LOGGERS)}")

@@ -106,14 +106,69 @@ def _flag_knobs(x: PlanInputs, phase: str) -> list[tuple[str, Callable[[PlanInpu
     return out
 
 
+# phase -> (its rows field, cleared when it splits by tokens; its budget field; its use_dynamic_bsz knob).
+# The critic's rows field stays: it also sizes the values forward (workers/hybrid.py).
+BUDGETED = {
+    "old_log_prob": ("log_prob_micro", "log_prob_budget", "log_prob_dynamic"),
+    "ref": ("ref_micro", "ref_budget", "ref_dynamic"),
+    "update_actor": ("actor_micro", "actor_budget", "actor_dynamic"),
+    "update_critic": (None, "critic_budget", "critic_dynamic"),
+}
+
+
+def _runs(x: PlanInputs, phase: str) -> bool:
+    return {"old_log_prob": x.skip_old_log_prob is None, "ref": x.uses_ref,
+            "update_critic": x.critic_spec is not None}.get(phase, True)
+
+
+def by_budget(x: PlanInputs, phase: str, budget: int) -> PlanInputs:
+    """`x` with `phase` split by a token budget of `budget`."""
+    rows_field, field, _ = BUDGETED[phase]
+    return replace(x, **{field: budget, **({rows_field: None} if rows_field else {})})
+
+
+def any_length_budget(x: PlanInputs, capacity: int, phase: str) -> int | None:
+    """The largest token budget with which `phase` fits at full lengths, in whole full-length rows; None
+    if not even one row fits.
+
+    With packed sequences a micro-batch holds at most the budget's real tokens (plus one row when a
+    row is longer), however long or short its rows: a budget that fits full-length rows fits every
+    length. Bisected: a larger budget never needs less memory.
+    """
+    worst = x.worst_case()
+    rows = worst.actor_per_rank_mini if phase == "update_actor" else \
+        worst.critic_per_rank_mini if phase == "update_critic" else worst.responses_per_rank
+    lo, hi = 0, rows  # lo rows fit (0: none known), hi+1 do not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _fits(by_budget(worst, phase, mid * worst.width), capacity, (phase,)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * worst.width if lo else None
+
+
 def auto_micro_batch(x: PlanInputs, capacity: int) -> dict[str, int]:
     """Config overrides setting every micro-batch / token budget to the largest value that fits.
 
     Knobs already at that value are left out; a knob whose phase cannot fit even at its smallest
-    value keeps its configured value (check_fit then names the other remedies).
+    value keeps its configured value (check_fit then names the other remedies). With packed
+    sequences (x.packed) every phase that can split by tokens gets the largest budget that fits at
+    full lengths instead of a micro-batch (a budget key in place of a row key means use_dynamic_bsz:
+    StepPlan.with_micro): it bounds memory whatever the lengths, and packs more short rows per pass.
     """
-    overrides = {}
+    overrides: dict[str, int] = {}
+    chosen: set[str] = set()
+    if x.packed:
+        for phase, (_, field, _) in BUDGETED.items():
+            if _runs(x, phase) and (best := any_length_budget(x, capacity, phase)) is not None:
+                chosen.add(field)
+                if best != getattr(x, field):
+                    overrides[KNOBS[field]] = best
+        x = apply_to_inputs(x, overrides)
     for phases, field, values in _size_knobs(x):
+        if field in chosen:
+            continue
         best = _largest(x, capacity, phases, field, values)
         if best is not None and best != getattr(x, field):
             overrides[KNOBS[field]] = best
@@ -122,7 +177,11 @@ def auto_micro_batch(x: PlanInputs, capacity: int) -> dict[str, int]:
 
 def apply_to_inputs(x: PlanInputs, overrides: dict[str, object]) -> PlanInputs:
     by_key = {key: field for field, key in KNOBS.items()}
-    return replace(x, **{by_key[k]: v for k, v in overrides.items()})
+    fields = {by_key[k]: v for k, v in overrides.items()}
+    for rows_field, budget_field, _ in BUDGETED.values():
+        if budget_field in fields and rows_field:  # a budget key switches the phase to tokens
+            fields[rows_field] = None
+    return replace(x, **fields)
 
 
 def worst_phase(plan: MemoryPlan):
@@ -184,12 +243,60 @@ def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
     others = f" ({len(over) - 1} other phase(s) too)" if len(over) > 1 else ""
     need = f"{worst.name} needs {worst.total / GB:.1f} GB > {usable_bytes(plan) / GB:.1f} GB usable per device{others}"
     fixes = remedies(plan)
+    budget, budget_keys = budget_remedy(plan)
     if fixes:
-        raise DoesNotFit(f"{need}: set {' or '.join(f'{k}={_show(v)}' for k, v in fixes)}", [k for k, _ in fixes], plan)
-    raise DoesNotFit(f"{need}, and no single micro-batch, checkpointing or offload setting makes it fit: "
+        raise DoesNotFit(f"{need}: set {' or '.join(f'{k}={_show(v)}' for k, v in fixes)}{budget}",
+                         [k for k, _ in fixes] + budget_keys, plan)
+    raise DoesNotFit(f"{need}, and no single micro-batch, checkpointing or offload setting makes it fit{budget}: "
                       f"combine them, shard over more devices (trainer.n_gpus), shorten data.max_prompt_length / "
                       f"data.max_response_length, or train LoRA adapters (actor_rollout_ref.model.lora_rank)",
-                     ["trainer.n_gpus", "data.max_response_length", "actor_rollout_ref.model.lora_rank"], plan)
+                     ["trainer.n_gpus", "data.max_response_length", "actor_rollout_ref.model.lora_rank"] + budget_keys,
+                     plan)
+
+
+def budget_remedy(plan: MemoryPlan) -> tuple[str, list[str]]:
+    """(", or the token budget that fits at any length: ..." for the refusal, its keys), or ("", []) when
+    the worst phase cannot split by tokens, or not even one full-length row fits it.
+
+    Named in either planning mode, beside the micro-batch: the budget is worked out at full lengths,
+    so with packed sequences it holds however long the responses grow. Padded rows keep their full
+    width whatever the budget (workers/micro.py), so there it also needs use_remove_padding.
+    """
+    worst, x = worst_phase(plan), plan.inputs
+    if worst is None or worst.name not in BUDGETED:
+        return "", []
+    budget = any_length_budget(x, plan.capacity, worst.name)
+    if budget is None:
+        return "", []
+    _, field, dynamic = BUDGETED[worst.name]
+    keys = [KNOBS[dynamic], KNOBS[field]]
+    setting = f"{keys[0]}=true {keys[1]}={budget}"
+    if not x.packed:
+        keys.append("actor_rollout_ref.model.use_remove_padding")
+        setting += " actor_rollout_ref.model.use_remove_padding=true"
+    return f"; or the token budget that fits at any length ({budget // x.worst_case().width} full rows): {setting}", keys
+
+
+def stop_lengths(plan: MemoryPlan) -> dict[str, int | None]:
+    """For each running phase, the response length at which it stops fitting (the first that does not),
+    or None when it fits up to the full response length: the plan bisected over the response length,
+    every other input as planned. Needs a plan that fits at its own response length."""
+    x, limit = plan.inputs, usable_bytes(plan)
+    top = x.max_response_len or x.response_len
+    out: dict[str, int | None] = {}
+    for phase in plan.running():
+        def fits(length: int, name: str = phase.name) -> bool:
+            return plan_inputs(replace(x, response_len=length), plan.capacity).phase(name).total <= limit
+
+        if fits(top):
+            out[phase.name] = None
+            continue
+        lo, hi = x.response_len, top  # fits at lo, not at hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        out[phase.name] = hi
+    return out
 
 
 def _largest_utilization(x: PlanInputs, capacity: int) -> float | None:

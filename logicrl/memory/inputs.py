@@ -9,7 +9,7 @@ settings). `KNOBS` names the keys the suggestions may set.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
@@ -29,6 +29,11 @@ KNOBS = {
     "ref_budget": f"{ARR}.ref.log_prob_max_token_len_per_gpu",
     "critic_micro": "critic.ppo_micro_batch_size_per_gpu",
     "critic_budget": "critic.ppo_max_token_len_per_gpu",
+    # use_dynamic_bsz: a phase splits by its token budget rather than by rows
+    "actor_dynamic": f"{ARR}.actor.use_dynamic_bsz",
+    "log_prob_dynamic": f"{ARR}.rollout.log_prob_use_dynamic_bsz",
+    "ref_dynamic": f"{ARR}.ref.log_prob_use_dynamic_bsz",
+    "critic_dynamic": "critic.use_dynamic_bsz",
     "gen_micro": f"{ARR}.rollout.max_num_seqs",
     "gpu_memory_utilization": f"{ARR}.rollout.gpu_memory_utilization",
     "kv_cache_gb": f"{ARR}.rollout.kv_cache_gb",
@@ -90,11 +95,26 @@ class PlanInputs:
     actor_optim_offload: bool = False
     critic_optim_offload: bool = False
     rollout_tp: int = 1  # vLLM tensor parallelism: each rank's engine holds 1/tp of the weights
+    # Sequence lengths (memory/lengths.py): prompt_len / response_len above are what the plan is for;
+    # worst_case plans data.max_prompt_length / max_response_length, kept here for what must hold at
+    # any length (a token budget) and for the response-length bisection (fit.stop_lengths).
+    plan_mode: str = "worst_case"
+    lengths_note: str = ""
+    max_prompt_len: int = 0  # 0: prompt_len is the full length
+    max_response_len: int = 0
+    # actor_rollout_ref.model.use_remove_padding: micro-batches hold their rows' real tokens only, so a
+    # token budget bounds their memory whatever the lengths (models/packing.py)
+    packed: bool = False
 
     @property
     def width(self) -> int:
         """Padded sequence length of every micro-batch: the longest prompt plus the response cap."""
         return self.prompt_len + self.response_len
+
+    def worst_case(self) -> "PlanInputs":
+        """The same inputs at full lengths: every prompt and response as long as the config allows."""
+        return replace(self, prompt_len=self.max_prompt_len or self.prompt_len,
+                       response_len=self.max_response_len or self.response_len)
 
     @property
     def master_bytes(self) -> int:
@@ -140,6 +160,8 @@ class PlanInputs:
             actor_optim_offload=arr.actor.fsdp_config.optimizer_offload,
             critic_optim_offload=critic.fsdp_config.optimizer_offload,
             rollout_tp=arr.rollout.tensor_model_parallel_size,
+            max_prompt_len=cfg.data.max_prompt_length, max_response_len=cfg.data.max_response_length,
+            packed=arr.model.use_remove_padding,
             **what_if)
 
 

@@ -20,10 +20,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config.errors import ConfigError
 from logicrl.config.inputs import check_data, check_models
-from logicrl.config.plan import ARR, StepPlan
+from logicrl.config.plan import ARR, StepPlan, token_key
 from logicrl.memory.disk import check_directories
-from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, check_fit
+from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, check_fit, stop_lengths, worst_phase
 from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.lengths import EXPECTED, plan_lengths
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import format_table, plan_inputs
 from logicrl.models.spec import ModelSpec, load_model_spec
@@ -184,6 +185,9 @@ def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
     if plan.critic and cfg.critic.model.path != cfg[ARR].model.path:
         critic_spec = load_model_spec(cfg.critic.model.path)
     x = PlanInputs.from_plan(plan, cfg, spec, device, critic_spec, **what_if)
+    lengths = plan_lengths(cfg, x.packed)
+    x = replace(x, prompt_len=min(lengths.prompt, x.prompt_len), response_len=lengths.response,
+                plan_mode=cfg.trainer.memory_plan, lengths_note=lengths.note)
     if x.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         x = replace(x, engine="hf")  # engines.build_engine falls back the same way
     return x, int(cap_gb * GB), source
@@ -203,8 +207,9 @@ def preflight(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> tuple[str, St
     if cfg.trainer.auto_micro_batch:
         picked = auto_micro_batch(x, cap)
         x = apply_to_inputs(x, picked)
+    by_rows = {token_key(p.micro.key) for p in plan.phases if p.micro is not None and not p.micro.by_tokens}
     memory = plan_inputs(x, cap)
-    table = _table(memory, source, picked)
+    table = _table(memory, source, picked, by_rows)
     check_fit(memory)
     return table, plan.with_micro(picked)
 
@@ -224,13 +229,38 @@ def check_inputs(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
         check_data(cfg, tokenizer)
 
 
-def _table(plan, source: str, picked: dict[str, int]) -> str:
-    headroom = HEADROOM_GB[plan.inputs.device]
+def _table(plan, source: str, picked: dict[str, int], by_rows: set[str] = frozenset()) -> str:
+    """The plan as printed: its mode and lengths first, then the table, then what was chosen and,
+    in expected mode, where each phase stops fitting."""
+    x = plan.inputs
+    headroom = HEADROOM_GB[x.device]
     note = f", {source}" + (f"; {headroom:.0f} GB kept free" if headroom else "")
-    lines = [format_table(plan, note)]
+    lines = [f"memory plan: trainer.memory_plan={x.plan_mode}, {x.lengths_note}", format_table(plan, note)]
     if picked:
-        lines.append("auto_micro_batch: " + " ".join(f"{k}={v}" for k, v in picked.items()))
+        # A budget key for a phase that split by rows switches it to tokens (StepPlan.with_micro).
+        lines.append("auto_micro_batch: " + " ".join(
+            f"{k}={v}" + (" (use_dynamic_bsz: packed, a budget bounds memory at any length)" if k in by_rows else "")
+            for k, v in picked.items()))
+    if x.plan_mode == EXPECTED and worst_phase(plan) is None:
+        lines.append(_stop_line(plan))
     return "\n".join(lines)
+
+
+def _stop_line(plan) -> str:
+    """Where the expected plan stops holding, per phase, and what covers the run past it."""
+    x = plan.inputs
+    top = x.max_response_len or x.response_len
+    if not x.packed:
+        return (f"expected lengths: responses are padded to data.max_response_length={top} columns (no packing), "
+                "so the plan holds at any response length")
+    stops = stop_lengths(plan)
+    failing = [f"{name} at {length}" for name, length in stops.items() if length is not None]
+    if not failing:
+        return f"expected lengths: every phase fits up to data.max_response_length={top} as planned"
+    holding = [name for name, length in stops.items() if length is None]
+    return (f"expected lengths: stops fitting at response length {', '.join(failing)} tokens"
+            + (f" ({', '.join(holding)} fit up to {top})" if holding else "")
+            + "; past that the run relies on token budgets and OOM recovery (workers/oom.py halves the micro-batch)")
 
 
 def planned_peaks_gb(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> dict[str, float]:

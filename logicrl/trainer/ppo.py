@@ -307,7 +307,8 @@ class PPOTrainer:
 def history_row(step: int, metrics: dict) -> dict:
     """What a checkpoint keeps of each step, for stage summaries and resume checks (small, JSON)."""
     row = {"step": step}
-    for key, name in HEADLINE_KEYS:
+    # Response lengths too: trainer.memory_plan=expected plans a resumed run for them (memory/lengths.py).
+    for key, name in (*HEADLINE_KEYS, ("response_length/mean", "len_mean"), ("response_length/max", "len_max")):
         if key in metrics:
             row[name] = float(metrics[key])
     return row

@@ -1,0 +1,141 @@
+"""The sequence lengths the memory plan is for: full lengths (worst_case), or expected ones.
+
+    lengths = plan_lengths(cfg, packed)    # Lengths(prompt, response, note)
+
+worst_case (trainer.memory_plan's default) plans every prompt at data.max_prompt_length and every
+response at data.max_response_length: a plan that fits then fits at step 500, when responses have
+grown. It refuses configurations that run for real, though (verl's Qwen2.5-7B LoRA GRPO tuning on
+one 80 GB H100 trains 100 GSM8K prompts per step; planned at 512 + 1024 tokens, update_actor needs
+84.9 GB). `expected` plans for:
+
+  prompts    measured: the model's tokenizer on a sample of data.train_files (the rows the
+             preflight samples, config/inputs.py SAMPLE_ROWS). Which statistic depends on how a
+             micro-batch is laid out. Padded (use_remove_padding=false), every row of a step is
+             left-padded to the step's longest prompt, and a step holds hundreds of prompts, so
+             the sample's longest is what a step sees. Packed, a micro-batch holds the sum of its
+             rows' real tokens, so the mean is what k rows add up to.
+  responses  trainer.expected_response_length; else, resuming, the largest response_length/mean
+             the checkpoint's step history recorded (responses grow during RL training: the
+             largest seen is the one to plan for); else data.max_response_length. Padded, the
+             rollout returns every response at data.max_response_length columns
+             (workers/rollout/), so the response length changes nothing and the full one is used.
+
+Past the response length the plan names for each phase (fit.stop_lengths), a run relies on token
+budgets (which bound a packed micro-batch whatever its rows' lengths) and OOM recovery
+(workers/oom.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from logicrl.config.errors import ConfigError
+from logicrl.config.plan import ARR
+
+WORST_CASE, EXPECTED = "worst_case", "expected"
+# trainer/checkpoint.py's names (COMPLETE_MARKER, STATE_FILE), which this layer may not import.
+COMPLETE_MARKER, STATE_FILE = "COMPLETE", "trainer_state.json"
+
+
+@dataclass(frozen=True)
+class Lengths:
+    prompt: int
+    response: int
+    note: str  # where they come from, for the plan's first line
+
+
+def plan_lengths(cfg: DictConfig, packed: bool) -> Lengths:
+    data = cfg.data
+    if cfg.trainer.memory_plan == WORST_CASE:
+        return Lengths(data.max_prompt_length, data.max_response_length,
+                       "full lengths: data.max_prompt_length + data.max_response_length")
+    prompts = measured_prompt_lengths(cfg)
+    if packed:
+        prompt, how = max(1, round(statistics.fmean(prompts))), "mean (packed: a micro-batch holds its rows' sum)"
+    else:
+        prompt, how = max(prompts), "longest (padded: a step's rows pad to its longest prompt)"
+    prompt_note = f"prompts {prompt} tokens, the {how} of {len(prompts)} sampled rows"
+    if not packed:
+        return Lengths(prompt, data.max_response_length,
+                       f"{prompt_note}; responses data.max_response_length={data.max_response_length} "
+                       "(padded: every response has that many columns)")
+    response, source = expected_response(cfg)
+    return Lengths(prompt, response, f"{prompt_note}; responses {response} tokens ({source})")
+
+
+def expected_response(cfg: DictConfig) -> tuple[int, str]:
+    """(response length, where it comes from): the config, the resumed checkpoint's history, or the cap."""
+    t, cap = cfg.trainer, cfg.data.max_response_length
+    if t.expected_response_length is not None:
+        return t.expected_response_length, "trainer.expected_response_length"
+    seen = last_run_response_length(t.default_local_dir, t.resume_mode)
+    if seen is not None:
+        length, where = seen
+        return min(cap, length), f"the largest response_length/mean in {where}"
+    return cap, "data.max_response_length: no trainer.expected_response_length and no run to resume"
+
+
+def last_run_response_length(root: str, resume_mode: str) -> tuple[int, str] | None:
+    """(the largest mean response length, rounded up, the checkpoint) of the run this one resumes, or
+    None: nothing to resume, or a checkpoint written before its history kept lengths.
+
+    Read here rather than through trainer/checkpoint.py, which this layer may not import: the newest
+    complete global_step_N under the root (or the checkpoint resume_mode names) and its state file,
+    whose names that module defines. Only read: a damaged one is the trainer's to set aside."""
+    if resume_mode == "disable":
+        return None
+    if resume_mode == "auto":
+        steps = [(int(p.name.removeprefix("global_step_")), p) for p in Path(root).glob("global_step_*")
+                 if p.name.removeprefix("global_step_").isdigit() and (p / COMPLETE_MARKER).is_file()]
+        if not steps:
+            return None
+        path = max(steps)[1]
+    else:
+        path = Path(resume_mode)
+    try:
+        history = json.loads((path / STATE_FILE).read_text()).get("extra", {}).get("history", [])
+    except (OSError, ValueError):
+        return None
+    lengths = [row["len_mean"] for row in history if isinstance(row, dict) and "len_mean" in row]
+    return (math.ceil(max(lengths)), str(path)) if lengths else None
+
+
+def measured_prompt_lengths(cfg: DictConfig) -> list[int]:
+    """Token counts of a sample of data.train_files' prompts, rendered and tokenized as training does."""
+    data, path = cfg.data, cfg[ARR].model.path
+    return list(_measured(path, tuple(_as_list(data.train_files)), data.prompt_key, data.max_prompt_length,
+                          data.truncation, data.skip_bad_rows))
+
+
+@functools.lru_cache(maxsize=4)  # a curriculum's stages often share model and data
+def _measured(path: str, files: tuple[str, ...], prompt_key: str, max_prompt_length: int, truncation: str,
+              skip_bad_rows: bool) -> tuple[int, ...]:
+    from logicrl.config.inputs import SAMPLE_ROWS
+    from logicrl.data.dataset import load_prompts
+    from logicrl.models.loading import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(path, quiet=True)
+    except Exception as err:  # noqa: BLE001 - transformers raises many kinds for a missing tokenizer
+        raise ConfigError(f"trainer.memory_plan=expected measures prompts with the tokenizer of {ARR}.model.path="
+                          f"{path}, which does not load ({type(err).__name__}): copy the checkpoint's tokenizer "
+                          "files there, or use trainer.memory_plan=worst_case") from None
+    rows = load_prompts(list(files), tokenizer, prompt_key=prompt_key, max_prompt_length=max_prompt_length,
+                        truncation=truncation, skip_bad_rows=skip_bad_rows, sample=SAMPLE_ROWS)
+    if not len(rows):
+        raise ConfigError("trainer.memory_plan=expected found no usable prompt in data.train_files to measure: "
+                          "use trainer.memory_plan=worst_case")
+    return tuple(len(r.input_ids) for r in rows)
+
+
+def _as_list(files) -> list[str]:
+    from logicrl.data.files import as_paths
+
+    return as_paths(files)
