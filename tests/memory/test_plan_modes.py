@@ -1,0 +1,185 @@
+"""trainer.memory_plan: worst_case refuses verl's Qwen2.5-7B LoRA GRPO tuning on one 80 GB H100 at 100
+prompts; expected lengths fit it, and the plan says where each phase would stop fitting. Refusals name
+the token budget that fits at any length; with packing auto_micro_batch prefers budgets.
+
+The case is verl's examples/tuning/7b/qwen2-7b_grpo-lora_1_h100_fsdp_vllm.sh (its bisection: 100 prompts
+fit, 101 fail, with real GSM8K lengths) on logicrl/memory/shapes/qwen2.5-7b, with the embedded tiny
+model's tokenizer beside the shape (the shape has none) to measure this repo's kk_role prompts.
+"""
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+
+from logicrl.config import ConfigError, compose, validate
+from logicrl.config.migrate import IGNORED_KEYS
+from logicrl.memory.fit import (
+    any_length_budget,
+    apply_to_inputs,
+    auto_micro_batch,
+    by_budget,
+    check_fit,
+    stop_lengths,
+    usable_bytes,
+)
+from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.lengths import last_run_response_length
+from logicrl.memory.phases import GB
+from logicrl.memory.planner import plan_inputs
+from logicrl.models.tiny import tiny_checkpoint_dir
+from tests.conftest import ROOT, run_main
+
+ARR = "actor_rollout_ref"
+TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
+CAP = 80 * GB
+BUDGET = f"{ARR}.actor.ppo_max_token_len_per_gpu"
+# verl's script, nproc_per_gpu=100: 100 prompts x n=5, one mini-batch, micro-batches of 100 responses.
+VERL_7B_LORA = [
+    "algorithm.adv_estimator=grpo", f"data.train_files={TRAIN}", f"data.val_files={VAL}",
+    "data.train_batch_size=100", "data.max_prompt_length=512", "data.max_response_length=1024",
+    f"{ARR}.model.enable_gradient_checkpointing=True", f"{ARR}.model.lora_rank=32", f"{ARR}.model.lora_alpha=32",
+    f"{ARR}.model.target_modules=all-linear", f"{ARR}.actor.ppo_mini_batch_size=100",
+    f"{ARR}.actor.ppo_micro_batch_size_per_gpu=100", f"{ARR}.actor.use_kl_loss=True",
+    f"{ARR}.actor.fsdp_config.param_offload=True", f"{ARR}.actor.fsdp_config.optimizer_offload=True",
+    f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=100", f"{ARR}.rollout.name=vllm",
+    f"{ARR}.rollout.gpu_memory_utilization=0.2", f"{ARR}.rollout.n=5", f"{ARR}.rollout.max_num_seqs=512",
+    f"{ARR}.rollout.max_num_batched_tokens=1536", f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=100",
+    f"{ARR}.ref.fsdp_config.param_offload=True", "trainer.n_gpus=1", "trainer.gpu_memory_gb=80",
+]
+PACKING_LANDED = not any(key == f"{ARR}.model.use_remove_padding" for key, _, _ in IGNORED_KEYS)
+
+
+@pytest.fixture(scope="module")
+def qwen7b(tmp_path_factory):
+    """The 7B shape's config.json with a tokenizer beside it, so prompts can be measured."""
+    if not TRAIN.is_file():
+        pytest.skip("data/kk_role is missing: run `make data`")
+    path = tmp_path_factory.mktemp("qwen7b")
+    shutil.copy(ROOT / "logicrl/memory/shapes/qwen2.5-7b/config.json", path)
+    tiny = tiny_checkpoint_dir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (tiny / name).is_file():
+            shutil.copy(tiny / name, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def worst(qwen7b) -> PlanInputs:
+    cfg, spec, plan = validate(compose([*VERL_7B_LORA, f"{ARR}.model.path={qwen7b}"]))
+    return PlanInputs.from_plan(plan, cfg, spec, "cuda")
+
+
+def test_worst_case_refuses_100_prompts_and_names_the_budget_beside_the_micro_batch(worst):
+    plan = plan_inputs(worst, CAP)
+    assert (worst.prompt_len, worst.response_len) == (512, 1024)
+    with pytest.raises(ConfigError) as err:
+        check_fit(plan)
+    message = str(err.value)
+    assert message.startswith("update_actor needs 84.9 GB > 79.0 GB usable per device: set "
+                              f"{ARR}.actor.ppo_micro_batch_size_per_gpu=50"), message
+    # The budget is whole full-length rows of 1536 tokens: the largest that fits, and one row more does not.
+    budget = int(message.split(f"{BUDGET}=")[1].split()[0])
+    assert budget % 1536 == 0
+    assert f"{ARR}.actor.use_dynamic_bsz=true {BUDGET}={budget}" in message
+    phase = lambda b: plan_inputs(by_budget(worst, "update_actor", b), CAP).phase("update_actor").total  # noqa: E731
+    assert phase(budget) <= usable_bytes(plan) < phase(budget + 1536)
+    # Padded rows keep their width whatever the budget: it bounds memory only with packing.
+    assert message.endswith(f"{ARR}.model.use_remove_padding=true")
+
+
+def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
+    # Packed micro-batches of 125 responses, GSM8K-sized prompts of 200 tokens and responses of 300.
+    x = replace(worst, packed=True, prompt_len=200, response_len=300, plan_mode="expected", actor_micro=125)
+    plan = plan_inputs(x, CAP)
+    check_fit(plan)  # fits: no error
+    stops = stop_lengths(plan)
+    stop = stops["update_actor"]
+    assert stop is not None and 300 < stop < 1024
+    at = lambda r: plan_inputs(replace(x, response_len=r), CAP).phase("update_actor").total  # noqa: E731
+    assert at(stop - 1) <= usable_bytes(plan) < at(stop)  # the first length that does not fit
+    # Phases that fit at the full response length say so (None).
+    assert stops["generate"] is None and stops["update_weights"] is None
+
+
+def test_packed_auto_micro_batch_picks_a_budget_that_fits_at_any_length(worst):
+    x = replace(worst, packed=True, prompt_len=44, response_len=300, plan_mode="expected")
+    picked = auto_micro_batch(x, CAP)
+    budget = picked[BUDGET]
+    assert budget == any_length_budget(x, CAP, "update_actor")
+    # Fits at full lengths (so at any length), and the inputs now split update_actor by tokens.
+    y = apply_to_inputs(x, picked)
+    assert y.actor_micro is None and y.actor_budget == budget
+    full = plan_inputs(y.worst_case(), CAP)
+    assert full.phase("update_actor").total <= usable_bytes(full)
+    # Padded, the same call keeps micro-batches by rows.
+    assert BUDGET not in auto_micro_batch(replace(x, packed=False), CAP)
+
+
+def test_a_budget_key_switches_the_step_plan_to_tokens(qwen7b):
+    _, _, plan = validate(compose([*VERL_7B_LORA, f"{ARR}.model.path={qwen7b}"]))
+    switched = plan.with_micro({BUDGET: 3072})
+    assert switched.micro("update_actor").by_tokens and switched.micro("update_actor").key == BUDGET
+    assert switched.actor.micro.value == 3072
+    assert not switched.micro("ref").by_tokens  # only the phase named
+
+
+def test_expected_response_length_is_checked(qwen7b):
+    base = [*VERL_7B_LORA, f"{ARR}.model.path={qwen7b}"]
+    with pytest.raises(ConfigError, match=r"^trainer.expected_response_length=2000 exceeds data.max_response_length=1024"):
+        validate(compose([*base, "trainer.memory_plan=expected", "trainer.expected_response_length=2000"]))
+    with pytest.raises(ConfigError, match=r"only read with trainer.memory_plan=expected"):
+        validate(compose([*base, "trainer.expected_response_length=300"]))
+    with pytest.raises(ConfigError, match="memory_plan"):
+        validate(compose([*base, "trainer.memory_plan=average"]))
+
+
+def test_the_resumed_checkpoint_gives_the_response_length(tmp_path):
+    def checkpoint(step: int, history: list[dict], complete: bool = True):
+        path = tmp_path / f"global_step_{step}"
+        path.mkdir()
+        (path / "trainer_state.json").write_text(json.dumps({"format": 1, "step": step, "extra": {"history": history}}))
+        if complete:
+            (path / "COMPLETE").write_text("")
+        return path
+
+    checkpoint(2, [{"step": 1, "len_mean": 900.0}])
+    newest = checkpoint(4, [{"step": 3, "len_mean": 210.2}, {"step": 4, "len_mean": 250.5, "len_max": 700.0}])
+    checkpoint(6, [{"step": 6, "len_mean": 999.0}], complete=False)  # an unfinished save is not resumed
+    # The largest mean of the newest complete checkpoint's history, rounded up.
+    assert last_run_response_length(str(tmp_path), "auto") == (251, str(newest))
+    assert last_run_response_length(str(tmp_path), "disable") is None
+    assert last_run_response_length(str(tmp_path / "none"), "auto") is None
+
+
+@pytest.mark.integration
+def test_refused_at_worst_case_runs_at_expected_lengths(qwen7b, tmp_path):
+    """Padded (packing is another part of issue 16): the measured prompt lengths make the difference."""
+    args = [*VERL_7B_LORA, f"{ARR}.model.path={qwen7b}", "trainer.dry_run=true"]
+    refused = run_main(*args, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout[-2000:]
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: update_actor needs 84.9 GB > 79.0 GB usable per device"), last
+    assert f"{ARR}.actor.use_dynamic_bsz=true {BUDGET}=" in last
+    fits = run_main(*args, "trainer.memory_plan=expected", cwd=tmp_path)
+    assert fits.returncode == 0, fits.stderr[-2000:]
+    lines = fits.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("memory plan: "))
+    assert lines[first].startswith("memory plan: trainer.memory_plan=expected, prompts 44 tokens, the longest")
+    assert lines[first + 1].startswith("memory plan per device")
+    assert "no packing), so the plan holds at any response length" in fits.stdout
+    worst = run_main(*args, "trainer.gpu_memory_gb=160", cwd=tmp_path)
+    assert "memory plan: trainer.memory_plan=worst_case, full lengths" in worst.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not PACKING_LANDED, reason="use_remove_padding is still ignored: packing lands with i16-pack")
+def test_packed_expected_plan_names_the_response_length_it_stops_at(qwen7b, tmp_path):
+    args = [*VERL_7B_LORA, f"{ARR}.model.path={qwen7b}", f"{ARR}.model.use_remove_padding=true",
+            f"{ARR}.actor.ppo_micro_batch_size_per_gpu=250",
+            "trainer.dry_run=true", "trainer.memory_plan=expected", "trainer.expected_response_length=300"]
+    fits = run_main(*args, cwd=tmp_path)
+    assert fits.returncode == 0, fits.stderr[-2000:]
+    assert "responses 300 tokens (trainer.expected_response_length)" in fits.stdout
+    assert "expected lengths: stops fitting at response length update_actor at " in fits.stdout
