@@ -274,7 +274,9 @@ def budget_remedy(plan: MemoryPlan) -> tuple[str, list[str]]:
     if not x.packed:
         keys.append("actor_rollout_ref.model.use_remove_padding")
         setting += " actor_rollout_ref.model.use_remove_padding=true"
-    return f"; or the token budget that fits at any length ({budget // x.worst_case().width} full rows): {setting}", keys
+    rows = budget // x.worst_case().width
+    return (f"; or the token budget that fits at any length ({rows} full-length row{'s' if rows > 1 else ''}): "
+            f"{setting}", keys)
 
 
 def stop_lengths(plan: MemoryPlan) -> dict[str, int | None]:
