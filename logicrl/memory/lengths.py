@@ -42,6 +42,7 @@ from logicrl.config.plan import ARR
 WORST_CASE, EXPECTED = "worst_case", "expected"
 # trainer/checkpoint.py's names (COMPLETE_MARKER, STATE_FILE), which this layer may not import.
 COMPLETE_MARKER, STATE_FILE = "COMPLETE", "trainer_state.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # fast, sentencepiece, BPE vocab
 
 
 @dataclass(frozen=True)
@@ -119,17 +120,21 @@ def _measured(path: str, files: tuple[str, ...], prompt_key: str, max_prompt_len
               skip_bad_rows: bool) -> tuple[int, ...]:
     from logicrl.config.inputs import SAMPLE_ROWS
     from logicrl.data.dataset import load_prompts
-    from logicrl.models.loading import load_tokenizer
+    from logicrl.models.loading import checkpoint_dir, load_tokenizer
 
+    fix = "copy the checkpoint's tokenizer files there, or use trainer.memory_plan=worst_case"
+    where = f"trainer.memory_plan=expected measures prompts with the tokenizer of {ARR}.model.path={path}"
+    # AutoTokenizer may hand back an empty tokenizer for a config-only directory (logicrl/memory/shapes/),
+    # which would measure every prompt at 0 tokens: ask for the files first.
+    if not any((checkpoint_dir(path) / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(f"{where}, but it has no tokenizer ({', '.join(TOKENIZER_FILES)}): {fix}")
     try:
         tokenizer = load_tokenizer(path, quiet=True)
-    except Exception as err:  # noqa: BLE001 - transformers raises many kinds for a missing tokenizer
-        raise ConfigError(f"trainer.memory_plan=expected measures prompts with the tokenizer of {ARR}.model.path="
-                          f"{path}, which does not load ({type(err).__name__}): copy the checkpoint's tokenizer "
-                          "files there, or use trainer.memory_plan=worst_case") from None
+    except Exception as err:  # noqa: BLE001 - transformers raises many kinds for a broken tokenizer
+        raise ConfigError(f"{where}, which does not load ({type(err).__name__}): {fix}") from None
     rows = load_prompts(list(files), tokenizer, prompt_key=prompt_key, max_prompt_length=max_prompt_length,
                         truncation=truncation, skip_bad_rows=skip_bad_rows, sample=SAMPLE_ROWS)
-    if not len(rows):
+    if not len(rows) or not any(len(r.input_ids) for r in rows):
         raise ConfigError("trainer.memory_plan=expected found no usable prompt in data.train_files to measure: "
                           "use trainer.memory_plan=worst_case")
     return tuple(len(r.input_ids) for r in rows)

@@ -25,7 +25,7 @@ from logicrl.memory.fit import (
     usable_bytes,
 )
 from logicrl.memory.inputs import PlanInputs
-from logicrl.memory.lengths import last_run_response_length
+from logicrl.memory.lengths import last_run_response_length, plan_lengths
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import plan_inputs
 from logicrl.models.tiny import tiny_checkpoint_dir
@@ -183,3 +183,13 @@ def test_packed_expected_plan_names_the_response_length_it_stops_at(qwen7b, tmp_
     assert fits.returncode == 0, fits.stderr[-2000:]
     assert "responses 300 tokens (trainer.expected_response_length)" in fits.stdout
     assert "expected lengths: stops fitting at response length update_actor at " in fits.stdout
+
+
+def test_expected_needs_a_tokenizer_to_measure_prompts():
+    if not TRAIN.is_file():
+        pytest.skip("data/kk_role is missing: run `make data`")
+    cfg, _, _ = validate(compose([*VERL_7B_LORA, f"{ARR}.model.path={ROOT / 'logicrl/memory/shapes/qwen2.5-7b'}",
+                                  "trainer.memory_plan=expected"]))
+    # A config-only shape directory: one line naming the key and the fix, not prompts of 0 tokens.
+    with pytest.raises(ConfigError, match=r"has no tokenizer .*or use trainer.memory_plan=worst_case$"):
+        plan_lengths(cfg, packed=False)
