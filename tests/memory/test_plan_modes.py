@@ -127,7 +127,8 @@ def test_a_budget_key_switches_the_step_plan_to_tokens(qwen7b):
 
 def test_expected_response_length_is_checked(qwen7b):
     base = [*VERL_7B_LORA, f"{ARR}.model.path={qwen7b}"]
-    with pytest.raises(ConfigError, match=r"^trainer.expected_response_length=2000 exceeds data.max_response_length=1024"):
+    too_long = r"^trainer.expected_response_length=2000 exceeds data.max_response_length=1024"
+    with pytest.raises(ConfigError, match=too_long):
         validate(compose([*base, "trainer.memory_plan=expected", "trainer.expected_response_length=2000"]))
     with pytest.raises(ConfigError, match=r"only read with trainer.memory_plan=expected"):
         validate(compose([*base, "trainer.expected_response_length=300"]))
