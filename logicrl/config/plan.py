@@ -57,6 +57,13 @@ class Update:
     micro: Micro  # rows per forward/backward, or a token budget
     ppo_epochs: int
     num_mini: int  # mini-batches per step
+    # fsdp_config.grad_accumulation: "sharded", "unsharded", or "auto" until the preflight's memory
+    # plan picks one (memory/planner.py resolve_grad_accumulation); a worker reads "auto" as unsharded.
+    grad_accumulation: str = "auto"
+
+    @property
+    def sharded_grads(self) -> bool:
+        return self.grad_accumulation == "sharded"
 
     @property
     def grad_accum(self) -> int | None:
@@ -160,6 +167,11 @@ class StepPlan:
             _check_divides(u, role)
         return replace(self, phases=phases, **updates)
 
+    def with_grad_accumulation(self, actor: str, critic: str | None) -> StepPlan:
+        """A new plan with each role's grad_accumulation set (the preflight's resolution of "auto")."""
+        return replace(self, actor=replace(self.actor, grad_accumulation=actor),
+                       critic=replace(self.critic, grad_accumulation=critic) if self.critic else None)
+
 
 # Phases that can split by a token budget (use_dynamic_bsz); generate and values split by rows.
 BUDGETED_PHASES = ("old_log_prob", "ref", "update_actor", "update_critic")
@@ -203,7 +215,7 @@ def _update(prefix: str, role: DictConfig, prompts: int, n: int, ranks: int) -> 
             f"{prefix}.ppo_mini_batch_size={mini} x {ARR}.rollout.n={n} = {mini * n} responses per mini-batch "
             f"do not split across trainer.n_gpus={ranks} ranks: make the product a multiple of {ranks}")
     update = Update(mini_prompts=mini, per_rank_mini=mini * n // ranks, ppo_epochs=role.ppo_epochs,
-                    num_mini=prompts // mini,
+                    num_mini=prompts // mini, grad_accumulation=role.fsdp_config.grad_accumulation,
                     micro=_micro(prefix, role.use_dynamic_bsz,
                                  ("ppo_micro_batch_size_per_gpu", role.ppo_micro_batch_size_per_gpu),
                                  ("ppo_max_token_len_per_gpu", role.ppo_max_token_len_per_gpu)))

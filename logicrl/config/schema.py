@@ -25,6 +25,8 @@ ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 LR_SCHEDULES = ("constant", "cosine")
+# fsdp_config.grad_accumulation: how gradients accumulate over micro-batches (workers/update.py).
+GRAD_ACCUMULATION = ("auto", "sharded", "unsharded")
 POLICY_LOSS_MODES = ("vanilla", "gspo")
 LOGGERS = ("console", "jsonl", "wandb", "tensorboard")
 
@@ -80,6 +82,7 @@ class ActorFSDPConfig:
     param_offload: bool = key()
     optimizer_offload: bool = key()
     grad_offload: Optional[bool] = key()
+    grad_accumulation: str = key(choices=GRAD_ACCUMULATION)
 
 
 @dataclass
@@ -176,6 +179,7 @@ class CriticModelConfig:
 class CriticFSDPConfig:
     param_offload: bool = key()
     optimizer_offload: bool = key()
+    grad_accumulation: str = key(choices=GRAD_ACCUMULATION)
 
 
 @dataclass

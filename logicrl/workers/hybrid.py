@@ -150,7 +150,8 @@ class HybridWorker:
         optimizer, scheduler = build_optimizer(model, o.lr, o.weight_decay, self.plan.total_steps,
                                                o.lr_warmup_steps_ratio, o.lr_scheduler_type)
         return Trained(name, model, optimizer, scheduler, update, self.sizes[f"update_{name}"], loss_agg_mode,
-                       role_cfg.grad_clip, self.world_size, self.device, role_cfg.fsdp_config.optimizer_offload)
+                       role_cfg.grad_clip, self.world_size, self.device, role_cfg.fsdp_config.optimizer_offload,
+                       sharded_grads=update.sharded_grads)
 
     def _park_optimizers(self) -> None:
         """A loaded checkpoint puts AdamW's states beside the parameters; optimizer_offload keeps

@@ -57,6 +57,9 @@ class Trained:
     world_size: int
     device: torch.device
     optimizer_offload: bool = False  # AdamW states on the host outside run_update
+    # fsdp_config.grad_accumulation resolved (config/plan.py Update): True reduce-scatters every
+    # micro-batch's backward, so only gradient shards accumulate; False syncs once per mini-batch.
+    sharded_grads: bool = False
 
 
 def run_update(role: Trained, batch: TensorDict, loss_fn: LossFn, retry) -> dict[str, float]:
@@ -93,8 +96,11 @@ def _accumulate(role: Trained, mini: TensorDict, normalizer: float, loss_fn: Los
     micro_batches = role.size.split(mini, role.device)
     sums: dict[str, torch.Tensor] = {}
     for i, micro in enumerate(micro_batches):
-        # Gradients are reduced across ranks once, with the last micro-batch's backward.
-        role.model.set_requires_gradient_sync(i == len(micro_batches) - 1)
+        # Unsharded (verl never turns sync off; this is the faster path): gradients are reduced
+        # across ranks once, with the last micro-batch's backward, and until then every rank holds
+        # them full-size. Sharded: every backward reduce-scatters and FSDP2 adds the result into the
+        # sharded .grad, so only 1/W of the gradients is resident, for one collective per micro-batch.
+        role.model.set_requires_gradient_sync(role.sharded_grads or i == len(micro_batches) - 1)
         loss, stats = loss_fn(micro, normalizer)
         (loss * role.world_size).backward()
         # The metrics stay on the device until the mini-batch ends and then come to the host in one

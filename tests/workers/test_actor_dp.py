@@ -31,7 +31,8 @@ def make_batch(n: int = 8, prompt: int = 5, response: int = 6) -> TensorDict:
     }, batch_size=[n])
 
 
-def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = None, fault: str | None = None):
+def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = None, fault: str | None = None,
+          sharded_grads: bool = False):
     from tests.workers.conftest import build_tiny_qwen2
     from logicrl.config.plan import Micro, Update
     from logicrl.faults import Faults, parse
@@ -54,7 +55,8 @@ def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = N
     micro = Micro(key, cfg[key], cfg.use_dynamic_bsz)
     size = MicroSize("update_actor", key, micro.value, micro.by_tokens)
     update = Update(mini_prompts=len(shard), per_rank_mini=len(shard), micro=micro, ppo_epochs=1, num_mini=1)
-    role = Trained("actor", model, optimizer, scheduler, update, size, cfg.loss_agg_mode, cfg.grad_clip, world, device)
+    role = Trained("actor", model, optimizer, scheduler, update, size, cfg.loss_agg_mode, cfg.grad_clip, world, device,
+                   sharded_grads=sharded_grads)
     retry = phase_retry(size, device, Faults(parse(fault or "")), step=1, rank=rank, sharded=model)
     metrics = Actor(role, cfg, 1.0).update(shard, retry)
     metrics.update({"perf/oom_retries/update_actor": size.retries, "perf/micro_size/update_actor": size.value})
@@ -64,9 +66,10 @@ def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = N
     torch.distributed.destroy_process_group()
 
 
-def run(world: int, tmp_path, overrides: dict | None = None, fault: str | None = None) -> dict:
+def run(world: int, tmp_path, overrides: dict | None = None, fault: str | None = None,
+        sharded_grads: bool = False) -> dict:
     out = str(tmp_path / f"world{world}-{len(list(tmp_path.iterdir()))}.pt")
-    mp.spawn(_rank, args=(world, free_port(), out, overrides, fault), nprocs=world)
+    mp.spawn(_rank, args=(world, free_port(), out, overrides, fault, sharded_grads), nprocs=world)
     return torch.load(out)
 
 
@@ -79,6 +82,19 @@ def test_two_ranks_match_one_rank(tmp_path):
         torch.testing.assert_close(two["params"][name] - initial[name], p1 - initial[name], atol=1e-7, rtol=1e-4)
         moved += int(not torch.equal(p1, initial[name]))
     assert moved == len(initial)  # the step changed every parameter, on both sides alike
+
+
+def test_sharded_accumulation_gives_the_same_update(tmp_path):
+    # 4 rows per rank in micro-batches of 1: four backwards accumulate. Unsharded syncs once at the
+    # end; sharded reduce-scatters each and adds the shards. Sums in another order: fp32 rounding only.
+    overrides = {"ppo_micro_batch_size_per_gpu": 1}
+    unsharded = run(2, tmp_path, overrides)
+    sharded = run(2, tmp_path, overrides, sharded_grads=True)
+    assert abs(sharded["grad_norm"] - unsharded["grad_norm"]) < 1e-6 * max(1.0, unsharded["grad_norm"])
+    initial = dict(build_params())
+    for name, p in unsharded["params"].items():
+        assert not torch.equal(p, initial[name])  # SGD moved it: the comparison below is not vacuous
+        torch.testing.assert_close(sharded["params"][name], p, atol=1e-6, rtol=0)
 
 
 def build_params():
