@@ -105,6 +105,9 @@ class PlanInputs:
     # actor_rollout_ref.model.use_remove_padding: micro-batches hold their rows' real tokens only, so a
     # token budget bounds their memory whatever the lengths (models/packing.py)
     packed: bool = False
+    # fsdp_config.grad_accumulation: "sharded", "unsharded" or "auto" (planner.py resolves it from memory)
+    actor_grad_accum: str = "unsharded"
+    critic_grad_accum: str = "unsharded"
 
     @property
     def width(self) -> int:
@@ -162,6 +165,8 @@ class PlanInputs:
             rollout_tp=arr.rollout.tensor_model_parallel_size,
             max_prompt_len=cfg.data.max_prompt_length, max_response_len=cfg.data.max_response_length,
             packed=arr.model.use_remove_padding,
+            actor_grad_accum=plan.actor.grad_accumulation,
+            critic_grad_accum=plan.critic.grad_accumulation if plan.critic else "unsharded",
             **what_if)
 
 

@@ -62,7 +62,7 @@ def tokens_per_micro(x: PlanInputs, micro: int | None, budget: int | None) -> in
 
 
 def micro_batches(x: PlanInputs, micro: int | None, budget: int | None, per_rank_mini: int) -> int:
-    """Micro-batches per mini-batch; more than one means gradients accumulate unsharded (below)."""
+    """Micro-batches per mini-batch; more than one means gradients accumulate (backward_phase)."""
     if budget is None:
         return math.ceil(per_rank_mini / min(micro, per_rank_mini))
     return max(1, math.ceil(per_rank_mini * x.width / max(budget, x.width)))
@@ -181,15 +181,16 @@ def forward_gathered(world: int, model: ModelBytes, root_held: bool) -> int:
 
 def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, base: dict[str, int],
                    micro: int | None, budget: int | None, per_rank_mini: int, ckpt: bool, lm: bool,
-                   root_held: bool = False, offload: bool = False) -> PhaseMemory:
+                   root_held: bool = False, offload: bool = False, sharded_grads: bool = False) -> PhaseMemory:
     """A training update (update_actor, update_critic): the highest of these moments.
 
     top     backward begins: every layer's saved activations, the root and the next layer
             gathered, the head's backward (for the policy: the log-prob kernel's [chunk, V]
             buffers, its [V, H] lm_head gradient and the hidden-state gradient), and the gradients
-            of the earlier micro-batches. FSDP2 skips the reduce-scatter on those
-            (set_requires_gradient_sync(False)), so they are kept UNSHARDED: with gradient
-            accumulation every rank holds a full-size gradient, whatever the world size.
+            of the earlier micro-batches. With grad_accumulation unsharded FSDP2 skips their
+            reduce-scatter (set_requires_gradient_sync(False)), so every rank holds them full-size,
+            whatever the world size; sharded (`sharded_grads`) reduce-scatters each backward and
+            only the gradient shard accumulates.
     bottom  backward ends, at the embedding's backward: layers reduce-scattered into sharded
             gradients (the last one's unsharded input still kept), the root's gradients unsharded
             and the embedding's dense [V, H] gradient beside them.
@@ -208,7 +209,10 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     saved += tokens * saved_per_token_root(spec, b, trains=not lora) + tokens * x.width  # + the bool mask
     saved += resp_tokens * h * b if lm else tokens * h * b  # the head's input
     activations = batch_bytes(x) + saved
-    accumulated = model.trainable_full if micro_batches(x, micro, budget, per_rank_mini) > 1 else 0
+    accumulates = micro_batches(x, micro, budget, per_rank_mini) > 1
+    on_host = offload and x.device == "cuda"  # param_offload: sharded gradients live on the host
+    kept_shard = model.trainable_shard if accumulates and sharded_grads and not on_host else 0
+    accumulated = kept_shard if sharded_grads else (model.trainable_full if accumulates else 0)
     root = 0 if root_held else model.root_full
     head_grads = 0
     if lm:  # the log-prob kernel's hidden-state gradient, and its [V, H] lm_head gradient
@@ -227,18 +231,23 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     # Fresh gradients come out of autograd in the compute dtype (root_full, vh); what earlier
     # micro-batches accumulated, and a reduce-scatter's input, are in the reduce dtype (fp32 under
     # a MixedPrecisionPolicy: *_reduce; the same as the compute dtype without one).
+    # Sharded, the earlier micro-batches' root gradient is a shard beside the fresh full one.
+    unsharded_acc = accumulates and not sharded_grads
     root_grads = 0
     if model.trainable_root:
         vh = spec.vocab_size * h * b
         if lm and spec.tie_word_embeddings:
-            root_grads = (model.root_reduce if accumulated else 0) + 2 * vh
+            root_grads = (model.root_reduce if unsharded_acc else 0) + 2 * vh
         else:
-            root_grads = (model.root_reduce + vh) if accumulated else model.root_full
+            root_grads = (model.root_reduce + vh) if unsharded_acc else model.root_full
+        if kept_shard:
+            root_grads += model.root_shard
     bottom_grads = layer_grads + root_grads + model.layer_reduce
     if x.world > 1 and model.trainable_root:
         # Then the root's reduce-scatter: its unsharded gradient, a flat copy as the collective's
         # input (in the reduce dtype) and the sharded output. (One rank skips the copy.)
-        bottom_grads = max(bottom_grads, layer_grads + model.root_full + model.root_reduce + model.root_shard)
+        bottom_grads = max(bottom_grads, layer_grads + model.root_full + model.root_reduce + model.root_shard +
+                           (model.root_shard if kept_shard else 0))
     bottom = _phase(name, base, "bottom", params=root, activations=batch_bytes(x), grads=bottom_grads)
     # Every forward after the first in a phase (the next micro-batch, the next mini-batch) gathers the
     # root again, since each backward reshards it; on several ranks the root's flat all-gather
@@ -249,7 +258,6 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
         moments.append(_phase(name, base, "root gather", params=gather, grads=accumulated,
                               activations=batch_bytes(x) + tokens * h * b))
     held = model.root_full if root_held else 0  # the final callback reshards the root before the step
-    on_host = offload and x.device == "cuda"
     step = _phase(name, base, "step", params=-held, activations=batch_bytes(x),
                   grads=0 if on_host else model.trainable_shard,
                   optimizer=0 if on_host else 2 * model.largest_trainable_shard)

@@ -30,7 +30,7 @@ rules) held like the reference, `reward_spec`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
@@ -111,7 +111,9 @@ def resident(x: PlanInputs, m: Models) -> tuple[int, int]:
 
 
 def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
-    """The per-phase plan; `capacity` (bytes per device) also sizes vLLM's KV cache on CUDA."""
+    """The per-phase plan; `capacity` (bytes per device) also sizes vLLM's KV cache on CUDA.
+    A grad_accumulation of "auto" is resolved first (resolve_grad_accumulation)."""
+    x = resolve_grad_accumulation(x, capacity)
     m = build_models(x)
     params, optim = resident(x, m)
     weights, kv = engine_bytes(x, m, capacity, awake=False)
@@ -150,18 +152,39 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
         phases.append(backward_phase("update_critic", x, m.critic, x.critic_spec,
                                      plus(actor_held + m.critic.root_full, states), x.critic_micro, x.critic_budget,
                                      x.critic_per_rank_mini, x.critic_ckpt, lm=False, root_held=True,
-                                     offload=x.critic_offload))
+                                     offload=x.critic_offload, sharded_grads=x.critic_grad_accum == "sharded"))
     else:
         phases += [PhaseMemory("values", skipped=x.skip_critic), PhaseMemory("update_critic", skipped=x.skip_critic)]
 
     states = loaded_states(x, m.actor, x.actor_offload, x.actor_optim_offload)
     phases.append(backward_phase("update_actor", x, m.actor, x.spec, plus(actor_held, states), x.actor_micro,
                                  x.actor_budget, x.actor_per_rank_mini, x.actor_ckpt, lm=True,
-                                 root_held=bool(actor_held), offload=x.actor_offload))
+                                 root_held=bool(actor_held), offload=x.actor_offload,
+                                 sharded_grads=x.actor_grad_accum == "sharded"))
     phases.append(weight_sync_phase(x, m, base, capacity))
     # One list of phase names (config/plan.py): the table's rows are the metrics' perf/memory/<phase>.
     assert [p.name for p in phases if p.name != "reward_model"] == list(WORKER_PHASES)
     return MemoryPlan(inputs=x, phases=phases, capacity=capacity, notes=_notes(x, m, phases[0]))
+
+
+def resolve_grad_accumulation(x: PlanInputs, capacity: int) -> PlanInputs:
+    """`x` with each role's grad_accumulation "auto" made "unsharded" when that role's update fits
+    the device so (one collective per mini-batch instead of one per micro-batch: faster,
+    benchmarks/grad_accumulation.py), else "sharded". One rank has nothing to shard: unsharded."""
+    from logicrl.memory.fit import HEADROOM_GB  # fit.py imports this module
+
+    phases = {"actor_grad_accum": "update_actor", "critic_grad_accum": "update_critic"}
+    autos = [field for field in phases if getattr(x, field) == "auto"]
+    if not autos:
+        return x
+    # Each update's footprint depends only on its own role's mode: one unsharded plan decides both.
+    plan = plan_inputs(replace(x, **dict.fromkeys(autos, "unsharded")), capacity)
+    usable = capacity - int(HEADROOM_GB[x.device] * GB)
+
+    def fits(phase: PhaseMemory) -> bool:
+        return x.world == 1 or bool(phase.skipped) or phase.total <= usable
+
+    return replace(x, **{f: "unsharded" if fits(plan.phase(phases[f])) else "sharded" for f in autos})
 
 
 def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
@@ -173,9 +196,14 @@ def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
                      f"{x.responses_per_rank} (more queue, they do not fail)")
     steps = micro_batches(x, x.actor_micro, x.actor_budget, x.actor_per_rank_mini)
     if x.world > 1 and steps > 1:
-        notes.append(f"update_actor accumulates {steps} micro-batches without gradient sync: FSDP2 then keeps "
-                     f"the gradient unsharded, {m.actor.trainable_full / GB:.2f} GB per rank instead of "
-                     f"{m.actor.trainable_shard / GB:.2f}")
+        if x.actor_grad_accum == "sharded":
+            notes.append(f"update_actor accumulates {steps} micro-batches sharded (grad_accumulation): "
+                         f"{m.actor.trainable_shard / GB:.2f} GB of gradients per rank, one reduce-scatter per "
+                         "micro-batch")
+        else:
+            notes.append(f"update_actor accumulates {steps} micro-batches without gradient sync: FSDP2 then keeps "
+                         f"the gradient unsharded, {m.actor.trainable_full / GB:.2f} GB per rank instead of "
+                         f"{m.actor.trainable_shard / GB:.2f} (grad_accumulation=sharded)")
     return notes
 
 

@@ -211,7 +211,9 @@ def preflight(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> tuple[str, St
     memory = plan_inputs(x, cap)
     table = _table(memory, source, picked, by_rows)
     check_fit(memory)
-    return table, plan.with_micro(picked)
+    # The workers run the grad_accumulation the plan resolved ("auto": unsharded unless it does not fit).
+    chosen = memory.inputs
+    return table, plan.with_micro(picked).with_grad_accumulation(chosen.actor_grad_accum, chosen.critic_grad_accum)
 
 
 def check_inputs(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
