@@ -149,6 +149,22 @@ def _move_states(optimizer: torch.optim.Optimizer, where) -> None:
                 state[key] = value.to(target)
 
 
+def reshard(model: torch.nn.Module) -> None:
+    """Free the full parameters FSDP2 still holds once a forward-only pass is over.
+
+    FSDP2 reshards each layer after its forward, but never the root unit (embeddings, final norm,
+    lm_head or value head) after a forward: it expects the backward to use it next. After a no-grad
+    pass (old_log_prob, ref, values) no backward comes, so the root stayed gathered until the next
+    backward, and for the reference for good. Not a collective: resharding only drops this rank's
+    full copy; the next forward gathers it again (one all-gather of the root per pass).
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def drop_unreduced_grads(model: torch.nn.Module) -> None:
     """Forget gradients accumulated under set_requires_gradient_sync(False) and not yet reduced.
 

@@ -41,13 +41,17 @@ from logicrl.models.loading import (
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
 from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
 from logicrl.workers.critic import Critic
-from logicrl.workers.fsdp import build_optimizer, init_distributed, offload_optimizer
+from logicrl.workers.fsdp import build_optimizer, init_distributed, offload_optimizer, reshard
 from logicrl.workers.oom import MicroSize, phase_retry
 from logicrl.workers.rollout import SamplingParams
 from logicrl.workers.rollout.engines import build_engine
 from logicrl.workers.sharded_load import load_sharded_model
 from logicrl.workers.update import Trained
 from logicrl.workers.weight_sync import iter_engine_weights
+
+
+# The FSDP2 phases without a backward: FSDP2 leaves their root unit gathered (fsdp.py reshard).
+FORWARD_ONLY = ("old_log_prob", "ref", "values")
 
 
 def pick_device(kind: str, rank: int) -> torch.device:
@@ -176,6 +180,8 @@ class HybridWorker:
             retry = phase_retry(self.sizes[phase], self.device, self.faults, step, self.rank,
                                 self._sharded(phase)) if phase in self.sizes else None
             out, phase_metrics = body(None if batch is None else batch.to(self.device), retry, **kwargs)
+            if phase in FORWARD_ONLY:  # between phases every FSDP2 model holds only its shards
+                reshard(self._sharded(phase))
         metrics.update(phase_metrics)
         if phase in self.sizes:  # the micro-batch as it stands, and how often an OOM halved it (0 normally)
             metrics[f"perf/oom_retries/{phase}"] = self.sizes[phase].retries

@@ -64,6 +64,9 @@ def test_update_moves_actor_not_reference_and_syncs_engine(setup):
     torch.testing.assert_close(old[mask], batch["rollout_log_probs"][mask], atol=1e-4, rtol=0)
     assert metrics["rollout/logprob_diff"] < 1e-4  # the production check of the same thing
     add(worker, batch, "ref")
+    # The forward-only phases resharded their roots (fsdp.reshard): shards (DTensors), not gathered tensors.
+    for model in (worker.actor.model, worker.ref_model):
+        assert hasattr(model.get_input_embeddings().weight, "to_local")
     batch["advantages"] = torch.randn(batch["responses"].shape) * batch["response_mask"]
 
     actor_before, ref_before = worker.actor_state(), worker.ref_state()
