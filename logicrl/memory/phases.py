@@ -137,11 +137,12 @@ def generate_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: int
 
 
 def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, base: dict[str, int],
-                  micro: int, budget: int | None, lm: bool, root_held: bool = False) -> PhaseMemory:
+                  micro: int, budget: int | None, lm: bool) -> PhaseMemory:
     """A no-grad forward in micro-batches (old_log_prob, ref, values).
 
-    FSDP2 gathers the root unit for good (root_held: already counted as resident) and one layer
-    at a time, twice for a moment while the all-gather output is copied out. The decoder's
+    FSDP2 gathers the root unit with the first micro-batch and keeps it through the pass (the
+    worker reshards it after: workers/fsdp.py reshard), and one layer at a time, twice for a
+    moment while the all-gather output is copied out. The decoder's
     temporaries and the (bool) padding mask give way to the head: the final hidden states, the
     response slice copied for the chunked log-prob kernel and its [chunk, V] buffers, or the
     critic's value head.
@@ -149,7 +150,7 @@ def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, 
     b, tokens = x.dtype_bytes, tokens_per_micro(x, micro, budget)
     resp_tokens = tokens * x.response_len // x.width
     h = spec.hidden_size
-    root = 0 if root_held else model.root_full
+    root = model.root_full
     outputs = 2 * x.responses_per_rank * x.response_len * FP32  # per-micro results, then their cat
     common = batch_bytes(x) + outputs + tokens * x.width  # the bool mask lives through the forward
     decoder = tokens * forward_transient_per_token(spec, b, x.width)
@@ -158,13 +159,13 @@ def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, 
         head = tokens * h * b + resp_tokens * h * b
     else:
         chunk, head = 0, tokens * h * b + tokens * b
-    gathered = forward_gathered(x.world, model, root_held)
+    gathered = forward_gathered(x.world, model)
     if gathered + decoder >= root + head + chunk:
         return _phase(name, base, "decoder", params=gathered, activations=common + decoder)
     return _phase(name, base, "head", params=root, activations=common + head, logprob=chunk)
 
 
-def forward_gathered(world: int, model: ModelBytes, root_held: bool) -> int:
+def forward_gathered(world: int, model: ModelBytes) -> int:
     """Gathered parameter bytes at a forward's peak (FSDP2's wait_for_unshard), root included.
 
     One rank copies each unit's shard straight into its unsharded parameters: the root and one
@@ -173,15 +174,13 @@ def forward_gathered(world: int, model: ModelBytes, root_held: bool) -> int:
     beside the gathered root, and at any later layer three layers' worth is alive for a moment.
     """
     if world == 1:
-        return (0 if root_held else model.root_full) + model.layer_full
-    if root_held:
-        return 3 * model.layer_full
+        return model.root_full + model.layer_full
     return max(2 * model.root_full + 2 * model.layer_full, model.root_full + 3 * model.layer_full)
 
 
 def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, base: dict[str, int],
                    micro: int | None, budget: int | None, per_rank_mini: int, ckpt: bool, lm: bool,
-                   root_held: bool = False, offload: bool = False, sharded_grads: bool = False) -> PhaseMemory:
+                   offload: bool = False, sharded_grads: bool = False) -> PhaseMemory:
     """A training update (update_actor, update_critic): the highest of these moments.
 
     top     backward begins: every layer's saved activations, the root and the next layer
@@ -213,7 +212,7 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     on_host = offload and x.device == "cuda"  # param_offload: sharded gradients live on the host
     kept_shard = model.trainable_shard if accumulates and sharded_grads and not on_host else 0
     accumulated = kept_shard if sharded_grads else (model.trainable_full if accumulates else 0)
-    root = 0 if root_held else model.root_full
+    root = model.root_full
     head_grads = 0
     if lm:  # the log-prob kernel's hidden-state gradient, and its [V, H] lm_head gradient
         head_grads = resp_tokens * h * b + (spec.vocab_size * h * b if model.trainable_lm_head else 0)
@@ -254,11 +253,11 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     # output is then alive beside it, with the gradients accumulated so far.
     moments = [top, bottom]
     if x.world > 1:
-        gather = forward_gathered(x.world, model, root_held=False) - (model.root_full if root_held else 0)
+        gather = forward_gathered(x.world, model)
         moments.append(_phase(name, base, "root gather", params=gather, grads=accumulated,
                               activations=batch_bytes(x) + tokens * h * b))
-    held = model.root_full if root_held else 0  # the final callback reshards the root before the step
-    step = _phase(name, base, "step", params=-held, activations=batch_bytes(x),
+    # The final callback reshards the root before the step: only shards are held.
+    step = _phase(name, base, "step", activations=batch_bytes(x),
                   grads=0 if on_host else model.trainable_shard,
                   optimizer=0 if on_host else 2 * model.largest_trainable_shard)
     return max((*moments, step), key=lambda p: p.total)

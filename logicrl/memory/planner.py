@@ -13,10 +13,9 @@ after the first step, once AdamW's states exist. On each rank, between phases:
                        With param_offload on CUDA all of these live on the host; with
                        optimizer_offload on CUDA the AdamW states do, except during their own
                        update (update_actor, update_critic), which brings them to the device.
-  gathered roots       FSDP2 reshards the root unit (embeddings, final norm, lm_head) after a
-                       backward, never after a forward. A forward-only pass therefore leaves it
-                       gathered: the reference's for good (it never runs backward), the actor's from
-                       old_log_prob to update_actor, the critic's from values to update_critic.
+  gathered roots       none: FSDP2 reshards the root unit (embeddings, final norm, lm_head) after a
+                       backward, never after a forward, so the worker reshards it after each
+                       forward-only pass (old_log_prob, ref, values; workers/fsdp.py reshard).
   rollout engine       hf: its own full copy of the weights, always resident. vllm: on CUDA with
                        free_cache_engine, sleep level 2 discards its weights (re-synced before the
                        next rollout) and the KV cache between rollouts; on CPU nothing is released.
@@ -102,11 +101,10 @@ def resident(x: PlanInputs, m: Models) -> tuple[int, int]:
     if m.critic and _on_device(x, x.critic_offload):
         params += m.critic.total_shard
         optim += 2 * m.critic.trainable_shard - loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
-    if m.ref:
-        # The gathered root is on the device even with offload: FSDP2 gathers onto the GPU.
-        params += m.ref.root_full + (m.ref.total_shard if _on_device(x, x.ref_offload) else 0)
+    if m.ref and _on_device(x, x.ref_offload):
+        params += m.ref.total_shard
     if m.reward:
-        params += m.reward.root_full + m.reward.total_shard
+        params += m.reward.total_shard
     return params, optim
 
 
@@ -119,16 +117,14 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     weights, kv = engine_bytes(x, m, capacity, awake=False)
     base = dict(params=params, optimizer=optim, engine=weights, kv_cache=kv)
 
-    def plus(extra: int, states: int = 0) -> dict[str, int]:
-        return {**base, "params": params + extra, "optimizer": optim + states}
+    def with_states(states: int) -> dict[str, int]:  # optimizer_offload's states, loaded for their update
+        return {**base, "optimizer": optim + states}
 
     ref_is_actor = x.uses_ref and m.ref is None  # LoRA: the actor with its adapter disabled
-    # From old_log_prob (or a LoRA reference pass) until update_actor, the actor's root stays gathered.
-    actor_held = m.actor.root_full if (not x.skip_old_log_prob or ref_is_actor) else 0
     phases = [generate_phase(x, m, base, capacity)]
     if m.reward:  # what-if: a reward model scores the responses like a frozen value model
         phases.append(forward_phase("reward_model", x, m.reward, x.reward_spec, base, x.ref_micro, x.ref_budget,
-                                    lm=False, root_held=True))
+                                    lm=False))
 
     old = forward_phase("old_log_prob", x, m.actor, x.spec, base, x.log_prob_micro, x.log_prob_budget, lm=True)
     old.skipped = x.skip_old_log_prob
@@ -136,30 +132,23 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
 
     if not x.uses_ref:
         phases.append(PhaseMemory("ref", skipped=x.skip_ref))
-    elif ref_is_actor:
-        held = 0 if x.skip_old_log_prob else m.actor.root_full
-        phases.append(forward_phase("ref", x, m.actor, x.spec, plus(held), x.ref_micro, x.ref_budget, lm=True,
-                                    root_held=bool(held)))
     else:
-        held = 0 if x.skip_old_log_prob else m.actor.root_full
-        phases.append(forward_phase("ref", x, m.ref, x.spec, plus(held), x.ref_micro, x.ref_budget, lm=True,
-                                    root_held=True))
+        phases.append(forward_phase("ref", x, m.actor if ref_is_actor else m.ref, x.spec, base, x.ref_micro,
+                                    x.ref_budget, lm=True))
 
     if m.critic:
-        phases.append(forward_phase("values", x, m.critic, x.critic_spec, plus(actor_held), x.critic_micro,
+        phases.append(forward_phase("values", x, m.critic, x.critic_spec, base, x.critic_micro,
                                     None, lm=False))
         states = loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
-        phases.append(backward_phase("update_critic", x, m.critic, x.critic_spec,
-                                     plus(actor_held + m.critic.root_full, states), x.critic_micro, x.critic_budget,
-                                     x.critic_per_rank_mini, x.critic_ckpt, lm=False, root_held=True,
-                                     offload=x.critic_offload, sharded_grads=x.critic_grad_accum == "sharded"))
+        phases.append(backward_phase("update_critic", x, m.critic, x.critic_spec, with_states(states),
+                                     x.critic_micro, x.critic_budget, x.critic_per_rank_mini, x.critic_ckpt,
+                                     lm=False, offload=x.critic_offload, sharded_grads=x.critic_grad_accum == "sharded"))
     else:
         phases += [PhaseMemory("values", skipped=x.skip_critic), PhaseMemory("update_critic", skipped=x.skip_critic)]
 
     states = loaded_states(x, m.actor, x.actor_offload, x.actor_optim_offload)
-    phases.append(backward_phase("update_actor", x, m.actor, x.spec, plus(actor_held, states), x.actor_micro,
-                                 x.actor_budget, x.actor_per_rank_mini, x.actor_ckpt, lm=True,
-                                 root_held=bool(actor_held), offload=x.actor_offload,
+    phases.append(backward_phase("update_actor", x, m.actor, x.spec, with_states(states), x.actor_micro,
+                                 x.actor_budget, x.actor_per_rank_mini, x.actor_ckpt, lm=True, offload=x.actor_offload,
                                  sharded_grads=x.actor_grad_accum == "sharded"))
     phases.append(weight_sync_phase(x, m, base, capacity))
     # One list of phase names (config/plan.py): the table's rows are the metrics' perf/memory/<phase>.
