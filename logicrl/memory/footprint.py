@@ -94,7 +94,8 @@ class ModelBytes:
         adapters = []
         for name in lora_targets_ if lora_rank else ():
             out_f, in_f = linear_shapes(spec)[name]
-            adapters += [((lora_rank, in_f), FP32, FP32), ((out_f, lora_rank), FP32, FP32)]
+            # fp32 masters, gathered and computed in the compute dtype (workers/hybrid.py)
+            adapters += [((lora_rank, in_f), dtype_bytes, FP32), ((out_f, lora_rank), dtype_bytes, FP32)]
         root: list[tuple[tuple[int, ...], float, float]] = [((v, h), dtype_bytes, mb), ((h,), dtype_bytes, mb)]
         if head == "lm" and not spec.tie_word_embeddings:
             root.append(((v, h), dtype_bytes, mb))
@@ -139,9 +140,9 @@ def saved_per_token_layer(spec: ModelSpec, b: int, width: int, *, lora: tuple[st
                      h (bH) when the weight trains
       q,k,v / gate,up / down   each Linear saves its input: the norm output (bH) and the MLP
                      product (bI), shared by the Linears that read them; a frozen Linear saves
-                     nothing, a LoRA Linear saves its input again in fp32 when b < 4 (peft casts
-                     it to the adapter's fp32 dtype, one copy per adapted Linear), and lora_A's
-                     fp32 output (r values) for lora_B
+                     nothing, a LoRA Linear's lora_A saves the same input (the adapters compute in
+                     the model's dtype: FSDP2 gathers them so, workers/hybrid.py), and lora_A's
+                     output (r values) for lora_B
       attention      q after RoPE, K and V repeated to every head (HF repeats them when a padding
                      mask is present, which RL batches always have), and SDPA's output, which is
                      also o_proj's input: 4 x bq; SDPA's fp32 logsumexp (4 x heads); and the padding
@@ -155,15 +156,9 @@ def saved_per_token_layer(spec: ModelSpec, b: int, width: int, *, lora: tuple[st
     inputs = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": q, "gate_proj": h, "up_proj": h, "down_proj": i}
     shared = {"q_proj": "n1", "k_proj": "n1", "v_proj": "n1", "o_proj": "attn", "gate_proj": "n2",
               "up_proj": "n2", "down_proj": "prod"}
-    kept: set[str] = set()
-    copies = 0
-    for name, size in inputs.items():
-        if name in lora and b < FP32:
-            copies += FP32 * size
-        elif name in lora or trains:
-            kept.add(shared[name])
+    kept = {shared[name] for name in inputs if name in lora or trains}
     own = {"n1": h, "n2": h, "prod": i, "attn": 0}  # "attn" is SDPA's output, counted below
-    linear_inputs = sum(b * own[k] for k in kept) + copies + FP32 * lora_rank * len(lora)
+    linear_inputs = sum(b * own[k] for k in kept) + b * lora_rank * len(lora)
     attention = 4 * b * q + FP32 * spec.num_heads + b * width
     mlp = 3 * b * i
     return norms + linear_inputs + attention + mlp

@@ -9,7 +9,8 @@ after the first step, once AdamW's states exist. On each rank, between phases:
                        critic's AdamW states (2 x the trainable shard). The actor and critic store
                        fp32 masters (4 + 4 + 8 bytes per parameter for weights, gradients and AdamW,
                        sharded) and gather one unit at a time in the compute dtype (2 bytes in bf16);
-                       the reference and a LoRA base store the compute dtype, LoRA adapters fp32.
+                       the reference and a LoRA base store the compute dtype, LoRA adapters fp32
+                       (gathered, like the masters, in the compute dtype).
                        With param_offload on CUDA all of these live on the host; with
                        optimizer_offload on CUDA the AdamW states do, except during their own
                        update (update_actor, update_critic), which brings them to the device.
@@ -69,7 +70,8 @@ class MemoryPlan:
 
 def build_models(x: PlanInputs) -> Models:
     b, w, master = x.dtype_bytes, x.world, x.master_bytes
-    # With LoRA the frozen base stays in the compute dtype (workers/hybrid.py); adapters are fp32 anyway.
+    # With LoRA the frozen base stays in the compute dtype (workers/hybrid.py); the adapters are fp32
+    # masters gathered in the compute dtype (footprint.py).
     actor = ModelBytes.build(x.spec, dtype_bytes=b, world=w, lora_rank=x.lora_rank, lora_targets_=x.lora_targets,
                              base_weight_bits=x.base_weight_bits, master_bytes=b if x.lora_rank else master)
     ref = ModelBytes.build(x.spec, dtype_bytes=b, world=w) if x.uses_ref and not x.lora_rank else None

@@ -161,6 +161,12 @@ def _prepare(model: torch.nn.Module, gradient_checkpointing: bool, lora: LoraSpe
         from peft import LoraConfig, get_peft_model
 
         targets = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
+        # autocast_adapter_dtype=True (peft's default, named because issue 16 asked for False): the
+        # adapters are stored fp32 under a bf16 base. They are the trained weights, so they are the
+        # fp32 masters of models/loading.py master_dtype; the actor's FSDP2 policy gathers them in
+        # the compute dtype (workers/hybrid.py), so they do not compute in fp32. Stored in bf16,
+        # Logic-RL's lr 4e-7 updates would round away as they would for a full bf16 model.
         model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=targets,
-                                                 lora_dropout=0.0, bias="none", task_type="CAUSAL_LM"))
+                                                 lora_dropout=0.0, bias="none", task_type="CAUSAL_LM"),
+                               autocast_adapter_dtype=True)
     return model

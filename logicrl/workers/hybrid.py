@@ -115,15 +115,16 @@ class HybridWorker:
         lora = LoraSpec(model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.target_modules) if self.lora else None
         # The actor and critic keep fp32 master weights and AdamW states when self.dtype (the compute
         # dtype: the engine's and the reference's) is narrower; FSDP2 computes in self.dtype.
-        # With LoRA only the adapters train, and peft keeps them fp32 already: the frozen base stays
-        # in self.dtype (fp32 would double its memory for nothing to update), and without a policy
-        # the adapters compute in fp32 too (FSDP2 only needs the trainable parameters' dtypes uniform).
+        # With LoRA only the adapters train: the frozen base is stored in self.dtype (fp32 would double
+        # its memory for nothing to update) and the adapters are the fp32 masters (peft's autocast,
+        # models/loading.py); the same policy gathers them in self.dtype, so they compute in bf16
+        # inside a bf16 model, as the base does, while AdamW still updates fp32 (issue 15's reason).
         master = master_dtype(self.dtype)
         mixed = self.dtype if master != self.dtype else None
         path, ckpt = model_cfg.path, model_cfg.enable_gradient_checkpointing
-        actor_dtype, actor_mixed = (self.dtype, None) if self.lora else (master, mixed)
+        actor_dtype = self.dtype if self.lora else master
         actor_model = load_sharded_model(lambda meta: load_causal_lm(path, actor_dtype, ckpt, lora, on_meta=meta),
-                                         self.mesh, self.device, arr.actor.fsdp_config.param_offload, actor_mixed)
+                                         self.mesh, self.device, arr.actor.fsdp_config.param_offload, mixed)
         self.actor = Actor(self._trained("actor", actor_model, arr.actor, arr.actor.loss_agg_mode, plan.actor),
                            arr.actor, self.temperature)
 

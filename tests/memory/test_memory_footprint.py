@@ -53,8 +53,8 @@ def test_lora_trains_only_fp32_adapters():
     # 8*(128+128) + 8*(128+64) + 8*(128+64) + 8*(128+128) + 2*8*(128+352) + 8*(352+128) = 18,688.
     m = ModelBytes.build(TINY, dtype_bytes=2, world=1, lora_rank=8,
                          lora_targets_=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
-    assert m.trainable_full == 4 * 2 * 18_688  # fp32 (peft upcasts bf16 adapters), both layers
-    assert m.total_full == 2 * TINY.num_params() + m.trainable_full
+    assert m.trainable_full == 4 * 2 * 18_688  # fp32 masters (peft upcasts bf16 adapters), both layers
+    assert m.total_full == 2 * TINY.num_params() + 2 * 2 * 18_688  # gathered: adapters in bf16 too
     assert not m.trainable_root and not m.trainable_lm_head
 
 
@@ -114,7 +114,8 @@ def test_saved_activations_match_autograd(dtype_name, lora):
             from peft import LoraConfig, get_peft_model
 
             model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
-            model = model.base_model.model
+            # The fp32 adapters as the actor's FSDP2 policy gathers them: in the model's dtype.
+            model = model.base_model.model.to(dtype)
         totals.append(_saved_bytes(model, batch=2, width=48))
     spec = ModelSpec.from_dict({"hidden_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
                                 "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 352,

@@ -130,3 +130,20 @@ def test_bf16_hf_engine_agrees_with_the_trainer(bf16_worker):
 
 def test_bf16_vllm_engine_agrees_with_the_trainer():
     assert_engine_agrees_within_the_bf16_bound(*make_worker("vllm", *BF16))
+
+
+def test_lora_adapters_are_fp32_masters_that_compute_in_bf16():
+    # Issue 16: no fp32 compute inside a bf16 model; issue 15: no bf16 storage for what AdamW updates.
+    worker, prompts = make_worker("hf", *BF16, "actor_rollout_ref.model.lora_rank=4",
+                                  "actor_rollout_ref.model.lora_alpha=8")
+    params = list(worker.actor.model.parameters())
+    assert {p.dtype for p in params if p.requires_grad} == {torch.float32}  # the adapters
+    assert {p.dtype for p in params if not p.requires_grad} == {torch.bfloat16}  # the frozen base
+    lora_a = next(m for name, m in worker.actor.model.named_modules() if name.endswith("q_proj.lora_A.default"))
+    seen = []
+    handle = lora_a.register_forward_hook(lambda module, _, out: seen.append((module.weight.dtype, out.dtype)))
+    # An update, the merged-weight sync, fresh samples, and the trainer's recomputation of them
+    # (adapters on) within the bf16 bound; the reference pass runs the base with the adapters off.
+    assert_engine_agrees_within_the_bf16_bound(worker, prompts)
+    handle.remove()
+    assert seen and set(seen) == {(torch.bfloat16, torch.bfloat16)}
