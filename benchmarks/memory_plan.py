@@ -4,7 +4,7 @@
 
 For each model shape (random weights, written as a local checkpoint) the real HybridWorker is
 built (FSDP2 actor, reference and critic, the hf engine) with a KL term and GAE so every phase
-runs, warmed up to steady state (AdamW states exist, the reference's root is gathered), then for
+runs, warmed up to steady state (AdamW states exist), then for
 each (lengths, micro-batch) cell the trainer's phases run in its order (generate, old_log_prob,
 ref, values, update_critic, update_actor, update_weights) and each phase's peak is compared with
 the plan of the same config. By default: one rank on both shapes, then two ranks (CPU processes
