@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from logicrl.models.packing import pack
+
 
 def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                   temperature: float) -> torch.Tensor:
@@ -143,12 +145,17 @@ def causal_lm_logprobs(
     temperature: float = 1.0,
     chunk_tokens: int = 1024,
     with_entropy: bool = False,
+    remove_padding: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropy) of the last `response_len` tokens of each row under a causal LM.
 
     input_ids, attention_mask, position_ids  [B, T]: left-padded prompt then right-padded response
     returns  logprobs [B, R] fp32, entropy [B, R] fp32 or None, R = response_len; padded
              response positions hold numbers for the pad token and must be masked by the caller.
+
+    With `remove_padding`, the forward runs on the real tokens only, packed into one row
+    (models/packing.py), and only real response tokens are scored; padded response positions
+    hold 0. Real positions equal the padded path's.
 
     The hidden state at position t scores token t+1, so response token j (at T-R+j) is scored by
     the hidden state at T-R+j-1: positions T-R-1 .. T-2.
@@ -173,19 +180,28 @@ def causal_lm_logprobs(
                         "with LoRA, leave lm_head out of actor_rollout_ref.model.target_modules")
     decoder = model.get_decoder()
     result: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+    packed = pack(input_ids, attention_mask, position_ids, response_len) if remove_padding else None
 
     def score_response(module, args, output):
         hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]  # [B, T, H]
-        result["out"] = token_logprobs_and_entropy(
-            hidden[:, seq_len - response_len - 1: seq_len - 1],  # [B, R, H]
-            lm_head.weight,
-            input_ids[:, seq_len - response_len:],  # [B, R]
-            bias=lm_head.bias, temperature=temperature, chunk_tokens=chunk_tokens, with_entropy=with_entropy)
+        kw = dict(bias=lm_head.bias, temperature=temperature, chunk_tokens=chunk_tokens, with_entropy=with_entropy)
+        if packed is None:
+            result["out"] = token_logprobs_and_entropy(
+                hidden[:, seq_len - response_len - 1: seq_len - 1],  # [B, R, H]
+                lm_head.weight, input_ids[:, seq_len - response_len:], **kw)  # [B, R]
+            return
+        logprobs, entropy = token_logprobs_and_entropy(hidden[0, packed.score_index], lm_head.weight,
+                                                       packed.targets, **kw)  # [M] each
+        result["out"] = packed.unpack(logprobs), (packed.unpack(entropy) if entropy is not None else None)
 
     handle = decoder.register_forward_hook(score_response)
     try:
-        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-              use_cache=False, logits_to_keep=1)
+        if packed is None:
+            model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                  use_cache=False, logits_to_keep=1)
+        else:  # no mask: transformers reads the sequences' bounds from the restarting positions
+            model(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
+                  use_cache=False, logits_to_keep=1)
     finally:
         handle.remove()
     if "out" not in result:

@@ -10,32 +10,40 @@ import torch
 from tensordict import TensorDict
 
 from logicrl.algos import agg_loss, masked_mean, value_clip_metrics, value_loss
+from logicrl.models.packing import pack
 from logicrl.workers.micro import split_fixed
 from logicrl.workers.update import Trained, run_update
 
 
-def response_values(model, batch: TensorDict) -> torch.Tensor:
-    """[N, R] values of the response positions, fp32."""
+def response_values(model, batch: TensorDict, remove_padding: bool = False) -> torch.Tensor:
+    """[N, R] values of the response positions, fp32. With `remove_padding` the forward runs on
+    the real tokens packed into one row (models/packing.py) and padded positions hold 0."""
     r = batch["responses"].shape[1]
+    if remove_padding:
+        packed = pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"], r)
+        out = model(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
+                    use_cache=False)
+        return packed.unpack(out.logits[0, packed.score_index, 0].float())
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 position_ids=batch["position_ids"], use_cache=False)
     return out.logits[:, -r - 1:-1, 0].float()
 
 
 class Critic:
-    def __init__(self, role: Trained, cliprange_value: float):
-        self.role, self.cliprange_value = role, cliprange_value
+    def __init__(self, role: Trained, cliprange_value: float, remove_padding: bool = False):
+        self.role, self.cliprange_value, self.remove_padding = role, cliprange_value, remove_padding
         self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
 
     @torch.no_grad()
     def compute_values(self, batch: TensorDict, micro: int) -> torch.Tensor:
         self.model.eval()
-        return torch.cat([response_values(self.model, mb) for mb in split_fixed(batch, micro)])
+        return torch.cat([response_values(self.model, mb, self.remove_padding)
+                          for mb in split_fixed(batch, micro)])
 
     def update(self, batch: TensorDict, retry) -> dict[str, float]:
         def loss_fn(micro: TensorDict, normalizer: float):
             mask = micro["response_mask"]
-            out = value_loss(response_values(self.model, micro), micro["values"], micro["returns"], mask,
+            out = value_loss(response_values(self.model, micro, self.remove_padding), micro["values"], micro["returns"], mask,
                              self.cliprange_value)
             loss = agg_loss(out.token_loss, mask, self.role.loss_agg_mode, normalizer=normalizer,
                             max_response_length=mask.shape[1])

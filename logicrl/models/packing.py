@@ -1,0 +1,62 @@
+"""Packed sequences (use_remove_padding): a micro-batch's real tokens as one row, no padding.
+
+    packed = pack(input_ids, attention_mask, position_ids, response_len)
+    out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None)
+    per_response = packed.unpack(out_at_scoring_positions)          # [B, R], 0 where padded
+
+The trainer's rows are a left-padded prompt then a right-padded response, so each row's real
+tokens are one contiguous run with positions 0..n-1 (workers/hybrid.py _generate). Packing
+concatenates those runs into [1, L] (L = real tokens in the micro-batch) and keeps their
+positions, which restart at 0 for every sequence. With no attention mask, transformers reads
+the restarts as sequence boundaries: flash-attention-2 runs varlen over cu_seqlens taken from
+the position ids (modeling_flash_attention_utils._is_packed_sequence), and sdpa / eager / flex
+get a block-diagonal causal mask (masking_utils.find_packed_sequence_indices). No kernel here.
+
+What it saves: the padded tokens' compute in every Linear and MLP, and the [B, T, T] padding
+mask. What sdpa costs instead: its mask is [L, L] for the packed row, and attention runs over
+all L keys before masking, so on sdpa the attention term grows with the micro-batch's rows; with
+flash-attn it is exactly the sum of each sequence's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Packed:
+    input_ids: torch.Tensor  # [1, L] the real tokens of every row, row after row
+    position_ids: torch.Tensor  # [1, L] each row's own positions (restarting at 0)
+    score_index: torch.Tensor  # [M] packed index of the hidden state that scores each real response token
+    response_index: torch.Tensor  # [M] where that token sits in the flattened [B, R] response block
+    targets: torch.Tensor  # [M] the real response tokens
+    shape: tuple[int, int]  # (B, R)
+
+    def unpack(self, values: torch.Tensor) -> torch.Tensor:
+        """[M, ...] per real response token -> [B, R, ...], zeros at padded response positions."""
+        b, r = self.shape
+        out = values.new_zeros((b * r, *values.shape[1:]))
+        return out.index_copy(0, self.response_index, values).view(b, r, *values.shape[1:])
+
+
+def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+         response_len: int) -> Packed:
+    """input_ids, attention_mask, position_ids [B, T] (left-padded prompt, right-padded response of
+    R = response_len columns) -> their real tokens packed into one row, and where each real response
+    token is scored: by the hidden state of the token just before it, as in the padded path."""
+    b, t = input_ids.shape
+    real = attention_mask.reshape(-1).bool()  # [B*T]
+    keep = real.nonzero().squeeze(1)  # [L] flat padded index of each real token
+    # packed_at[i] = position of padded flat index i in the packed row (only read where real).
+    packed_at = torch.cumsum(real.long(), 0) - 1  # [B*T]
+    resp_real = attention_mask[:, t - response_len:].reshape(-1).bool()  # [B*R]
+    response_index = resp_real.nonzero().squeeze(1)  # [M]
+    rows, cols = response_index // response_len, response_index % response_len
+    flat = rows * t + (t - response_len) + cols  # [M] padded flat index of the response token
+    # The token before a real response token is real: the response's previous token or the
+    # prompt's last (prompts are left-padded and never empty).
+    return Packed(input_ids=input_ids.reshape(-1)[keep][None], position_ids=position_ids.reshape(-1)[keep][None],
+                  score_index=packed_at[flat - 1], response_index=response_index,
+                  targets=input_ids.reshape(-1)[flat], shape=(b, response_len))
