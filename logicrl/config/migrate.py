@@ -26,8 +26,6 @@ GLOBAL_MICRO_BATCH_KEYS = (
 # Schema keys kept so verl and Logic-RL scripts run, that logicrl does not act on: (key, the value
 # that asks for nothing, why any other value is ignored). The only table of such keys.
 IGNORED_KEYS = (
-    ("actor_rollout_ref.model.use_remove_padding", False,
-     "forward passes run on padded batches (packed sequences are issue 16): the same results, more memory and time"),
     ("data.val_batch_size", None, "validation sends the whole set to the engine at once, which schedules "
                                   "rollout.max_num_seqs sequences at a time: the same results"),
     ("trainer.default_hdfs_dir", None, "logicrl writes checkpoints to trainer.default_local_dir only"),

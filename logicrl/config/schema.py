@@ -173,6 +173,7 @@ class ActorRolloutRefConfig:
 class CriticModelConfig:
     path: str = key()
     enable_gradient_checkpointing: bool = key()
+    use_remove_padding: bool = key()
 
 
 @dataclass

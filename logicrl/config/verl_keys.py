@@ -167,8 +167,6 @@ VERL_KEYS: dict[str, Rule] = {
     # verl >= 0.4 keeps the critic's FSDP settings under critic.model.
     "critic.model.fsdp_config.param_offload": rename("critic.fsdp_config.param_offload"),
     "critic.model.fsdp_config.optimizer_offload": rename("critic.fsdp_config.optimizer_offload"),
-    "critic.model.use_remove_padding": ignore("forward passes run on padded batches (packed sequences are "
-                                              "issue 16): the same results, more memory and time"),
     "critic.forward_micro_batch_size_per_gpu": ignore("the values pass uses critic.ppo_micro_batch_size_per_gpu"),
     "critic.forward_max_token_len_per_gpu": ignore("the values pass uses critic.ppo_max_token_len_per_gpu"),
     # ---- rollout

@@ -112,36 +112,41 @@ def load_tokenizer(path: str, quiet: bool = False):
 
 
 def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool = False,
-                   lora: LoraSpec | None = None, on_meta: bool = False) -> torch.nn.Module:
+                   lora: LoraSpec | None = None, on_meta: bool = False,
+                   attn_implementation: str | None = None) -> torch.nn.Module:
     """The policy on CPU in `dtype`; with `lora`, wrapped by peft (only adapter weights train).
 
     `on_meta`: the same model with every tensor on the meta device and nothing read from disk,
-    for a rank that receives its shards from rank 0 (workers/sharded_load.py)."""
+    for a rank that receives its shards from rank 0 (workers/sharded_load.py).
+    `attn_implementation`: transformers' name, None for its default (sdpa); see models/packing.py."""
     from transformers import AutoModelForCausalLM
 
     _quiet_transformers()
     if on_meta:
-        model = _on_meta(AutoModelForCausalLM, path, dtype)
+        model = _on_meta(AutoModelForCausalLM, path, dtype, attn_implementation)
     else:
-        model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True,
+                                                     attn_implementation=attn_implementation)
     return _prepare(model, gradient_checkpointing, lora)
 
 
 def load_value_model(path: str, dtype: torch.dtype, gradient_checkpointing: bool = False,
-                     on_meta: bool = False) -> torch.nn.Module:
+                     on_meta: bool = False, attn_implementation: str | None = None) -> torch.nn.Module:
     """The critic: the checkpoint's decoder with a fresh one-output token head (verl's choice)."""
     from transformers import AutoModelForTokenClassification
 
     _quiet_transformers()
     if on_meta:
-        model = _on_meta(AutoModelForTokenClassification, path, dtype, num_labels=1)
+        model = _on_meta(AutoModelForTokenClassification, path, dtype, attn_implementation, num_labels=1)
     else:
         model = AutoModelForTokenClassification.from_pretrained(checkpoint_dir(path), num_labels=1, dtype=dtype,
-                                                                local_files_only=True)
+                                                                local_files_only=True,
+                                                                attn_implementation=attn_implementation)
     return _prepare(model, gradient_checkpointing, None)
 
 
-def _on_meta(auto_class, path: str, dtype: torch.dtype, **config_kwargs) -> torch.nn.Module:
+def _on_meta(auto_class, path: str, dtype: torch.dtype, attn_implementation: str | None = None,
+             **config_kwargs) -> torch.nn.Module:
     """The checkpoint's architecture from its config.json alone, every parameter and buffer on meta.
 
     Buffers computed in __init__ (RoPE's inv_freq) are meta too; the sharded load copies them from
@@ -150,7 +155,7 @@ def _on_meta(auto_class, path: str, dtype: torch.dtype, **config_kwargs) -> torc
 
     config = AutoConfig.from_pretrained(checkpoint_dir(path), local_files_only=True, **config_kwargs)
     with torch.device("meta"):
-        return auto_class.from_config(config, dtype=dtype)
+        return auto_class.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
 
 
 def _prepare(model: torch.nn.Module, gradient_checkpointing: bool, lora: LoraSpec | None) -> torch.nn.Module:

@@ -20,9 +20,20 @@ flash-attn it is exactly the sum of each sequence's own.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 import torch
+
+
+def packed_attention(remove_padding: bool, device: torch.device, compute_dtype: torch.dtype) -> str | None:
+    """The attn_implementation to load a trained model with: flash-attention-2 (varlen, no mask at
+    all) when packing on CUDA in a half dtype with flash_attn installed; otherwise None, transformers'
+    default (sdpa, which takes the packed block-diagonal mask). flash_attn has no fp32 kernels."""
+    if (remove_padding and device.type == "cuda" and compute_dtype in (torch.bfloat16, torch.float16)
+            and importlib.util.find_spec("flash_attn") is not None):
+        return "flash_attention_2"
+    return None
 
 
 @dataclass(frozen=True)

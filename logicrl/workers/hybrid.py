@@ -38,6 +38,7 @@ from logicrl.models.loading import (
     master_dtype,
     resolve_dtype,
 )
+from logicrl.models.packing import packed_attention
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
 from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
 from logicrl.workers.critic import Critic
@@ -123,15 +124,19 @@ class HybridWorker:
         mixed = self.dtype if master != self.dtype else None
         path, ckpt = model_cfg.path, model_cfg.enable_gradient_checkpointing
         actor_dtype = self.dtype if self.lora else master
-        actor_model = load_sharded_model(lambda meta: load_causal_lm(path, actor_dtype, ckpt, lora, on_meta=meta),
+        attn = packed_attention(model_cfg.use_remove_padding, self.device, self.dtype)
+        actor_model = load_sharded_model(lambda meta: load_causal_lm(path, actor_dtype, ckpt, lora, on_meta=meta,
+                                                                     attn_implementation=attn),
                                          self.mesh, self.device, arr.actor.fsdp_config.param_offload, mixed)
+        self.remove_padding = model_cfg.use_remove_padding  # the actor's and the reference's forwards
         self.actor = Actor(self._trained("actor", actor_model, arr.actor, arr.actor.loss_agg_mode, plan.actor),
-                           arr.actor, self.temperature)
+                           arr.actor, self.temperature, self.remove_padding)
 
         # With LoRA the reference is the actor with its adapter switched off: no second copy.
         self.ref_model = None
         if plan.runs("ref") and not self.lora:
-            self.ref_model = load_sharded_model(lambda meta: load_causal_lm(path, self.dtype, on_meta=meta),
+            self.ref_model = load_sharded_model(lambda meta: load_causal_lm(path, self.dtype, on_meta=meta,
+                                                                            attn_implementation=attn),
                                                 self.mesh, self.device, arr.ref.fsdp_config.param_offload)
             self.ref_model.requires_grad_(False)
 
@@ -139,12 +144,14 @@ class HybridWorker:
         if plan.critic is not None:
             c = cfg.critic
             critic_ckpt = c.model.enable_gradient_checkpointing
+            critic_attn = packed_attention(c.model.use_remove_padding, self.device, self.dtype)
             critic_model = load_sharded_model(
-                lambda meta: load_value_model(c.model.path, master, critic_ckpt, on_meta=meta),
+                lambda meta: load_value_model(c.model.path, master, critic_ckpt, on_meta=meta,
+                                              attn_implementation=critic_attn),
                 self.mesh, self.device, c.fsdp_config.param_offload, mixed)
             # The critic's loss is aggregated like the actor's (verl shares the key).
             self.critic = Critic(self._trained("critic", critic_model, c, arr.actor.loss_agg_mode, plan.critic),
-                                 c.cliprange_value)
+                                 c.cliprange_value, c.model.use_remove_padding)
 
         # The engine holds its own full copy of the policy: generation lengths differ per rank,
         # and a sharded model would need every rank in lock-step for each decode step.
@@ -231,7 +238,8 @@ class HybridWorker:
 
     def _old_log_prob(self, batch: TensorDict, retry):
         size = self.sizes["old_log_prob"]
-        log_probs = retry(lambda _: forward_logprobs(self.actor.model, batch, size, self.temperature))
+        log_probs = retry(lambda _: forward_logprobs(self.actor.model, batch, size, self.temperature,
+                                                         self.remove_padding))
         return TensorDict({"old_log_probs": log_probs}, batch_size=batch.batch_size), \
             logprob_diff_metrics(log_probs, batch)
 
@@ -240,7 +248,7 @@ class HybridWorker:
         # With LoRA the reference is the actor with its adapter off.
         model = self.actor.model if self.ref_model is None else self.ref_model
         with self.actor.model.disable_adapter() if self.ref_model is None else nullcontext():
-            out = retry(lambda _: forward_logprobs(model, batch, size, self.temperature))
+            out = retry(lambda _: forward_logprobs(model, batch, size, self.temperature, self.remove_padding))
         return TensorDict({"ref_log_probs": out}, batch_size=batch.batch_size), {}
 
     def _values(self, batch: TensorDict, retry):

@@ -64,6 +64,8 @@ def test_logic_rl_script_composes_and_converts(paths, caplog):
     # FSDP2 offloads gradients with parameters: grad_offload is folded into param_offload
     assert arr.actor.fsdp_config.param_offload and arr.actor.fsdp_config.grad_offload is None
     assert list(cfg.trainer.logger) == ["wandb"]
+    # Packed sequences are honoured now, and the critic follows the actor's setting.
+    assert arr.model.use_remove_padding and cfg.critic.model.use_remove_padding
     assert arr.actor.ppo_mini_batch_size == 8  # 256 clamped to the batch of 8 prompts
     # 8 prompts x 16 = 128 responses, 32 per rank, 2 micro-batches of 16
     assert (plan.responses, plan.per_rank_responses, plan.actor.grad_accum) == (128, 32, 2)

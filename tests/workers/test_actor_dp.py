@@ -58,7 +58,7 @@ def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = N
     role = Trained("actor", model, optimizer, scheduler, update, size, cfg.loss_agg_mode, cfg.grad_clip, world, device,
                    sharded_grads=sharded_grads)
     retry = phase_retry(size, device, Faults(parse(fault or "")), step=1, rank=rank, sharded=model)
-    metrics = Actor(role, cfg, 1.0).update(shard, retry)
+    metrics = Actor(role, cfg, 1.0, remove_padding=cfg.get("remove_padding", False)).update(shard, retry)
     metrics.update({"perf/oom_retries/update_actor": size.retries, "perf/micro_size/update_actor": size.value})
     params = {name: t.clone() for name, t in iter_full_params(model)}
     if rank == 0:
@@ -95,6 +95,16 @@ def test_sharded_accumulation_gives_the_same_update(tmp_path):
     for name, p in unsharded["params"].items():
         assert not torch.equal(p, initial[name])  # SGD moved it: the comparison below is not vacuous
         torch.testing.assert_close(sharded["params"][name], p, atol=1e-6, rtol=0)
+
+
+def test_packed_token_budget_update_matches_padded(tmp_path):
+    """use_remove_padding with a token budget: the same SGD step as padded fixed micro-batches, on 2 ranks."""
+    padded = run(2, tmp_path)
+    packed = run(2, tmp_path, {"remove_padding": True, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 24})
+    assert packed["metrics"]["perf/micro_size/update_actor"] == 24
+    torch.testing.assert_close(packed["grad_norm"], padded["grad_norm"], atol=1e-5, rtol=1e-5)
+    for name, p in padded["params"].items():
+        torch.testing.assert_close(packed["params"][name], p, atol=1e-5, rtol=0, msg=name)
 
 
 def build_params():
