@@ -9,6 +9,7 @@ settings). `KNOBS` names the keys the suggestions may set.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
@@ -102,12 +103,18 @@ class PlanInputs:
     lengths_note: str = ""
     max_prompt_len: int = 0  # 0: prompt_len is the full length
     max_response_len: int = 0
-    # actor_rollout_ref.model.use_remove_padding: micro-batches hold their rows' real tokens only, so a
-    # token budget bounds their memory whatever the lengths (models/packing.py)
-    packed: bool = False
     # fsdp_config.grad_accumulation: "sharded", "unsharded" or "auto" (planner.py resolves it from memory)
     actor_grad_accum: str = "unsharded"
     critic_grad_accum: str = "unsharded"
+    # use_remove_padding: None (padded), "flash" (varlen, no mask) or "sdpa" (a packed [L, L] mask)
+    packing: str | None = None  # the actor's and the reference's forwards
+    critic_packing: str | None = None
+
+    @property
+    def packed(self) -> bool:
+        """use_remove_padding: micro-batches hold their rows' real tokens only, so a token budget
+        bounds their memory whatever the lengths (models/packing.py)."""
+        return self.packing is not None
 
     @property
     def width(self) -> int:
@@ -164,10 +171,21 @@ class PlanInputs:
             critic_optim_offload=critic.fsdp_config.optimizer_offload,
             rollout_tp=arr.rollout.tensor_model_parallel_size,
             max_prompt_len=cfg.data.max_prompt_length, max_response_len=cfg.data.max_response_length,
-            packed=arr.model.use_remove_padding,
             actor_grad_accum=plan.actor.grad_accumulation,
             critic_grad_accum=plan.critic.grad_accumulation if plan.critic else "unsharded",
+            packing=packing_kernel(arr.model.use_remove_padding, device, dtype_bytes),
+            critic_packing=packing_kernel(critic.model.use_remove_padding, device, dtype_bytes),
             **what_if)
+
+
+def packing_kernel(remove_padding: bool, device: str, dtype_bytes: int) -> str | None:
+    """The attention packed micro-batches run on (models/packing.py packed_attention), as this
+    machine sees it: flash_attn is looked for here, so a driver without it plans the sdpa mask."""
+    if not remove_padding:
+        return None
+    if device == "cuda" and dtype_bytes == 2 and importlib.util.find_spec("flash_attn") is not None:
+        return "flash"
+    return "sdpa"
 
 
 def _split(plan: StepPlan, phase: str) -> tuple[int | None, int | None]:

@@ -61,6 +61,15 @@ def tokens_per_micro(x: PlanInputs, micro: int | None, budget: int | None) -> in
     return min(micro, x.responses_per_rank) * x.width
 
 
+def mask_width(x: PlanInputs, tokens: int, packing: str | None) -> int:
+    """Keys per query in the attention mask: padded, each row's [T, T] bool mask (x.width); packed on
+    sdpa, the one packed row's [L, L] block-diagonal mask (L = the micro-batch's tokens); packed on
+    flash-attn varlen, no mask at all. SDPA converts the mask to the query dtype in every layer."""
+    if packing is None:
+        return x.width
+    return tokens if packing == "sdpa" else 0
+
+
 def micro_batches(x: PlanInputs, micro: int | None, budget: int | None, per_rank_mini: int) -> int:
     """Micro-batches per mini-batch; more than one means gradients accumulate (backward_phase)."""
     if budget is None:
@@ -137,7 +146,7 @@ def generate_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: int
 
 
 def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, base: dict[str, int],
-                  micro: int, budget: int | None, lm: bool) -> PhaseMemory:
+                  micro: int, budget: int | None, lm: bool, packing: str | None = None) -> PhaseMemory:
     """A no-grad forward in micro-batches (old_log_prob, ref, values).
 
     FSDP2 gathers the root unit with the first micro-batch and keeps it through the pass (the
@@ -145,15 +154,17 @@ def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, 
     moment while the all-gather output is copied out. The decoder's
     temporaries and the (bool) padding mask give way to the head: the final hidden states, the
     response slice copied for the chunked log-prob kernel and its [chunk, V] buffers, or the
-    critic's value head.
+    critic's value head. With packing (use_remove_padding) the worst case is the same tokens, all
+    real; only the mask changes (mask_width).
     """
     b, tokens = x.dtype_bytes, tokens_per_micro(x, micro, budget)
+    keys = mask_width(x, tokens, packing)
     resp_tokens = tokens * x.response_len // x.width
     h = spec.hidden_size
     root = model.root_full
     outputs = 2 * x.responses_per_rank * x.response_len * FP32  # per-micro results, then their cat
-    common = batch_bytes(x) + outputs + tokens * x.width  # the bool mask lives through the forward
-    decoder = tokens * forward_transient_per_token(spec, b, x.width)
+    common = batch_bytes(x) + outputs + tokens * keys  # the bool mask lives through the forward
+    decoder = tokens * forward_transient_per_token(spec, b, keys)
     if lm:
         chunk = logprob_chunk_bytes(spec.vocab_size, min(LOGPROB_CHUNK_TOKENS, resp_tokens), b)
         head = tokens * h * b + resp_tokens * h * b
@@ -180,7 +191,7 @@ def forward_gathered(world: int, model: ModelBytes) -> int:
 
 def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, base: dict[str, int],
                    micro: int | None, budget: int | None, per_rank_mini: int, ckpt: bool, lm: bool,
-                   offload: bool = False, sharded_grads: bool = False) -> PhaseMemory:
+                   offload: bool = False, sharded_grads: bool = False, packing: str | None = None) -> PhaseMemory:
     """A training update (update_actor, update_critic): the highest of these moments.
 
     top     backward begins: every layer's saved activations, the root and the next layer
@@ -201,11 +212,12 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     """
     b, h, layers = x.dtype_bytes, spec.hidden_size, spec.num_layers
     tokens = tokens_per_micro(x, micro, budget)
+    keys = mask_width(x, tokens, packing)
     resp_tokens = tokens * x.response_len // x.width
     lora = x.lora_targets if lm and x.lora_rank else ()
-    per_layer = tokens * saved_per_token_layer(spec, b, x.width, lora=lora, lora_rank=x.lora_rank)
+    per_layer = tokens * saved_per_token_layer(spec, b, keys, lora=lora, lora_rank=x.lora_rank)
     saved = layers * tokens * h * b + per_layer if ckpt else layers * per_layer
-    saved += tokens * saved_per_token_root(spec, b, trains=not lora) + tokens * x.width  # + the bool mask
+    saved += tokens * saved_per_token_root(spec, b, trains=not lora) + tokens * keys  # + the bool mask
     saved += resp_tokens * h * b if lm else tokens * h * b  # the head's input
     activations = batch_bytes(x) + saved
     accumulates = micro_batches(x, micro, budget, per_rank_mini) > 1

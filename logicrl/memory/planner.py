@@ -128,7 +128,8 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
         phases.append(forward_phase("reward_model", x, m.reward, x.reward_spec, base, x.ref_micro, x.ref_budget,
                                     lm=False))
 
-    old = forward_phase("old_log_prob", x, m.actor, x.spec, base, x.log_prob_micro, x.log_prob_budget, lm=True)
+    old = forward_phase("old_log_prob", x, m.actor, x.spec, base, x.log_prob_micro, x.log_prob_budget, lm=True,
+                         packing=x.packing)
     old.skipped = x.skip_old_log_prob
     phases.append(old)
 
@@ -136,22 +137,23 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
         phases.append(PhaseMemory("ref", skipped=x.skip_ref))
     else:
         phases.append(forward_phase("ref", x, m.actor if ref_is_actor else m.ref, x.spec, base, x.ref_micro,
-                                    x.ref_budget, lm=True))
+                                    x.ref_budget, lm=True, packing=x.packing))
 
     if m.critic:
         phases.append(forward_phase("values", x, m.critic, x.critic_spec, base, x.critic_micro,
-                                    None, lm=False))
+                                    None, lm=False, packing=x.critic_packing))
         states = loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
         phases.append(backward_phase("update_critic", x, m.critic, x.critic_spec, with_states(states),
                                      x.critic_micro, x.critic_budget, x.critic_per_rank_mini, x.critic_ckpt,
-                                     lm=False, offload=x.critic_offload, sharded_grads=x.critic_grad_accum == "sharded"))
+                                     lm=False, offload=x.critic_offload, sharded_grads=x.critic_grad_accum == "sharded",
+                                     packing=x.critic_packing))
     else:
         phases += [PhaseMemory("values", skipped=x.skip_critic), PhaseMemory("update_critic", skipped=x.skip_critic)]
 
     states = loaded_states(x, m.actor, x.actor_offload, x.actor_optim_offload)
     phases.append(backward_phase("update_actor", x, m.actor, x.spec, with_states(states), x.actor_micro,
                                  x.actor_budget, x.actor_per_rank_mini, x.actor_ckpt, lm=True, offload=x.actor_offload,
-                                 sharded_grads=x.actor_grad_accum == "sharded"))
+                                 sharded_grads=x.actor_grad_accum == "sharded", packing=x.packing))
     phases.append(weight_sync_phase(x, m, base, capacity))
     # One list of phase names (config/plan.py): the table's rows are the metrics' perf/memory/<phase>.
     assert [p.name for p in phases if p.name != "reward_model"] == list(WORKER_PHASES)

@@ -91,7 +91,7 @@ def test_worst_case_refuses_100_prompts_and_names_the_budget_beside_the_micro_ba
 
 def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
     # Packed micro-batches of 125 responses, GSM8K-sized prompts of 200 tokens and responses of 300.
-    x = replace(worst, packed=True, prompt_len=200, response_len=300, plan_mode="expected", actor_micro=125)
+    x = replace(worst, packing="sdpa", prompt_len=200, response_len=300, plan_mode="expected", actor_micro=125)
     plan = plan_inputs(x, CAP)
     check_fit(plan)  # fits: no error
     stops = stop_lengths(plan)
@@ -104,7 +104,7 @@ def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
 
 
 def test_packed_auto_micro_batch_picks_a_budget_that_fits_at_any_length(worst):
-    x = replace(worst, packed=True, prompt_len=44, response_len=300, plan_mode="expected")
+    x = replace(worst, packing="sdpa", prompt_len=44, response_len=300, plan_mode="expected")
     picked = auto_micro_batch(x, CAP)
     budget = picked[BUDGET]
     assert budget == any_length_budget(x, CAP, "update_actor")
@@ -114,7 +114,7 @@ def test_packed_auto_micro_batch_picks_a_budget_that_fits_at_any_length(worst):
     full = plan_inputs(y.worst_case(), CAP)
     assert full.phase("update_actor").total <= usable_bytes(full)
     # Padded, the same call keeps micro-batches by rows.
-    assert BUDGET not in auto_micro_batch(replace(x, packed=False), CAP)
+    assert BUDGET not in auto_micro_batch(replace(x, packing=None), CAP)
 
 
 def test_a_budget_key_switches_the_step_plan_to_tokens(qwen7b):
