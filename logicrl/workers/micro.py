@@ -26,6 +26,9 @@ def split_by_tokens(batch: TensorDict, max_tokens: int, device: torch.device, wi
 
     Rows are dealt longest first to the currently lightest micro-batch (greedy balancing), so
     each holds about the same number of tokens; a row longer than the budget gets its own.
+    The budget counts real tokens. With use_remove_padding that is exactly what a micro-batch
+    computes (models/packing.py); padded, it computes rows x the batch's full width, which the
+    budget does not see (the memory plan assumes full-length rows either way).
     With `with_index`, also returns the batch's row index of every row in the micro-batches'
     concatenation, [N], so per-row outputs can be put back in order (out[argsort(index)]).
     """
