@@ -103,3 +103,23 @@ def test_packed_values_and_grads_equal_padded():
     assert (out[True][0][~resp_mask] == 0).all()
     for name, grad in out[False][1].items():
         torch.testing.assert_close(out[True][1][name], grad, atol=1e-5, rtol=0, msg=name)
+
+
+def test_forward_logprobs_packed_to_a_token_budget_equals_padded_fixed_rows():
+    """old_log_prob / ref as the worker runs them: packed micro-batches dealt by a token budget come
+    back in the batch's order, equal to padded fixed micro-batches at every real response token."""
+    from tensordict import TensorDict
+
+    from logicrl.workers.actor import forward_logprobs
+    from logicrl.workers.oom import MicroSize
+
+    model = build_tiny_qwen2(seed=8).eval()
+    ids, mask, pos = trainer_batch(PROMPTS, RESPONSES, P, R, seed=9)
+    batch = TensorDict({"input_ids": ids, "attention_mask": mask, "position_ids": pos, "responses": ids[:, P:]},
+                       batch_size=[len(PROMPTS)])
+    padded = forward_logprobs(model, batch, MicroSize("ref", "k", 2), 0.9)
+    budget = MicroSize("ref", "k", 20, by_tokens=True)  # 52 real tokens: 3 micro-batches, rows dealt by length
+    packed = forward_logprobs(model, batch, budget, 0.9, remove_padding=True)
+    resp = mask[:, P:].bool()
+    torch.testing.assert_close(packed[resp], padded[resp], atol=1e-5, rtol=0)
+    assert (packed[~resp] == 0).all()
