@@ -1,8 +1,10 @@
 """Packed (use_remove_padding) against padded micro-batches: the update's forward + backward, and
 the forward-only log-prob pass, on the same batch, alternating, in one process.
 
-    .venv/bin/python benchmarks/packing.py                      # ~2 minutes on 2 shared CPU cores
-    .venv/bin/python benchmarks/packing.py --rows 16 --micro 4 --prompt-len 96 --response-len 512
+    .venv/bin/python benchmarks/packing.py --rows 8 --micro 4 --prompt-len 32 --response-len 128 --repeats 2
+    .venv/bin/python benchmarks/packing.py          # 16 rows x (96 + 256): several times longer
+
+(The first took 10 minutes on 2 CPU cores shared with a load average of ~14; alone, about a tenth.)
 
 The model is step_time.py's BENCH_MODEL (a 27M-parameter Qwen2 shape, random weights, fp32) built
 from its config. The batch is laid out as the trainer lays it out (workers/hybrid.py _generate):
