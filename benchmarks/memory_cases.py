@@ -62,7 +62,7 @@ CASES = [
           f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=16", f"{ARR}.rollout.gpu_memory_utilization=0.4"],
          what_if={"reward_spec": "llama-3.1-8b"},
          note="logicrl scores with rules and has no reward-model worker; the reward model is planned as a "
-              "frozen 8B value model held like the reference (sharded, root gathered) with its own forward "
+              "frozen 8B value model held like the reference (sharded, resharded after its forward) with its own forward "
               "(the reward_model row)."),
     Case("GRPO on Qwen2.5-7B, 4 x 80 GB, train_batch_size 8, rollout.n 32", "qwen2.5-7b", 4, 80,
          [*QWEN7B_GRPO, f"{ARR}.rollout.n=32"]),

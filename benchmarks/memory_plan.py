@@ -1,6 +1,6 @@
 """The memory planner against measurement: predicted vs measured peak per phase, on a grid.
 
-    .venv/bin/python benchmarks/memory_plan.py [--markdown] [--json out.json] [--quick | --ranks N]
+    .venv/bin/python benchmarks/memory_plan.py [--markdown] [--json out.json] [--quick | --ranks N] [--variants ...]
 
 For each model shape (random weights, written as a local checkpoint) the real HybridWorker is
 built (FSDP2 actor, reference and critic, the hf engine) with a KL term and GAE so every phase
@@ -8,7 +8,10 @@ runs, warmed up to steady state (AdamW states exist), then for
 each (lengths, micro-batch) cell the trainer's phases run in its order (generate, old_log_prob,
 ref, values, update_critic, update_actor, update_weights) and each phase's peak is compared with
 the plan of the same config. By default: one rank on both shapes, then two ranks (CPU processes
-over gloo, or two GPUs) on the smaller one, about 7 minutes on 2 CPU cores.
+over gloo, or two GPUs) on the smaller one. Each is run in variants (VARIANTS): padded, packed
+(use_remove_padding: on CPU sdpa with the packed row's mask), and on two ranks also sharded
+gradient accumulation (micro 1 is two micro-batches per rank, so gradients accumulate). About
+15 minutes on 2 quiet CPU cores.
 
 Measured: on CUDA torch.cuda.max_memory_allocated; on CPU the peak of live tensor bytes from c10's
 allocation records (logicrl/memory/tracker.py), independent of the allocator. Target: within
@@ -48,6 +51,11 @@ SHAPES = {
 }
 LENGTHS = [(24, 40), (64, 192)]  # (prompt, response) tokens
 PROMPTS, N = 4, 2  # 4 prompts x 2 responses = 8 responses per step, 2 mini-batches of 2 prompts
+VARIANTS = {
+    "padded": [],
+    "packed": [f"{ARR}.model.use_remove_padding=true"],
+    "sharded": [f"{ARR}.actor.fsdp_config.grad_accumulation=sharded", "critic.fsdp_config.grad_accumulation=sharded"],
+}
 
 
 def write_checkpoint(shape: dict, directory: Path) -> None:
@@ -69,8 +77,9 @@ def write_checkpoint(shape: dict, directory: Path) -> None:
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(directory)
 
 
-def overrides(model_dir: Path, data: Path, prompt: int, response: int, micro: int, ranks: int) -> list[str]:
-    return [f"{ARR}.model.path={model_dir}", f"data.train_files={data}", f"data.val_files={data}",
+def overrides(model_dir: Path, data: Path, prompt: int, response: int, micro: int, ranks: int,
+              variant: str = "padded") -> list[str]:
+    return [*VARIANTS[variant], f"{ARR}.model.path={model_dir}", f"data.train_files={data}", f"data.val_files={data}",
             "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.rollout.name=hf",
             f"data.max_prompt_length={prompt}", f"data.max_response_length={response}",
             f"data.train_batch_size={PROMPTS}", f"{ARR}.rollout.n={N}", f"trainer.n_gpus={ranks}",
@@ -120,7 +129,7 @@ def micros(world: int) -> list[int]:
 
 
 def measure_shape(rank: int, world: int, port: int, config: dict, step_plan, shape_name: str, predicted: dict,
-                  out) -> None:
+                  out, variant: str = "padded") -> None:
     """One rank of one shape: warm up, then every (lengths, micro) cell; rank 0 puts its rows in `out`."""
     import torch
 
@@ -149,7 +158,7 @@ def measure_shape(rank: int, world: int, port: int, config: dict, step_plan, sha
                 continue
             for phase, (begin, peak) in measured.items():
                 total, moment = predicted[prompt, response, micro][phase]
-                rows.append(dict(shape=shape_name, ranks=world, width=prompt + response, micro=micro, phase=phase,
+                rows.append(dict(shape=shape_name, ranks=world, variant=variant, width=prompt + response, micro=micro, phase=phase,
                                  predicted=total, measured=peak, start=begin, moment=moment,
                                  error=total / peak - 1,
                                  # The same check on what the phase adds to what it found: harsher,
@@ -168,6 +177,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one rank, the smaller shape only")
     parser.add_argument("--ranks", type=int, help="only this many FSDP ranks (default: 1 on every shape, then 2 "
                                                   "CPU processes over gloo, or 2 GPUs, on the smaller shape)")
+    parser.add_argument("--variants", default="", help="comma-separated VARIANTS to run (default: padded and "
+                                                       "packed, and sharded on two ranks)")
     args = parser.parse_args()
 
     import torch
@@ -178,6 +189,13 @@ def main() -> None:
     capacity_gb = torch.cuda.get_device_properties(0).total_memory / 2**30 if device_kind == "cuda" else 64.0
     every, small = list(SHAPES.items()), list(SHAPES.items())[:1]
     runs = [(1, small)] if args.quick else [(args.ranks, every)] if args.ranks else [(1, every), (2, small)]
+    chosen = [v for v in args.variants.split(",") if v]
+    unknown = set(chosen) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown --variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
+
+    def variants(ranks: int) -> list[str]:  # sharded accumulation needs more than one rank to differ
+        return chosen or ["padded", "packed"] + (["sharded"] if ranks > 1 else [])
     if device_kind == "cuda":  # one GPU per rank
         runs = [(r, shapes) for r, shapes in runs if r <= torch.cuda.device_count()]
     rows, start = [], time.perf_counter()
@@ -185,16 +203,19 @@ def main() -> None:
         data = write_jsonl(Path(tmp) / "prompts.jsonl", 8)
         for ranks, shapes in runs:
             for name, shape in shapes:
-                rows += measure(name, shape, ranks, Path(tmp) / f"{name.split()[0]}-{ranks}", data, device_kind,
-                                capacity_gb)
+                model_dir = Path(tmp) / name.split()[0]
+                if not model_dir.exists():
+                    write_checkpoint(shape, model_dir)
+                for variant in variants(ranks):
+                    rows += measure(name, ranks, variant, model_dir, data, device_kind, capacity_gb)
     report(rows, args.markdown, time.perf_counter() - start, device_kind)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
 
-def measure(name: str, shape: dict, ranks: int, model_dir: Path, data: Path, device_kind: str,
+def measure(name: str, ranks: int, variant: str, model_dir: Path, data: Path, device_kind: str,
             capacity_gb: float) -> list[dict]:
-    """Every cell of one shape on `ranks` ranks: the plans first, then the measurements."""
+    """Every cell of one shape on `ranks` ranks in one variant: the plans first, then the measurements."""
     import torch.multiprocessing as mp
     from omegaconf import OmegaConf
 
@@ -202,22 +223,23 @@ def measure(name: str, shape: dict, ranks: int, model_dir: Path, data: Path, dev
     from logicrl.controller.ports import free_port
     from logicrl.memory.planner import plan_memory
 
-    write_checkpoint(shape, model_dir)
     # Every plan first: composing reads conf/ and the schema, which should not change mid-run.
     predicted = {}
     for prompt, response in LENGTHS:
         for micro in micros(ranks):
-            cfg, spec, step_plan = validate(compose(overrides(model_dir, data, prompt, response, micro, ranks)))
+            cfg, spec, step_plan = validate(compose(overrides(model_dir, data, prompt, response, micro, ranks,
+                                                              variant)))
             plan = plan_memory(step_plan, cfg, spec, device=device_kind, capacity_gb=capacity_gb)
             predicted[prompt, response, micro] = {p.name: (p.total, p.moment) for p in plan.phases}
-    cfg, _, step_plan = validate(compose(overrides(model_dir, data, *max(LENGTHS), 1, ranks)))
+    cfg, _, step_plan = validate(compose(overrides(model_dir, data, *max(LENGTHS), 1, ranks, variant)))
     config = OmegaConf.to_container(cfg, resolve=True)
     if ranks == 1:
         queue = _List()
-        measure_shape(0, 1, free_port(), config, step_plan, name, predicted, queue)
+        measure_shape(0, 1, free_port(), config, step_plan, name, predicted, queue, variant)
     else:
         queue = mp.get_context("spawn").SimpleQueue()
-        mp.spawn(measure_shape, args=(ranks, free_port(), config, step_plan, name, predicted, queue), nprocs=ranks)
+        mp.spawn(measure_shape, args=(ranks, free_port(), config, step_plan, name, predicted, queue, variant),
+                 nprocs=ranks)
     return queue.get()
 
 
@@ -237,25 +259,26 @@ def _pct(value: float | None) -> str:
 
 def report(rows: list[dict], markdown: bool, seconds: float, device: str) -> None:
     if markdown:
-        print("| model | ranks | P+R | micro | phase | predicted MiB | measured MiB | error | start MiB | rise error |")
-        print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+        print("| model | ranks | variant | P+R | micro | phase | predicted MiB | measured MiB | error | start MiB | "
+              "rise error |")
+        print("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
         for r in rows:
-            print(f"| {r['shape']} | {r['ranks']} | {r['width']} | {r['micro']} | {r['phase']} | "
+            print(f"| {r['shape']} | {r['ranks']} | {r['variant']} | {r['width']} | {r['micro']} | {r['phase']} | "
                   f"{r['predicted'] / MIB:.1f} | {r['measured'] / MIB:.1f} | {100 * r['error']:+.1f}% | "
                   f"{r['start'] / MIB:.1f} | "
                   f"{_pct(r['rise_error'])} |")
     else:
-        print(f"{'model':<24}{'ranks':>6}{'P+R':>5}{'micro':>6}  {'phase':<15}{'predicted MiB':>14}{'measured MiB':>14}"
+        print(f"{'model':<24}{'ranks':>6}{'variant':>9}{'P+R':>5}{'micro':>6}  {'phase':<15}{'predicted MiB':>14}{'measured MiB':>14}"
               f"{'error':>9}{'start MiB':>11}{'rise error':>11}")
         for r in rows:
             flag = "  MISS" if abs(r["error"]) > TARGET else ""
-            print(f"{r['shape']:<24}{r['ranks']:>6}{r['width']:>5}{r['micro']:>6}  {r['phase']:<15}"
+            print(f"{r['shape']:<24}{r['ranks']:>6}{r['variant']:>9}{r['width']:>5}{r['micro']:>6}  {r['phase']:<15}"
                   f"{r['predicted'] / MIB:>14.1f}{r['measured'] / MIB:>14.1f}{100 * r['error']:>+8.1f}%"
                   f"{r['start'] / MIB:>11.1f}{_pct(r['rise_error']):>11}{flag}")
     misses = [r for r in rows if abs(r["error"]) > TARGET]
     worst = max(rows, key=lambda r: abs(r["error"]))
     print(f"\n{len(rows)} cells on {device} in {seconds:.0f} s; {len(misses)} outside +-{100 * TARGET:.0f}%; worst "
-          f"{100 * worst['error']:+.1f}% ({worst['shape']}, {worst['ranks']} rank(s), P+R={worst['width']}, "
+          f"{100 * worst['error']:+.1f}% ({worst['shape']}, {worst['ranks']} rank(s), {worst['variant']}, P+R={worst['width']}, "
           f"micro {worst['micro']}, "
           f"{worst['phase']})")
 

@@ -5,8 +5,8 @@
 worst_case (trainer.memory_plan's default) plans every prompt at data.max_prompt_length and every
 response at data.max_response_length: a plan that fits then fits at step 500, when responses have
 grown. It refuses configurations that run for real, though (verl's Qwen2.5-7B LoRA GRPO tuning on
-one 80 GB H100 trains 100 GSM8K prompts per step; planned at 512 + 1024 tokens, update_actor needs
-84.9 GB). `expected` plans for:
+one 80 GB H100 at 128 prompts per step, planned at 512 + 1024 tokens: update_actor needs 87.3 GB,
+62.4 GB at this repository's measured prompt lengths). `expected` plans for:
 
   prompts    measured: the model's tokenizer on a sample of data.train_files (the rows the
              preflight samples, config/inputs.py SAMPLE_ROWS). Which statistic depends on how a

@@ -9,6 +9,8 @@ a rank's exception propagates.
 
 from __future__ import annotations
 
+import sys
+
 from typing import Any
 
 from logicrl.controller.ports import free_port
@@ -40,5 +42,7 @@ class LocalGroup:
         import torch.distributed as dist
 
         self.workers = []
-        if dist.is_initialized():
+        # A vLLM engine's own exit handler tears down the groups it cut from this one, then the
+        # world: destroying it first makes that handler fail ("Invalid process group specified").
+        if dist.is_initialized() and "vllm" not in sys.modules:
             dist.destroy_process_group()
