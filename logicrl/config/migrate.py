@@ -21,6 +21,7 @@ GLOBAL_MICRO_BATCH_KEYS = (
      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
     ("actor_rollout_ref.ref.log_prob_micro_batch_size", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
     ("critic.ppo_micro_batch_size", "critic.ppo_micro_batch_size_per_gpu"),
+    ("reward_model.micro_batch_size", "reward_model.micro_batch_size_per_gpu"),
 )
 
 # Schema keys kept so verl and Logic-RL scripts run, that logicrl does not act on: (key, the value

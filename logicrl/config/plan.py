@@ -200,6 +200,14 @@ def uses_ref(cfg: DictConfig) -> bool:
     return bool(cfg[ARR].actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
 
 
+def reward_model_micro(cfg: DictConfig) -> Micro:
+    """How the reward model's scoring forward splits a rank's rows (reward_model.enable=true): rows per
+    forward, or a token budget with reward_model.use_dynamic_bsz."""
+    rm = cfg.reward_model
+    return _micro("reward_model", rm.use_dynamic_bsz, ("micro_batch_size_per_gpu", rm.micro_batch_size_per_gpu),
+                  ("forward_max_token_len_per_gpu", rm.forward_max_token_len_per_gpu))
+
+
 def _micro(prefix: str, by_tokens: bool, rows: tuple[str, int], tokens: tuple[str, int]) -> Micro:
     """A split by rows, or by tokens: each given as (leaf key under `prefix`, its value)."""
     key, value = tokens if by_tokens else rows

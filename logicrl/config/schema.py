@@ -20,6 +20,9 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+# reward.combine.mode: how a learned score and the rule reward make the sequence reward (its one list).
+from logicrl.reward.combine import MODES as COMBINE_MODES
+
 ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
 # verl spells the same three estimators two ways (algos/kl.py): both are accepted.
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
@@ -198,6 +201,32 @@ class CriticConfig:
     fsdp_config: CriticFSDPConfig = group(CriticFSDPConfig)
 
 
+# ---------------------------------------------------------------- reward_model
+@dataclass
+class RewardModelFSDPConfig:
+    param_offload: bool = key()
+
+
+@dataclass
+class RewardModelModelConfig:
+    path: Optional[str] = key()  # required with enable=true (validate.py)
+    input_tokenizer: Optional[str] = key()  # null: score the actor's tokens as they are
+    trust_remote_code: bool = key()
+    use_remove_padding: bool = key()
+    fsdp_config: RewardModelFSDPConfig = group(RewardModelFSDPConfig)
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = key()
+    model: RewardModelModelConfig = group(RewardModelModelConfig)
+    micro_batch_size: Optional[int] = key(ge=1)
+    micro_batch_size_per_gpu: int = key(ge=1)
+    max_length: Optional[int] = key(ge=1)  # null: data.max_prompt_length + data.max_response_length
+    use_dynamic_bsz: bool = key()
+    forward_max_token_len_per_gpu: int = key(ge=1)
+
+
 # ---------------------------------------------------------------- algorithm
 @dataclass
 class KLCtrlConfig:
@@ -233,9 +262,23 @@ class OverlongBufferConfig:
 
 
 @dataclass
+class CombineWeights:
+    model: float = key()
+    rule: float = key()
+
+
+@dataclass
+class CombineConfig:
+    mode: str = key(choices=COMBINE_MODES)
+    weights: CombineWeights = group(CombineWeights)
+    by_data_source: Any = key()  # {data_source: mode or {model, rule}}; checked by reward/combine.py
+
+
+@dataclass
 class RewardConfig:
     custom: CustomRewardConfig = group(CustomRewardConfig)
     overlong_buffer: OverlongBufferConfig = group(OverlongBufferConfig)
+    combine: CombineConfig = group(CombineConfig)
 
 
 # ---------------------------------------------------------------- trainer
@@ -293,6 +336,7 @@ class RootConfig:
     data: DataConfig = group(DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = group(ActorRolloutRefConfig)
     critic: CriticConfig = group(CriticConfig)
+    reward_model: RewardModelConfig = group(RewardModelConfig)
     algorithm: AlgorithmConfig = group(AlgorithmConfig)
     reward: RewardConfig = group(RewardConfig)
     trainer: TrainerConfig = group(TrainerConfig)

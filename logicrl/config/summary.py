@@ -10,7 +10,7 @@ import json
 
 from omegaconf import DictConfig
 
-from logicrl.config.plan import ARR, StepPlan, Update
+from logicrl.config.plan import ARR, StepPlan, Update, reward_model_micro
 from logicrl.data.files import dataset_rows
 from logicrl.models.spec import ModelSpec
 
@@ -34,6 +34,18 @@ def _forward_line(plan: StepPlan, name: str, label: str) -> str:
     if phase.micro.by_tokens:
         return f"{label} packed by token budget ({phase.micro.describe()})"
     return f"{label} {plan.forwards(name)} forwards of <= {phase.micro.value}"
+
+
+def _reward_line(cfg: DictConfig, plan: StepPlan) -> str:
+    rm, combine = cfg.reward_model, cfg.reward.combine
+    if not rm.enable:
+        return f"{'reward':<10} rules by data_source (no reward model)"
+    micro = reward_model_micro(cfg)
+    split = (f"packed by token budget ({micro.describe()})" if micro.by_tokens else
+             f"{-(-plan.per_rank_responses // micro.value)} forwards of <= {micro.value}")
+    sources = f", by data_source {dict(combine.by_data_source)}" if combine.by_data_source else ""
+    return (f"{'reward':<10} reward model {rm.model.path}, per rank {split}; reward.combine.mode={combine.mode}"
+            f"{sources}")
 
 
 def _steps(plan: StepPlan) -> str:
@@ -60,6 +72,7 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
         f"{'ranks':<10} {plan.ranks} ({trainer.nnodes} node(s) x {trainer.n_gpus_per_node}), device {trainer.device}",
         f"{'per step':<10} {plan.prompts} prompts x n={plan.n} = {plan.responses} responses; "
         f"{plan.per_rank_responses} responses per rank",
+        _reward_line(cfg, plan),
         *_update_lines("actor", plan, plan.actor),
         *(_update_lines("critic", plan, plan.critic) if plan.critic else []),
         f"{'forwards':<10} per rank: {_forward_line(plan, 'old_log_prob', 'old log-prob')}; "

@@ -22,8 +22,10 @@ from logicrl.config.normalize import normalize, rank_count
 from logicrl.config.plan import ARR, StepPlan, build_plan, uses_critic
 from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.config.verl_keys import take_verl_keys
-from logicrl.data.files import DATA_SUFFIXES, dataset_rows
+from logicrl.data.files import DATA_SUFFIXES, data_sources, dataset_rows
+from logicrl.reward.combine import CombineError, CombineRule
 from logicrl.reward.custom import CustomRewardError, load_custom_reward
+from logicrl.models.reward_head import reward_head
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
 from logicrl.models.tiny import EMBEDDED_TINY
 
@@ -127,6 +129,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
                           "name the modules (e.g. [q_proj,v_proj]) or use all-linear")
 
     check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
+    check_reward_model(cfg)
 
     overlong = cfg.reward.overlong_buffer
     if overlong.enable and overlong.len > data.max_response_length:
@@ -164,6 +167,54 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     if arr.actor.strategy == "fsdp":
         log.info(f"{ARR}.actor.strategy=fsdp runs FSDP2 (fully_shard); FSDP1 is not implemented")
     return spec
+
+
+def check_reward_model(cfg: DictConfig) -> None:
+    """The reward_model group and reward.combine: a checkpoint that can score, lengths that fit, a usable rule."""
+    rm, combine, data = cfg.reward_model, cfg.reward.combine, cfg.data
+    by_source = OmegaConf.to_container(combine.by_data_source) if combine.by_data_source is not None else {}
+    try:
+        CombineRule.from_config(combine.mode, OmegaConf.to_container(combine.weights), by_source)
+    except CombineError as e:
+        raise ConfigError(str(e)) from None
+    if not rm.enable:
+        if combine.mode != "model" or by_source:
+            what = f"reward.combine.mode={combine.mode}" if combine.mode != "model" else "reward.combine.by_data_source"
+            raise ConfigError(f"{what} mixes in a reward model's score, but reward_model.enable=false: set "
+                              "reward_model.enable=true and reward_model.model.path, or drop it (rules alone score)")
+        return
+    if rm.model.path is None:
+        raise ConfigError("reward_model.enable=true needs reward_model.model.path: point it at a local reward-model "
+                          "checkpoint (a *ForSequenceClassification with one label)")
+    key = "reward_model.model.path"
+    spec = check_model(key, rm.model.path)
+    try:
+        reward_head(rm.model.path)
+    except ModelSpecError as e:
+        raise ConfigError(f"{key}={rm.model.path}: {e}") from None
+    tokenizer = rm.model.input_tokenizer
+    if tokenizer is not None and tokenizer != EMBEDDED_TINY and not Path(tokenizer).is_dir():
+        raise ConfigError(f"reward_model.model.input_tokenizer={tokenizer} is not a local directory: point it at the "
+                          f"actor's checkpoint (its default, {ARR}.model.path), or null to score the actor's tokens "
+                          "as they are")
+    total = data.max_prompt_length + data.max_response_length
+    if rm.max_length is not None and rm.max_length < total:
+        raise ConfigError(f"reward_model.max_length={rm.max_length} is shorter than data.max_prompt_length="
+                          f"{data.max_prompt_length} + data.max_response_length={data.max_response_length} = {total}: "
+                          f"the reward model would not read whole responses; set it >= {total} or null")
+    length = rm.max_length or total
+    if spec.max_position_embeddings and length > spec.max_position_embeddings:
+        raise ConfigError(f"reward_model.max_length={length} exceeds the reward model's max_position_embeddings="
+                          f"{spec.max_position_embeddings} ({key}): lower data.max_prompt_length + "
+                          "data.max_response_length, or use a reward model with a longer context")
+    if by_source:
+        present = data_sources(data.train_files) | data_sources(data.val_files)
+        for source in by_source:
+            if source not in present:
+                close = difflib.get_close_matches(str(source), sorted(present), n=1)
+                hint = f"did you mean {close[0]}?" if close else f"they hold: {', '.join(sorted(present))}"
+                raise ConfigError(f"reward.combine.by_data_source.{source}: no row of data.train_files or "
+                                  f"data.val_files has data_source={source} ({hint})")
 
 
 def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:

@@ -102,12 +102,11 @@ def rollout_correction(key: str, value: Any) -> list[tuple[str, Any]]:
     return ignore("rollout correction is off without rollout_is or rollout_rs")(key, value)
 
 
-def reward_model(key: str, value: Any) -> list[tuple[str, Any]]:
-    if isinstance(value, dict) and (value.get("enable") or value.get("reward_kwargs")):
-        raise ConfigError(f"{shown(key, value)}: logicrl has no reward-model worker or reward manager kwargs; "
-                          "rewards are rules by data_source, or reward.custom.path, with DAPO's overlong penalty as "
-                          "reward.overlong_buffer.*")
-    return ignore("with reward_model.enable=False verl scores with rules too")(key, value)
+def sandbox_fusion(key: str, value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value.get("url"):
+        raise ConfigError(f"{key}.url={value['url']}: running code in a sandbox to score it is not implemented: drop "
+                          "the sandbox_fusion keys, or score with a reward.custom.path function")
+    return ignore("without a url verl runs no sandbox")(key, value)
 
 
 STRATEGY = ignore_only(("fsdp", "fsdp2"), "every model trains and runs with FSDP2",
@@ -121,6 +120,8 @@ LOGPROB_INTERNALS = ("logicrl computes log-probs and entropy chunked over tokens
 FSDP_INTERNALS = ("FSDP2 wrapping and prefetching in logicrl is fixed (one unit per decoder layer and a root): "
                   "the same results")
 OFFLOAD_MEMORY = "only moves memory, which the preflight plan checks: the same results"
+REWARD_LOOP = ("how verl serves the reward model (its reward loop, an inference engine); logicrl scores with it "
+               "as an FSDP2 forward on every rank: the same scores")
 
 VERL_KEYS: dict[str, Rule] = {
     # ---- data
@@ -194,7 +195,41 @@ VERL_KEYS: dict[str, Rule] = {
     "algorithm.use_pf_ppo": ignore_only((False,), "verl's default: no reweighting",
                                         "PF-PPO's reward-weighted resampling is not implemented: drop it"),
     "algorithm.rollout_correction": rollout_correction,
-    "reward_model": reward_model,
+    # ---- reward_model (the group itself is logicrl's, conf/reward_model/default.yaml)
+    "reward_model.strategy": STRATEGY,
+    "reward_model.enable_resource_pool": ignore_only(
+        (False,), "the reward model shares every rank with the other models",
+        "logicrl holds the reward model beside actor, critic and reference on every rank (the hybrid worker), "
+        "not in a pool of its own: drop it"),
+    "reward_model.n_gpus_per_node": ignore("verl reads it only with enable_resource_pool=True"),
+    "reward_model.nnodes": ignore("verl reads it only with enable_resource_pool=True"),
+    "reward_model.ulysses_sequence_parallel_size": SEQUENCE_PARALLEL,
+    "reward_model.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
+    "reward_model.model.use_shm": ignore("logicrl loads the checkpoint from its directory, not through /dev/shm"),
+    "reward_model.model.use_fused_kernels": ignore("fused kernels compute the same scores faster; logicrl uses "
+                                                   "transformers' modules"),
+    "reward_model.model.external_lib": ignore_only(
+        (None,), "no library named", "logicrl imports no model library: it loads architectures transformers ships, "
+        "or the checkpoint's own code with reward_model.model.trust_remote_code=true"),
+    "reward_model.model.override_config": ignore_only(
+        ({},), "no override given", "overriding the reward model's config.json is not implemented: edit a copy "
+        "of the checkpoint"),
+    "reward_model.reward_manager": ignore("verl's reward manager for rule rewards; logicrl scores rules by "
+                                          "data_source (reward.custom.path replaces them), with DAPO's overlong "
+                                          "penalty as reward.overlong_buffer.*"),
+    "reward_model.reward_kwargs": refuse("logicrl's reward manager takes no kwargs: DAPO's overlong penalty is "
+                                         "reward.overlong_buffer.*, a custom reward function reward.custom.path"),
+    "reward_model.launch_reward_fn_async": ignore("when rule rewards are computed, not what they are"),
+    "reward_model.sandbox_fusion": sandbox_fusion,
+    "reward_model.use_reward_loop": ignore(REWARD_LOOP),
+    "reward_model.num_workers": ignore(REWARD_LOOP),
+    "reward_model.rollout": ignore(REWARD_LOOP),
+    "reward_model.reward_loop_source": ignore_only(("register",), REWARD_LOOP,
+                                                   "a custom verl reward loop is not loaded: use reward.custom.path"),
+    "reward_model.reward_loop_module_path": ignore_only((None,), REWARD_LOOP,
+                                                        "a custom verl reward loop is not loaded: use reward.custom.path"),
+    "reward_model.reward_loop_class_name": ignore_only((None,), REWARD_LOOP,
+                                                       "a custom verl reward loop is not loaded: use reward.custom.path"),
     "trainer.resume_from_path": resume_from_path,
     "trainer.use_legacy_worker_impl": ignore("logicrl has one worker implementation"),
     "trainer.log_val_generations": ignore("logicrl writes validation samples to val_generations/ in the run dir"),
@@ -202,7 +237,8 @@ VERL_KEYS: dict[str, Rule] = {
                                               "trainer.max_actor_ckpt_to_keep prunes both"),
 }
 # FSDP wrapping and prefetch settings under each role's fsdp_config (the critic's under critic.model).
-for _root in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config"):
+for _root in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config",
+              "reward_model.model.fsdp_config"):
     for _leaf in ("wrap_policy", "fsdp_size", "forward_prefetch", "use_orig_params", "reshard_after_forward"):
         VERL_KEYS[f"{_root}.{_leaf}"] = ignore(FSDP_INTERNALS)
     VERL_KEYS[f"{_root}.strategy"] = STRATEGY

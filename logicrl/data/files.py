@@ -29,3 +29,30 @@ def count_rows(path: str) -> int:
 
 def dataset_rows(files) -> int:
     return sum(count_rows(p) for p in as_paths(files))
+
+
+def data_sources(files) -> set[str]:
+    """The data_source values in `files` (read only when a config names sources, to catch typos).
+
+    A file or row without a readable data_source adds nothing: the dataset's own row checks name it."""
+    import json
+
+    found: set[str] = set()
+    for path in as_paths(files):
+        if path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            try:
+                found |= {str(v) for v in pq.read_table(path, columns=["data_source"]).column(0).to_pylist()}
+            except (OSError, ValueError, KeyError):  # pyarrow's ArrowInvalid is a ValueError
+                continue
+        else:
+            with open(path) as f:
+                for line in f:
+                    try:
+                        row = json.loads(line) if line.strip() else None
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(row, dict) and row.get("data_source") is not None:
+                        found.add(str(row["data_source"]))
+    return found

@@ -71,3 +71,14 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: to
     return Packed(input_ids=input_ids.reshape(-1)[keep][None], position_ids=position_ids.reshape(-1)[keep][None],
                   score_index=packed_at[flat - 1], response_index=response_index,
                   targets=input_ids.reshape(-1)[flat], shape=(b, response_len))
+
+
+def pack_last(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+              position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input_ids, attention_mask, position_ids [B, T] (any padding side) -> the real tokens packed
+    into one row, ids and positions [1, L], and the packed index of each row's last real token [B]:
+    where a reward model reads its score (models/reward_model.py)."""
+    real = attention_mask.reshape(-1).bool()  # [B*T]
+    keep = real.nonzero().squeeze(1)  # [L]
+    last = attention_mask.sum(-1).cumsum(0) - 1  # [B] rows follow each other in the packed row
+    return input_ids.reshape(-1)[keep][None], position_ids.reshape(-1)[keep][None], last

@@ -1,0 +1,103 @@
+"""The learned reward model: loading it frozen, and scoring rows at their last real token.
+
+    model = load_reward_model(path, dtype)
+    scores = score_rows(model, input_ids, attention_mask, position_ids, micro_batch_size=8)   # [B] fp32
+
+Every kind of reward model (models/reward_head.py) loads as one class, transformers'
+AutoModelForTokenClassification with one label, as verl's worker loads it and as logicrl's critic
+is built (models/loading.py load_value_model): the decoder and its one-output `score` head give a
+score at every token, and a row's score is the one at its last real token. A sequence classifier's
+`score` weight loads into it unchanged (the token classifier is told it has no bias, as the sequence
+classifier has none); OpenRLHF's `value_head` is renamed to `score` on load. The same class as the
+critic means the workers shard, offload and load it on meta as they do the critic.
+
+transformers' own sequence classifier is not used to pick the token: it finds the last token that is
+not the pad id, which is wrong when pad is eos and the response ends with eos, and it gives one score
+per row, which a packed row of several sequences cannot use.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from logicrl.models.loading import _quiet_transformers, checkpoint_dir
+from logicrl.models.packing import pack_last
+from logicrl.models.reward_head import reward_head
+
+
+class RewardModelLoadError(ValueError):
+    pass
+
+
+def load_reward_model(path: str, dtype: torch.dtype, trust_remote_code: bool = False, on_meta: bool = False,
+                      attn_implementation: str | None = None) -> torch.nn.Module:
+    """The reward model at `path` on CPU in `dtype`, frozen and in eval mode (no dropout).
+
+    `on_meta`: the architecture only, every tensor on meta, for a rank that receives its shards from
+    rank 0 (workers/sharded_load.py). Raises RewardModelLoadError if the head's weights are not in
+    the checkpoint (they would be random)."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    _quiet_transformers()
+    head = reward_head(path)
+    directory = checkpoint_dir(path)
+    config = AutoConfig.from_pretrained(directory, local_files_only=True, trust_remote_code=trust_remote_code,
+                                        num_labels=1)
+    # Read by transformers' token classifier when it builds its head: a sequence classifier's has no bias.
+    config.token_classification_bias = head.bias
+    if on_meta:
+        with torch.device("meta"):
+            model = AutoModelForTokenClassification.from_config(config, dtype=dtype,
+                                                                attn_implementation=attn_implementation,
+                                                                trust_remote_code=trust_remote_code)
+    else:
+        key_mapping = {f"^{head.prefix}\\.": "score."} if head.prefix != "score" else None
+        model, info = AutoModelForTokenClassification.from_pretrained(
+            directory, config=config, dtype=dtype, local_files_only=True, trust_remote_code=trust_remote_code,
+            attn_implementation=attn_implementation, key_mapping=key_mapping, output_loading_info=True)
+        missing = [k for k in info["missing_keys"] if k.startswith("score.")]
+        if missing:
+            raise RewardModelLoadError(f"{path}: the reward head's {', '.join(missing)} is not in the checkpoint, so "
+                                       "its scores would be random: point reward_model.model.path at a trained "
+                                       "reward model")
+    model.config.use_cache = False
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B] column of each row's last real token, whatever side the row is padded on."""
+    columns = torch.arange(1, attention_mask.shape[1] + 1, device=attention_mask.device)
+    return (attention_mask * columns).argmax(-1)
+
+
+@torch.no_grad()
+def sequence_scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                    remove_padding: bool = False) -> torch.Tensor:
+    """[B] fp32 score of each row (one micro-batch) at its last real token. With `remove_padding` the
+    forward runs on the real tokens packed into one row (models/packing.py), the padding never computed."""
+    if remove_padding:
+        ids, positions, last = pack_last(input_ids, attention_mask, position_ids)
+        out = model(input_ids=ids, attention_mask=None, position_ids=positions, use_cache=False)
+        return out.logits[0, last, 0].float()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+    return out.logits[rows, last_token_index(attention_mask), 0].float()
+
+
+def score_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+               micro_batch_size: int, remove_padding: bool = False) -> torch.Tensor:
+    """[B] fp32 scores of a rank's rows, `micro_batch_size` rows per forward (the last may be smaller)."""
+    parts = [sequence_scores(model, input_ids[i:i + micro_batch_size], attention_mask[i:i + micro_batch_size],
+                             position_ids[i:i + micro_batch_size], remove_padding)
+             for i in range(0, input_ids.shape[0], micro_batch_size)]
+    return torch.cat(parts)
+
+
+def token_level_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """[B] sequence scores -> [B, R] with each score on its response's last real token, zeros elsewhere:
+    the token_level_scores a rule reward also fills (as verl's reward-model worker returns them)."""
+    out = torch.zeros(response_mask.shape, dtype=scores.dtype, device=scores.device)
+    rows = torch.arange(scores.shape[0], device=scores.device)
+    out[rows, last_token_index(response_mask)] = scores
+    return out
