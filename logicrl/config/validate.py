@@ -192,6 +192,9 @@ def check_reward_model(cfg: DictConfig) -> None:
         reward_head(rm.model.path)
     except ModelSpecError as e:
         raise ConfigError(f"{key}={rm.model.path}: {e}") from None
+    if rm.model.trust_remote_code:
+        log.warning(f"reward_model.model.trust_remote_code=true: transformers will run the Python code shipped in "
+                    f"{rm.model.path} (its auto_map) to build the reward model")
     tokenizer = rm.model.input_tokenizer
     if tokenizer is not None and tokenizer != EMBEDDED_TINY and not Path(tokenizer).is_dir():
         raise ConfigError(f"reward_model.model.input_tokenizer={tokenizer} is not a local directory: point it at the "

@@ -45,8 +45,8 @@ class CombineRule:
     def from_config(cls, mode: str, weights: Mapping, by_data_source: Mapping | None) -> CombineRule:
         """The rule for reward.combine's `mode`, `weights` ({model, rule}) and `by_data_source`."""
         base = _weights(weights, Weights(1.0, 1.0), f"{KEY}.weights")
-        by_data_source = dict(by_data_source or {})
-        if not isinstance(by_data_source, dict):
+        by_data_source = by_data_source or {}
+        if not isinstance(by_data_source, Mapping):
             raise CombineError(f"{KEY}.by_data_source must map data_source names to a mode or weights, "
                                f"got {by_data_source!r:.80}")
         reads_weights = mode == "weighted"

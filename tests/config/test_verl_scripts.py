@@ -108,7 +108,7 @@ def test_verl_internal_keys_are_ignored_one_warning_each(kk_role, caplog):
     (f"{ARR}.rollout.mode=async", "set actor_rollout_ref.rollout.mode=sync"),
     (f"{ARR}.rollout.multi_turn.enable=True", "multi-turn rollout"),
     (f"{ARR}.actor.ulysses_sequence_parallel_size=2", "set 1"),
-    ("reward_model.enable=True", "no reward-model worker"),
+    ("reward_model.enable=True", "needs reward_model.model.path"),  # a learned reward model needs its checkpoint
     (f"{ARR}.actor.fsdp_config.model_dtype=bfloat16", f"set {ARR}.model.dtype"),
     ("critic.strategy=megatron", "FSDP2 only"),
 ])
