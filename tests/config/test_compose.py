@@ -10,7 +10,7 @@ from logicrl.config import compose, validate
 from logicrl.config.cli import CONF_DIR, recipe_names
 from logicrl.config.schema import RootConfig
 
-GROUPS = ["data", "actor_rollout_ref", "critic", "algorithm", "reward", "trainer"]
+GROUPS = ["data", "actor_rollout_ref", "critic", "reward_model", "algorithm", "reward", "trainer"]
 
 
 def test_primary_config_has_every_group():

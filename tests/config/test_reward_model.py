@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from logicrl.config import ConfigError, check_overrides, compose, validate
+from logicrl.config.summary import summarize
 from tests.conftest import ROOT
 
 ARR = "actor_rollout_ref"
@@ -157,12 +158,15 @@ def kk_role():
 def test_verl_ppo_script_with_a_reward_model_validates(kk_role, rm_path, caplog):
     with caplog.at_level(logging.WARNING, logger="logicrl.config"):
         check_overrides(verl_rm_script(rm_path))
-        cfg, _, plan = validate(compose(verl_rm_script(rm_path)))
+        cfg, spec, plan = validate(compose(verl_rm_script(rm_path)))
     rm = cfg.reward_model
     assert rm.enable and rm.model.path == rm_path and rm.micro_batch_size_per_gpu == 32
     assert rm.model.use_remove_padding and rm.model.fsdp_config.param_offload
     assert cfg.reward.combine.mode == "model"  # verl's: the learned score is the reward
     assert plan.critic is not None and cfg.trainer.n_gpus == 8
+    # 1024 prompts x n=8 over 8 ranks = 1024 responses per rank, scored 32 at a time.
+    assert (f"reward     reward model {rm_path}, per rank 32 forwards of <= 32; reward.combine.mode=model"
+            in summarize(cfg, spec, plan, ""))
     warned = [r.getMessage() for r in caplog.records if r.name == "logicrl.config"]
     assert all("\n" not in w for w in warned)
     ignored = sorted(w.split("=", 1)[0] for w in warned if " is ignored: " in w)
