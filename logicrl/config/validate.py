@@ -172,7 +172,8 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
 def check_reward_model(cfg: DictConfig) -> None:
     """The reward_model group and reward.combine: a checkpoint that can score, lengths that fit, a usable rule."""
     rm, combine, data = cfg.reward_model, cfg.reward.combine, cfg.data
-    by_source = OmegaConf.to_container(combine.by_data_source) if combine.by_data_source is not None else {}
+    raw = combine.by_data_source
+    by_source = (OmegaConf.to_container(raw) if OmegaConf.is_config(raw) else raw) or {}
     try:
         CombineRule.from_config(combine.mode, OmegaConf.to_container(combine.weights), by_source)
     except CombineError as e:
@@ -207,9 +208,10 @@ def check_reward_model(cfg: DictConfig) -> None:
                           f"the reward model would not read whole responses; set it >= {total} or null")
     length = rm.max_length or total
     if spec.max_position_embeddings and length > spec.max_position_embeddings:
-        raise ConfigError(f"reward_model.max_length={length} exceeds the reward model's max_position_embeddings="
-                          f"{spec.max_position_embeddings} ({key}): lower data.max_prompt_length + "
-                          "data.max_response_length, or use a reward model with a longer context")
+        what = (f"reward_model.max_length={length}" if rm.max_length else
+                f"data.max_prompt_length + data.max_response_length = {total} (reward_model.max_length=null)")
+        raise ConfigError(f"{what} exceeds the reward model's max_position_embeddings={spec.max_position_embeddings} "
+                          f"({key}): lower the lengths, or use a reward model with a longer context")
     if by_source:
         present = data_sources(data.train_files) | data_sources(data.val_files)
         for source in by_source:

@@ -70,6 +70,7 @@ def test_a_reward_model_validates_with_its_lengths_and_rule(data_files, rm_path)
      ["reward.combine.by_data_source.kk_role.modle is not a weight", "did you mean reward.combine.by_data_source.kk_role.model?"]),
     (["reward.combine.by_data_source={kk_role: rules}"], ["reward.combine.by_data_source.kk_role=rules is not one of",
                                                           "did you mean rule?"]),
+    (["reward.combine.by_data_source=kk_role"], ["reward.combine.by_data_source must map data_source names"]),
     (["reward.combine.weights.rule=0.5"], ["reward.combine.weights (model=1.0, rule=0.5) are read only by",
                                            "set reward.combine.mode=weighted"]),
     (["reward.combine.mode=weighted", "reward.combine.weights.model=0", "reward.combine.weights.rule=0"],
@@ -104,7 +105,11 @@ def test_a_reward_model_with_a_shorter_context_is_refused(data_files, tmp_path):
     path = write_checkpoint(tmp_path / "short_rm", max_positions=256)
     message = refusal([*data_files, "reward_model.enable=true", f"reward_model.model.path={path}",
                        "data.max_prompt_length=200", "data.max_response_length=100"])
-    assert "reward_model.max_length=300 exceeds the reward model's max_position_embeddings=256" in message
+    assert message.startswith("data.max_prompt_length + data.max_response_length = 300 (reward_model.max_length=null) "
+                              "exceeds the reward model's max_position_embeddings=256"), message
+    message = refusal([*data_files, "reward_model.enable=true", f"reward_model.model.path={path}",
+                       "reward_model.max_length=4096"])
+    assert message.startswith("reward_model.max_length=4096 exceeds the reward model's max_position_embeddings=256")
 
 
 def test_verl_global_micro_batch_is_converted(data_files, rm_path):
