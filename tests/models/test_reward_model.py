@@ -135,3 +135,26 @@ def test_last_token_and_token_level_scores_by_hand():
     response_mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
     out = token_level_scores(torch.tensor([0.5, -1.0, 2.0]), response_mask)
     assert out.tolist() == [[0.0, 0.5, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, 2.0]]
+
+
+def test_on_meta_builds_the_same_architecture_without_reading_weights(classifier_dir):
+    model = load_reward_model(str(classifier_dir), torch.float32, on_meta=True)
+    assert all(p.is_meta for p in model.parameters()) and model.score.bias is None
+    assert model.score.weight.shape == (1, 64) and not any(p.requires_grad for p in model.parameters())
+
+
+def test_a_token_classifier_keeps_its_head_bias(tmp_path):
+    # A trained one-label token classifier (what logicrl's critic saves) has a biased head.
+    torch.manual_seed(1)
+    hf = transformers.AutoModelForTokenClassification.from_config(tiny_config()).eval()
+    with torch.no_grad():
+        hf.score.bias.fill_(0.75)
+    hf.save_pretrained(tmp_path)
+    head = reward_head(str(tmp_path))
+    assert (head.kind, head.bias) == ("classifier", True)
+    ids, mask, pos = trainer_batch(seed=3)
+    model = load_reward_model(str(tmp_path), torch.float32)
+    with torch.no_grad():
+        want = torch.stack([hf(input_ids=row[m.bool()][None]).logits[0, -1, 0] for row, m in zip(ids, mask)])
+    torch.testing.assert_close(score_rows(model, ids, mask, pos, micro_batch_size=4, remove_padding=True), want,
+                               atol=1e-5, rtol=0)
