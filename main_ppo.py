@@ -26,7 +26,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.config import ConfigError, check_overrides, validate
+from logicrl.config import check_overrides, validate
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
 from logicrl.errors import BadInput
@@ -127,11 +127,6 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         print(summarize(stage.cfg, stage.spec, stage.plan, table))
     if dry_run:
         return planned
-    if any(stage.cfg.reward_model.enable for stage in runs):
-        # The group, its checks and the scorer (models/reward_model.py) exist; the hybrid worker's
-        # reward-model phase does not yet (issue 17): training on would score with rules alone.
-        fail(ConfigError("reward_model.enable=true: the reward model validates (trainer.dry_run=true), "
-                         "but training with it is not wired in yet: set reward_model.enable=false to train on rules"))
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
     from logicrl.logs import pin_ray_auth
 

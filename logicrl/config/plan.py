@@ -30,10 +30,12 @@ ARR = "actor_rollout_ref"
 
 # The phases of one step, in order, in the one spelling used by the step loop (timing_s/<phase>),
 # the workers' memory metrics (perf/memory/<phase>/...), the planner, the dry run and the benchmarks.
-PHASES = ("generate", "reward", "old_log_prob", "ref", "values", "advantages", "update_critic", "update_actor",
-          "update_weights")
+# reward_model comes before reward: the reward step combines its learned score with the rule reward.
+PHASES = ("generate", "reward_model", "reward", "old_log_prob", "ref", "values", "advantages", "update_critic",
+          "update_actor", "update_weights")
 # The phases that run on the workers, i.e. the ones with a memory footprint to plan and measure.
-WORKER_PHASES = ("generate", "old_log_prob", "ref", "values", "update_critic", "update_actor", "update_weights")
+WORKER_PHASES = ("generate", "reward_model", "old_log_prob", "ref", "values", "update_critic", "update_actor",
+                 "update_weights")
 
 
 @dataclass(frozen=True)
@@ -271,8 +273,11 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
         "values": Micro("critic.ppo_micro_batch_size_per_gpu", cfg.critic.ppo_micro_batch_size_per_gpu),
         "update_critic": critic.micro if critic else None,
         "update_actor": actor.micro,
+        "reward_model": reward_model_micro(cfg),
     }
-    skipped = {"old_log_prob": old_skip, "ref": ref_skip, "values": no_critic, "update_critic": no_critic}
+    rm_skip = None if cfg.reward_model.enable else "no reward model (reward_model.enable=false): rules score"
+    skipped = {"reward_model": rm_skip, "old_log_prob": old_skip, "ref": ref_skip, "values": no_critic,
+               "update_critic": no_critic}
     phases = tuple(PhasePlan(name, skipped.get(name), micro.get(name)) for name in PHASES)
     plan = StepPlan(prompts=prompts, n=n, ranks=ranks, train_rows=train_rows, total_epochs=cfg.trainer.total_epochs,
                     max_steps=cfg.trainer.total_training_steps, actor=actor, critic=critic, phases=phases)

@@ -49,6 +49,9 @@ class PromptRow:
     extra_info: dict
     file: str  # where the row came from: for error messages and resuming the data order
     row_index: int
+    # The prompt as the file holds it (a chat list or a string), before any template: what a reward
+    # model with its own tokenizer re-renders the response into (models/rm_inputs.py).
+    raw_prompt: Any = None
 
 
 @dataclass
@@ -249,6 +252,7 @@ def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: 
         extra_info=extra_info,
         file=path,
         row_index=index,
+        raw_prompt=record[prompt_key],
     )
 
 
@@ -285,11 +289,12 @@ def _cut(row: PromptRow, length: int, tokenizer: Any) -> PromptRow:
     ids = row.input_ids[-length:]
     # prompt_text keeps describing input_ids, so logs and samples show what the model saw.
     text = tokenizer.decode(ids, skip_special_tokens=False)
-    return PromptRow(ids, text, row.data_source, row.ground_truth, row.extra_info, row.file, row.row_index)
+    return PromptRow(ids, text, row.data_source, row.ground_truth, row.extra_info, row.file, row.row_index,
+                     row.raw_prompt)
 
 
 # The rows' fields that ride along a batch as lists (tensordict NonTensorStacks), not tensors.
-NON_TENSOR_FIELDS = ("prompt_text", "data_source", "ground_truth", "extra_info", "file", "row_index")
+NON_TENSOR_FIELDS = ("prompt_text", "data_source", "ground_truth", "extra_info", "file", "row_index", "raw_prompt")
 
 
 def collate_prompts(rows: Sequence[PromptRow], pad_id: int):
@@ -302,7 +307,7 @@ def collate_prompts(rows: Sequence[PromptRow], pad_id: int):
         position_ids    0, 1, ... from each prompt's first real token; 0 on padding
     Non-tensor fields, one entry per row, as tensordict NonTensorStacks (so indexing, chunk,
     cat and repeat_interleave keep them aligned with the tensors; `td["data_source"]` reads
-    back as a list): prompt_text, data_source, ground_truth, extra_info, file, row_index.
+    back as a list): prompt_text, data_source, ground_truth, extra_info, file, row_index, raw_prompt.
     """
     import torch
     from tensordict import NonTensorStack, TensorDict

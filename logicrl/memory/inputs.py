@@ -88,9 +88,16 @@ class PlanInputs:
     kv_cache_gb: float | None
     free_cache_engine: bool
     max_num_batched_tokens: int
-    # what-ifs the config cannot express (docs/memory.md): a frozen 4-bit base, a reward model
+    # what-if the config cannot express (docs/memory.md): a frozen 4-bit base
     base_weight_bits: float | None = None
+    # the reward model (reward_model.enable): its shape, held like the reference; given as a what-if
+    # (benchmarks/memory_cases.py) it runs whatever the config says, split as reward_model's keys say
     reward_spec: ModelSpec | None = None
+    skip_reward_model: str | None = "no reward model"
+    reward_micro: int | None = None  # None: packed to reward_budget tokens (use_dynamic_bsz)
+    reward_budget: int | None = None
+    reward_offload: bool = False
+    reward_packing: str | None = None
     update_weights_bucket_mb: int = 0  # weight sync gathers buckets of at most this (0: one tensor at a time)
     # optimizer_offload: AdamW states on the host outside their update (workers/update.py)
     actor_optim_offload: bool = False
@@ -146,6 +153,10 @@ class PlanInputs:
         ref_rows, ref_tokens = _split(plan, "ref")
         actor_rows, actor_tokens = _split(plan, "update_actor")
         critic_tokens = _split(plan, "update_critic")[1] if plan.critic else None
+        rm_rows, rm_tokens = _split(plan, "reward_model")
+        rm = cfg.reward_model
+        # A reward_spec what-if plans the phase even where the config has no reward model.
+        skip_rm = None if what_if.get("reward_spec") is not None else plan.phase("reward_model").skipped
         return cls(
             spec=spec, critic_spec=(critic_spec or spec) if plan.critic else None, device=device,
             dtype_bytes=dtype_bytes, world=plan.ranks,
@@ -175,6 +186,9 @@ class PlanInputs:
             critic_grad_accum=plan.critic.grad_accumulation if plan.critic else "unsharded",
             packing=packing_kernel(arr.model.use_remove_padding, device, dtype_bytes),
             critic_packing=packing_kernel(critic.model.use_remove_padding, device, dtype_bytes),
+            skip_reward_model=skip_rm, reward_micro=rm_rows, reward_budget=rm_tokens,
+            reward_offload=rm.model.fsdp_config.param_offload,
+            reward_packing=packing_kernel(rm.model.use_remove_padding, device, dtype_bytes),
             **what_if)
 
 

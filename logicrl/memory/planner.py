@@ -23,9 +23,10 @@ after the first step, once AdamW's states exist. On each rank, between phases:
 Each phase adds its transients (phases.py). Not modelled: allocator fragmentation, the CUDA
 context and NCCL buffers; check_fit keeps HEADROOM_GB of the device for them.
 
-Two what-ifs the config cannot express, for docs/memory.md: a frozen base stored at
-`base_weight_bits` (4-bit QLoRA; logicrl cannot load one) and a reward model (logicrl scores with
-rules) held like the reference, `reward_spec`.
+The reward model (reward_model.enable) is held like the reference, frozen in the compute dtype,
+and its phase is a value-head forward (workers/hybrid.py `_reward_model`). A what-if the config
+cannot express, for docs/memory.md: a frozen base stored at `base_weight_bits` (4-bit QLoRA;
+logicrl cannot load one); `reward_spec` given as a what-if plans a reward model for a config without one.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def build_models(x: PlanInputs) -> Models:
     ref = ModelBytes.build(x.spec, dtype_bytes=b, world=w) if x.uses_ref and not x.lora_rank else None
     critic = ModelBytes.build(x.critic_spec, dtype_bytes=b, world=w, head="value",
                               master_bytes=master) if x.critic_spec else None
-    reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if x.reward_spec else None
+    runs_reward = x.reward_spec is not None and x.skip_reward_model is None
+    reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if runs_reward else None
     engine = ModelBytes.build(x.spec, dtype_bytes=b, world=1, base_weight_bits=x.base_weight_bits)
     return Models(actor, ref, critic, reward, engine)
 
@@ -105,7 +107,7 @@ def resident(x: PlanInputs, m: Models) -> tuple[int, int]:
         optim += 2 * m.critic.trainable_shard - loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
     if m.ref and _on_device(x, x.ref_offload):
         params += m.ref.total_shard
-    if m.reward:
+    if m.reward and _on_device(x, x.reward_offload):
         params += m.reward.total_shard
     return params, optim
 
@@ -124,9 +126,11 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
 
     ref_is_actor = x.uses_ref and m.ref is None  # LoRA: the actor with its adapter disabled
     phases = [generate_phase(x, m, base, capacity)]
-    if m.reward:  # what-if: a reward model scores the responses like a frozen value model
-        phases.append(forward_phase("reward_model", x, m.reward, x.reward_spec, base, x.ref_micro, x.ref_budget,
-                                    lm=False))
+    if m.reward:  # the reward model scores the responses like a frozen value model
+        phases.append(forward_phase("reward_model", x, m.reward, x.reward_spec, base, x.reward_micro,
+                                    x.reward_budget, lm=False, packing=x.reward_packing))
+    else:
+        phases.append(PhaseMemory("reward_model", skipped=x.skip_reward_model or "no reward model"))
 
     old = forward_phase("old_log_prob", x, m.actor, x.spec, base, x.log_prob_micro, x.log_prob_budget, lm=True,
                          packing=x.packing)
@@ -156,7 +160,7 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
                                  sharded_grads=x.actor_grad_accum == "sharded", packing=x.packing))
     phases.append(weight_sync_phase(x, m, base, capacity))
     # One list of phase names (config/plan.py): the table's rows are the metrics' perf/memory/<phase>.
-    assert [p.name for p in phases if p.name != "reward_model"] == list(WORKER_PHASES)
+    assert [p.name for p in phases] == list(WORKER_PHASES)
     return MemoryPlan(inputs=x, phases=phases, capacity=capacity, notes=_notes(x, m, phases[0]))
 
 

@@ -28,9 +28,10 @@ def prompt_batch(rows: list, n: int, pad_id: int) -> TensorDict:
     return batch.repeat_interleave(n) if n > 1 else batch
 
 
-def tensors(batch: TensorDict) -> TensorDict:
-    """What the workers need of a batch: its tensors, without the rows' text fields."""
-    return batch.exclude(*NON_TENSOR_FIELDS)
+def tensors(batch: TensorDict, keep: tuple[str, ...] = ()) -> TensorDict:
+    """What the workers need of a batch: its tensors, without the rows' text fields but those in `keep`
+    (the reward model's phase needs the prompts' chats to re-render them)."""
+    return batch.exclude(*(name for name in NON_TENSOR_FIELDS if name not in keep))
 
 
 def balanced_order(lengths: list[int], parts: int) -> list[int]:
@@ -51,12 +52,12 @@ def balanced_order(lengths: list[int], parts: int) -> list[int]:
     return [i for b in bins for i in sorted(b)]
 
 
-def shards(batch: TensorDict, n_ranks: int) -> list[TensorDict]:
+def shards(batch: TensorDict, n_ranks: int, keep: tuple[str, ...] = ()) -> list[TensorDict]:
     """Equal contiguous shards of the batch's tensors, one per rank. A training step's rows always
     split evenly (config/plan.py checks it); validation's need not, so its last shards are padded
     with its first rows, which the caller drops from the gathered result (`[:len(batch)]`)."""
     index = torch.arange(-(-len(batch) // n_ranks) * n_ranks) % len(batch)
-    return list(tensors(batch)[index].chunk(n_ranks))
+    return list(tensors(batch, keep)[index].chunk(n_ranks))
 
 
 def merge_rank_metrics(per_rank: list[dict]) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """The single controller's step loop.
 
-    generate -> reward -> old_log_prob -> ref -> values -> advantages -> update_critic -> update_actor
+    generate -> reward_model -> reward -> old_log_prob -> ref -> values -> advantages -> update_critic -> update_actor
     -> update_weights -> metrics / validation
 
 One TensorDict carries the step (trainer/batch.py); `run_phase` sends each rank its shard, and
@@ -29,6 +29,7 @@ from logicrl.logs import quiet_driver
 from logicrl.models.loading import load_tokenizer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
+from logicrl.reward.combine import CombineRule
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
 from logicrl.trainer.batch import balanced_order, merge_rank_metrics, prompt_batch, shards
 from logicrl.trainer.checkpoint import (
@@ -87,8 +88,12 @@ class PPOTrainer:
         custom_fn = wrap_custom_reward(load_custom_reward(custom.path, custom.name), custom.name) \
             if custom.path else None
         overlong = cfg.reward.overlong_buffer
+        c = cfg.reward.combine
+        combine = CombineRule.from_config(c.mode, OmegaConf.to_container(c.weights),
+                                          OmegaConf.to_container(c.by_data_source) if c.by_data_source else None) \
+            if cfg.reward_model.enable else None
         self.rewards = RewardManager(self.tokenizer, custom_fn,
-                                     dict(overlong) if overlong.enable else None)
+                                     dict(overlong) if overlong.enable else None, combine)
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, kl_coef=cfg.algorithm.kl_ctrl.kl_coef,
                                           target_kl=cfg.algorithm.kl_ctrl.target_kl,
                                           horizon=cfg.algorithm.kl_ctrl.horizon)
@@ -202,16 +207,17 @@ class PPOTrainer:
         log.info(f"resumed from {path} at step {state.step}; {self.total_steps - state.step} steps to go")
 
     # ---------------------------------------------------------------- the step
-    def run_phase(self, phase: str, batch: TensorDict | None, metrics: dict, step: int | None, **kwargs) -> None:
+    def run_phase(self, phase: str, batch: TensorDict | None, metrics: dict, step: int | None,
+                  keep: tuple[str, ...] = (), **kwargs) -> None:
         """Run a worker phase on every rank's shard of `batch` (padded to equal shards) and add what
         the ranks return to it; the controller's time is timing_s/<phase>, the ranks' metrics are
-        kept for the step's merge."""
+        kept for the step's merge. `keep`: the rows' text fields the phase needs (trainer/batch.py tensors)."""
         with self.timed(phase, metrics, step):
             try:
                 if batch is None:
                     outs = self.workers.call("run", None, phase=phase, step=step, **kwargs)
                 else:
-                    outs = self.workers.dispatch("run", shards(batch, self.plan.ranks), phase=phase, step=step,
+                    outs = self.workers.dispatch("run", shards(batch, self.plan.ranks, keep), phase=phase, step=step,
                                                  **kwargs)
             except RuntimeError as err:
                 # A rank's RankOutOfMemory, as the group's WorkerFailed (controller/worker_group.py;
@@ -244,6 +250,9 @@ class PPOTrainer:
         if cfg.trainer.balance_batch and plan.ranks > 1:
             batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.ranks))]
 
+        if plan.runs("reward_model"):
+            # The prompts' chats travel with the shards: a reward model with its own tokenizer re-renders them.
+            self.run_phase("reward_model", batch, metrics, step, keep=("raw_prompt",))
         with self.timed("reward", metrics, step):
             token_scores, reward_metrics, _, _ = self.rewards(batch)
         metrics.update(reward_metrics)

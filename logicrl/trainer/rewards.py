@@ -1,7 +1,11 @@
 """Scoring a step's responses: decode, rule reward per response, token-level scores.
 
 The score goes on the last valid token of each response (verl's convention), and each reward
-component (format, answer, acc, ...) is averaged into `reward/<name>/mean`. The format-error
+component (format, answer, acc, ...) is averaged into `reward/<name>/mean`. With a learned reward
+model the batch holds its scores (`rm_scores` [N], the worker's reward_model phase) and reward.combine
+(reward/combine.py) makes each row's sequence reward from it and the rule reward, per data_source;
+the rule function is not called where its weight is 0. The learned score's own statistics are
+`reward_model/score/{mean,max,min}`, the rule score's (where computed) `reward/rule_score/mean`. The format-error
 ratio counts format failures (`format_ok` == 0), not "score == -1" as Logic-RL's did.
 """
 
@@ -14,11 +18,13 @@ from tensordict import TensorDict
 
 from logicrl.algos import overlong_penalty
 from logicrl.reward import compute_score
+from logicrl.reward.combine import CombineRule
 
 
 class RewardManager:
-    def __init__(self, tokenizer, custom_fn=None, overlong: dict | None = None):
+    def __init__(self, tokenizer, custom_fn=None, overlong: dict | None = None, combine: CombineRule | None = None):
         self.tokenizer = tokenizer
+        self.combine = combine  # with a reward model (reward_model.enable): how its score and the rule's mix
         self.custom_fn = custom_fn  # replaces the data_source dispatch for the whole run
         self.overlong = overlong  # {"len", "penalty_factor"} or None
 
@@ -38,10 +44,18 @@ class RewardManager:
         lengths = response_mask.sum(-1)  # [B*n]
         texts = [self.tokenizer.decode(r[:n].tolist(), skip_special_tokens=True)
                  for r, n in zip(responses, lengths.tolist())]
-        results = [self.score_one(source, text, truth, extra) for source, text, truth, extra
-                   in zip(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"], strict=True)]
-        scores = torch.tensor([r["score"] for r in results], dtype=torch.float32)
+        rows = list(zip(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"], strict=True))
+        learned = batch.get("rm_scores", None) if self.combine is not None else None
         metrics: dict[str, float] = {}
+        if learned is None:  # rules alone (no reward model, or validation, which scores by rule)
+            results = [self.score_one(*row) for row in rows]
+        else:
+            results = [self.combined(row, float(score)) for row, score in zip(rows, learned.tolist())]
+            learned = learned.float()
+            metrics.update({"reward_model/score/mean": float(learned.mean()),
+                            "reward_model/score/max": float(learned.max()),
+                            "reward_model/score/min": float(learned.min())})
+        scores = torch.tensor([r["score"] for r in results], dtype=torch.float32)
         if self.overlong is not None:
             penalty = overlong_penalty(lengths, response_mask.shape[1], self.overlong["len"],
                                        self.overlong["penalty_factor"])
@@ -52,6 +66,16 @@ class RewardManager:
         token_scores[torch.arange(len(scores)), last] = scores * (lengths > 0)
         metrics.update(score_metrics(scores, results))
         return token_scores, metrics, texts, results
+
+
+    def combined(self, row: tuple, learned: float) -> dict:
+        """One row's result under reward.combine: the rule's components (when its weight is not 0) with
+        `score` the combined reward and `rule_score` the rule's own."""
+        source = row[0]
+        rule = self.score_one(*row) if self.combine.needs_rule(source) else None
+        rule_score = None if rule is None else float(rule["score"])
+        extra = {} if rule is None else {**rule, "rule_score": rule_score}
+        return {**extra, "score": self.combine.combine(learned, rule_score, source)}
 
 
 def score_metrics(scores: torch.Tensor, results: list[dict]) -> dict[str, float]:

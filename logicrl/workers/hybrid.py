@@ -1,4 +1,4 @@
-"""One worker per rank: the FSDP2 actor, the reference, the critic and the rollout engine.
+"""One worker per rank: the FSDP2 actor, the reference, the critic, the reward model and the rollout engine.
 
 This is the hybrid engine of DESIGN.md: every rank generates for its own shard of prompts with
 its engine, trains its shard of the actor, and after each update streams the new weights into
@@ -39,6 +39,8 @@ from logicrl.models.loading import (
     resolve_dtype,
 )
 from logicrl.models.packing import packed_attention
+from logicrl.models.reward_model import load_reward_model, sequence_scores
+from logicrl.models.rm_inputs import retokenize, same_tokenizer
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
 from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
 from logicrl.workers.critic import Critic
@@ -52,7 +54,7 @@ from logicrl.workers.weight_sync import iter_engine_weights
 
 
 # The FSDP2 phases without a backward: FSDP2 leaves their root unit gathered (fsdp.py reshard).
-FORWARD_ONLY = ("old_log_prob", "ref", "values")
+FORWARD_ONLY = ("reward_model", "old_log_prob", "ref", "values")
 
 
 def pick_device(kind: str, rank: int) -> torch.device:
@@ -153,9 +155,33 @@ class HybridWorker:
             self.critic = Critic(self._trained("critic", critic_model, c, arr.actor.loss_agg_mode, plan.critic),
                                  c.cliprange_value, c.model.use_remove_padding)
 
+        self.reward_model, self.rm_tokenizers = None, None
+        if plan.runs("reward_model"):
+            self._load_reward_model(cfg.reward_model, tokenizer)
+
         # The engine holds its own full copy of the policy: generation lengths differ per rank,
         # and a sharded model would need every rank in lock-step for each decode step.
         self.engine = build_engine(cfg, tokenizer, self.dtype, self.device, plan.micro("generate").value)
+
+    def _load_reward_model(self, rm: DictConfig, actor_tokenizer) -> None:
+        """The learned reward model: frozen, sharded on meta and offloaded like the reference, in the
+        compute dtype; and the two tokenizers when its own differs from the one that wrote the actor's tokens."""
+        path, code = rm.model.path, rm.model.trust_remote_code
+        self.rm_remove_padding = rm.model.use_remove_padding
+        attn = packed_attention(self.rm_remove_padding, self.device, self.dtype)
+        self.reward_model = load_sharded_model(
+            lambda meta: load_reward_model(path, self.dtype, code, on_meta=meta, attn_implementation=attn),
+            self.mesh, self.device, rm.model.fsdp_config.param_offload)
+        self.reward_model.requires_grad_(False)
+        source = rm.model.input_tokenizer
+        if source:  # null: score the actor's tokens as they are (verl's switch)
+            actor = actor_tokenizer if source == self.cfg.actor_rollout_ref.model.path else load_tokenizer(source,
+                                                                                                        quiet=True)
+            own = load_tokenizer(path, quiet=True)
+            if not same_tokenizer(actor, own):
+                self.rm_tokenizers = (actor, own)
+        data = self.cfg.data
+        self.rm_max_length = rm.max_length or data.max_prompt_length + data.max_response_length
 
     def _trained(self, name: str, model, role_cfg: DictConfig, loss_agg_mode: str, update) -> Trained:
         o = role_cfg.optim
@@ -202,6 +228,8 @@ class HybridWorker:
             return self.actor.model
         if phase == "ref":
             return self.ref_model
+        if phase == "reward_model":
+            return self.reward_model
         if phase in ("values", "update_critic"):
             return self.critic.model
         return None
@@ -254,6 +282,32 @@ class HybridWorker:
     def _values(self, batch: TensorDict, retry):
         out = retry(lambda size: self.critic.compute_values(batch, size))
         return TensorDict({"values": out}, batch_size=batch.batch_size), {}
+
+    def _reward_model(self, batch: TensorDict, retry):
+        """The learned score of each row, read at its last real token: `rm_scores` [N] fp32.
+
+        With a reward tokenizer of its own the rows are re-rendered from the prompt's chat
+        (`raw_prompt`, which the controller sends for this phase) and the decoded response
+        (models/rm_inputs.py); otherwise the actor's tokens are scored as they are."""
+        rows, metrics = batch, {}
+        if self.rm_tokenizers is not None:
+            actor, own = self.rm_tokenizers
+            inputs = retokenize(list(batch["raw_prompt"]), batch["responses"], batch["response_mask"], actor, own,
+                                self.rm_max_length)
+            rows = TensorDict({"input_ids": inputs.input_ids, "attention_mask": inputs.attention_mask,
+                               "position_ids": inputs.position_ids}, batch_size=batch.batch_size)
+            metrics["reward_model/truncated"] = float(inputs.truncated)
+        size = self.sizes["reward_model"]
+        scores = retry(lambda _: self._rm_scores(rows, size))
+        return TensorDict({"rm_scores": scores}, batch_size=batch.batch_size), metrics
+
+    @torch.no_grad()
+    def _rm_scores(self, rows: TensorDict, size: MicroSize) -> torch.Tensor:
+        """[N] scores, split as `size` says (rows, or packed to a token budget), back in the rows' order."""
+        parts, order = size.split(rows, rows.device, with_index=True)
+        out = torch.cat([sequence_scores(self.reward_model, mb["input_ids"], mb["attention_mask"],
+                                         mb["position_ids"], self.rm_remove_padding) for mb in parts])
+        return out if order is None else out[torch.argsort(order)]
 
     def _update_actor(self, batch: TensorDict, retry):
         return None, self.actor.update(batch, retry)

@@ -39,8 +39,9 @@ def step_plan(data, *overrides):
 def test_plan_has_every_phase_and_skips_what_does_not_run(data):
     _, _, x = inputs(data)
     plan = plan_inputs(x, 80 * GB)
-    assert [p.name for p in plan.phases] == ["generate", "old_log_prob", "ref", "values", "update_critic",
-                                             "update_actor", "update_weights"]
+    assert [p.name for p in plan.phases] == ["generate", "reward_model", "old_log_prob", "ref", "values",
+                                             "update_critic", "update_actor", "update_weights"]
+    assert "reward_model.enable=false" in plan.phase("reward_model").skipped
     assert plan.phase("values").skipped and plan.phase("update_critic").skipped  # grpo: no critic
     assert not plan.phase("ref").skipped and not plan.phase("old_log_prob").skipped  # KL loss; 2 mini-batches
     # Resident on every phase, over 4 ranks (bf16 compute): the actor's fp32 master shard (4 bytes per
