@@ -92,3 +92,28 @@ def assert_stops_right_after_eos(free, out, eos: int, pad_id: int, max_tokens: i
         assert torch.equal(out.responses[row, :length], free.responses[row, :length])
         assert (out.responses[row, length:] == pad_id).all()
         assert (out.log_probs[row, length:] == 0).all()
+
+
+# A chat template unlike the tiny tokenizer's ChatML: the same vocabulary under it is another tokenizer
+# to the reward model's phase (models/rm_inputs.py same_tokenizer), so rows are re-rendered.
+PLAIN_TEMPLATE = "{%- for m in messages %}{{- m['role'] + ': ' + m['content'] + '\n' }}{%- endfor %}"
+
+
+def write_tiny_reward_model(path, seed: int = 0, chat_template: str | None = None):
+    """A random one-label Qwen2ForSequenceClassification (hidden 64, one 64-wide head) over the embedded
+    tiny tokenizer, saved with that tokenizer (under `chat_template`, if given) as a checkpoint at `path`."""
+    from logicrl.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer("embedded:tiny", quiet=True)
+    torch.manual_seed(seed)
+    config = transformers.Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=1,
+                                      num_key_value_heads=1, head_dim=64, intermediate_size=128, vocab_size=2048,
+                                      max_position_embeddings=8192, pad_token_id=tokenizer.pad_token_id, num_labels=1)
+    model = transformers.AutoModelForSequenceClassification.from_config(config)
+    with torch.no_grad():
+        model.score.weight.mul_(50)  # a random head scores near 0 everywhere: make rows differ visibly
+    model.save_pretrained(path)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(path)
+    return path
