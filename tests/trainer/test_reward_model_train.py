@@ -1,0 +1,102 @@
+"""PPO with all four models through the real entry point on 2 CPU ranks: actor, critic (GAE), a learned
+reward model and the reference (KL in the reward); then a SIGKILL in step 2's reward-model phase and a
+re-run that resumes from step 1 and ends exactly where the uninterrupted run ended.
+
+The reward model is a random one-label sequence classifier (hidden 64, one 64-wide head) over the
+embedded tiny tokenizer, written to a tmp dir with a chat template of its own, so its phase re-renders
+every row from the prompt's chat (the chats cross Ray with the shards). reward.combine is weighted
+(0.5 x learned + 1 x rule), so the step's score is checkable from the two means the step reports.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import ROOT
+from tests.workers.conftest import PLAIN_TEMPLATE, write_tiny_reward_model
+
+pytestmark = pytest.mark.integration
+ARR = "actor_rollout_ref"
+DATA = ROOT / "data/kk_role"
+RUN = [f"data.train_files={DATA}/train.parquet", f"data.val_files={DATA}/test.parquet",
+       "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
+       f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2", "data.max_response_length=4", "trainer.total_training_steps=2",
+       "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.n_gpus=2",
+       "trainer.save_freq=1", "trainer.save_hf_model=true",
+       "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2", "algorithm.use_kl_in_reward=true",
+       "reward_model.enable=true", "reward_model.micro_batch_size_per_gpu=3",
+       "reward.combine.mode=weighted", "reward.combine.weights.model=0.5", "reward.combine.weights.rule=1.0"]
+# Deterministic metrics of a step (no timings, no memory): equal in a resumed run to the uninterrupted one's.
+SAME = ("critic/score/mean", "reward_model/score/mean", "reward/rule_score/mean", "actor/pg_loss", "critic/vf_loss",
+        "actor/reward_kl_penalty", "response_length/mean")
+
+
+@pytest.fixture(scope="module")
+def rm_path(tmp_path_factory):
+    if not (DATA / "train.parquet").is_file():
+        pytest.skip("data/kk_role is missing: run `make data`")
+    return write_tiny_reward_model(tmp_path_factory.mktemp("rm") / "rm", chat_template=PLAIN_TEMPLATE)
+
+
+def launch(rm: Path, ckpt: Path, run_dir: Path, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    env.pop("LOGICRL_INJECT_FAULT", None)
+    if fault:
+        env["LOGICRL_INJECT_FAULT"] = fault
+    # start_new_session: a SIGKILLed controller's Ray processes are reaped by Ray, not by us.
+    return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, f"reward_model.model.path={rm}",
+                           f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900, env=env, start_new_session=True)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def reference(rm_path, tmp_path_factory):
+    root = tmp_path_factory.mktemp("reference")
+    result = launch(rm_path, root / "ckpt", root / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root
+
+
+def test_every_phase_runs_with_the_reward_model(reference):
+    rows = metrics(reference / "run")
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        for phase in ("generate", "reward_model", "reward", "old_log_prob", "ref", "values", "update_critic",
+                      "update_actor", "update_weights"):
+            assert f"timing_s/{phase}" in row, phase
+        assert row["perf/memory/reward_model/peak_gb"] > 0
+        assert row["perf/oom_retries/reward_model"] == 0 and row["reward_model/truncated"] == 0
+        # reward.combine weighted: every row's score is 0.5 x learned + 1 x rule, so are the means.
+        assert row["critic/score/mean"] == pytest.approx(
+            0.5 * row["reward_model/score/mean"] + row["reward/rule_score/mean"], abs=1e-5)
+        assert row["reward_model/score/max"] > row["reward_model/score/min"]  # 8 re-rendered rows differ
+        assert "actor/reward_kl_penalty" in row and "critic/vf_loss" in row
+
+
+def test_sigkill_in_the_reward_model_phase_then_resume_is_bit_exact(rm_path, reference, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    killed = launch(rm_path, ckpt, tmp_path / "run1", fault="sigkill@reward_model:2")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+
+    resumed = launch(rm_path, ckpt, tmp_path / "run2")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from {ckpt / 'global_step_1'} at step 1" in resumed.stdout + resumed.stderr
+    ours, theirs = metrics(tmp_path / "run2"), metrics(reference / "run")
+    assert [r["step"] for r in ours] == [2]
+    assert {k: ours[0][k] for k in SAME} == {k: theirs[1][k] for k in SAME}
+    final = "global_step_2/huggingface/model.safetensors"
+    w_ours, w_theirs = load_file(ckpt / final), load_file(reference / "ckpt" / final)
+    assert w_ours.keys() == w_theirs.keys()
+    for k in w_theirs:
+        torch.testing.assert_close(w_ours[k], w_theirs[k], rtol=0, atol=0)
