@@ -1,6 +1,8 @@
 """The hybrid worker's reward_model phase on two gloo ranks scores each row as a direct HF forward of the
 same sequence classifier on the same tokens (fp32, atol 1e-5): padded, packed (use_remove_padding, split
-by a token budget), and re-rendered for a reward tokenizer with its own chat template.
+by a token budget), and re-rendered for a reward tokenizer with its own chat template. In the padded
+case an out-of-memory error is injected on both ranks: the phase halves its micro-batch, re-runs and
+gives the same scores (workers/oom.py).
 
 The batch is what the controller sends after generation: real kk_role prompts (left-padded, each
 repeated twice) and responses of 1..6 ordinary tokens (right-padded), cut into two shards with the
@@ -53,15 +55,17 @@ def overrides(rm_path, *extra):
 
 def _rank(rank: int, port: int, cases: dict, out: str):
     from logicrl.config import compose, validate
+    from logicrl.faults import Faults, parse
     from logicrl.models.loading import load_tokenizer
     from logicrl.trainer.batch import shards
     from logicrl.workers.hybrid import HybridWorker
 
     torch.set_num_threads(1)
     results = {}
-    for name, case_overrides in cases.items():
+    for name, (case_overrides, fault) in cases.items():
         cfg, _, plan = validate(compose(case_overrides))
-        worker = HybridWorker(OmegaConf.to_container(cfg, resolve=True), plan, rank, WORLD, "127.0.0.1", port)
+        worker = HybridWorker(OmegaConf.to_container(cfg, resolve=True), plan, rank, WORLD, "127.0.0.1", port,
+                              faults=Faults(parse(fault)))
         batch = step_batch(load_tokenizer(cfg[ARR].model.path, quiet=True))
         shard = shards(batch, WORLD, keep=("raw_prompt",))[rank]
         out_td, metrics = worker.run(shard, "reward_model", step=1)
@@ -87,11 +91,13 @@ def test_worker_scores_equal_a_direct_hf_forward(tmp_path):
     same = write_tiny_reward_model(tmp_path / "rm")
     own = write_tiny_reward_model(tmp_path / "rm-own-template", chat_template=PLAIN_TEMPLATE)
     cases = {
-        "padded": overrides(same, "reward_model.model.use_remove_padding=false",
-                            "reward_model.micro_batch_size_per_gpu=3"),  # 3 + 1 rows per rank
-        "packed": overrides(same, "reward_model.model.use_remove_padding=true", "reward_model.use_dynamic_bsz=true",
-                            "reward_model.forward_max_token_len_per_gpu=80"),  # several budgets, rows reordered
-        "retokenized": overrides(own, "reward_model.model.use_remove_padding=false"),
+        # 3 + 1 rows per rank; the injected OOM halves it to 1 row per forward
+        "padded": (overrides(same, "reward_model.model.use_remove_padding=false",
+                             "reward_model.micro_batch_size_per_gpu=3"), "oom@reward_model:1"),
+        # several budgets per rank, rows reordered across them
+        "packed": (overrides(same, "reward_model.model.use_remove_padding=true", "reward_model.use_dynamic_bsz=true",
+                             "reward_model.forward_max_token_len_per_gpu=80"), ""),
+        "retokenized": (overrides(own, "reward_model.model.use_remove_padding=false"), ""),
     }
     mp.spawn(_rank, args=(free_port(), cases, str(tmp_path)), nprocs=WORLD)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
@@ -126,5 +132,7 @@ def test_worker_scores_equal_a_direct_hf_forward(tmp_path):
             assert case["resharded"]  # the frozen model holds only its shards after its forward
             m = case["metrics"]
             assert "timing_s/reward_model" in m and "perf/memory/reward_model/peak_gb" in m
-            assert m["perf/oom_retries/reward_model"] == 0
+        assert (r["padded"]["metrics"]["perf/oom_retries/reward_model"], r["padded"]["metrics"][
+            "perf/micro_size/reward_model"]) == (1, 1)
+        assert r["retokenized"]["metrics"]["perf/oom_retries/reward_model"] == 0
     assert ranks[0]["retokenized"]["metrics"]["reward_model/truncated"] == 0
