@@ -59,11 +59,13 @@ CASES = [
           "data.max_response_length=1024", "data.train_batch_size=64", f"{ARR}.rollout.n=1",
           f"{ARR}.actor.ppo_mini_batch_size=16", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
           "critic.ppo_micro_batch_size_per_gpu=4", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=16",
-          f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=16", f"{ARR}.rollout.gpu_memory_utilization=0.4"],
+          f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=16", f"{ARR}.rollout.gpu_memory_utilization=0.4",
+          "reward_model.micro_batch_size_per_gpu=16"],
          what_if={"reward_spec": "llama-3.1-8b"},
-         note="logicrl scores with rules and has no reward-model worker; the reward model is planned as a "
-              "frozen 8B value model held like the reference (sharded, resharded after its forward) with its own forward "
-              "(the reward_model row)."),
+         note="The reward model is the worker's frozen reward-model role, held like the reference (sharded, "
+              "resharded after its forward) and split by reward_model.micro_batch_size_per_gpu (the reward_model "
+              "row); its 8B shape is given as a what-if, since no weights are stored here to validate "
+              "reward_model.model.path against."),
     Case("GRPO on Qwen2.5-7B, 4 x 80 GB, train_batch_size 8, rollout.n 32", "qwen2.5-7b", 4, 80,
          [*QWEN7B_GRPO, f"{ARR}.rollout.n=32"]),
     Case("The same at rollout.n 64", "qwen2.5-7b", 4, 80, [*QWEN7B_GRPO, f"{ARR}.rollout.n=64"]),
