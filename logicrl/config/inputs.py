@@ -41,6 +41,10 @@ def model_paths(cfg: DictConfig) -> list[tuple[str, str]]:
     paths = [(f"{ARR}.model.path", cfg[ARR].model.path)]
     if uses_critic(cfg) and cfg.critic.model.path != cfg[ARR].model.path:
         paths.append(("critic.model.path", cfg.critic.model.path))
+    rm = cfg.reward_model
+    # Its tokenizer is read only to re-render rows (reward_model.model.input_tokenizer set): then it must load.
+    if rm.enable and rm.model.input_tokenizer and rm.model.path != cfg[ARR].model.path:
+        paths.append(("reward_model.model.path", rm.model.path))
     return paths
 
 

@@ -100,3 +100,22 @@ def test_sigkill_in_the_reward_model_phase_then_resume_is_bit_exact(rm_path, ref
     assert w_ours.keys() == w_theirs.keys()
     for k in w_theirs:
         torch.testing.assert_close(w_ours[k], w_theirs[k], rtol=0, atol=0)
+
+
+def test_a_reward_model_without_its_tokenizer_is_refused_before_anything_starts(tmp_path):
+    # It re-renders rows with its own tokenizer (input_tokenizer is the actor's, verl's default): one line,
+    # before Ray or a model starts, instead of every rank failing to load it.
+    if not (DATA / "train.parquet").is_file():
+        pytest.skip("data/kk_role is missing: run `make data`")
+    rm = write_tiny_reward_model(tmp_path / "rm")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (rm / name).unlink(missing_ok=True)
+    result = subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, f"reward_model.model.path={rm}",
+                             f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith("error: reward_model.model.path") and str(rm) in lines[0], lines
+    assert lines[0].endswith("copy the checkpoint's tokenizer files"), lines
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
