@@ -308,6 +308,8 @@ class PPOTrainer:
         batch = prompt_batch(list(self.val_set), vk.n, self.tokenizer.pad_token_id)
         self.rank_metrics = []
         self.run_phase("generate", batch, {}, None, params=params)
+        if self.plan.runs("reward_model"):  # as verl: validation's rewards combine the learned score too
+            self.run_phase("reward_model", batch, {}, None, keep=("raw_prompt",))
         _, _, texts, results = self.rewards(batch)
         write_samples(self.run_dir, step, batch, texts, results)
         return validation_metrics(batch, results)

@@ -47,7 +47,7 @@ class RewardManager:
         rows = list(zip(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"], strict=True))
         learned = batch.get("rm_scores", None) if self.combine is not None else None
         metrics: dict[str, float] = {}
-        if learned is None:  # rules alone (no reward model, or validation, which scores by rule)
+        if learned is None:  # rules alone (no reward model)
             results = [self.score_one(*row) for row in rows]
         else:
             results = [self.combined(row, float(score)) for row, score in zip(rows, learned.tolist())]

@@ -27,14 +27,14 @@ DATA = ROOT / "data/kk_role"
 RUN = [f"data.train_files={DATA}/train.parquet", f"data.val_files={DATA}/test.parquet",
        "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
        f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2", "data.max_response_length=4", "trainer.total_training_steps=2",
-       "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.n_gpus=2",
+       "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=2", "trainer.n_gpus=2",
        "trainer.save_freq=1", "trainer.save_hf_model=true",
        "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2", "algorithm.use_kl_in_reward=true",
        "reward_model.enable=true", "reward_model.micro_batch_size_per_gpu=3",
        "reward.combine.mode=weighted", "reward.combine.weights.model=0.5", "reward.combine.weights.rule=1.0"]
 # Deterministic metrics of a step (no timings, no memory): equal in a resumed run to the uninterrupted one's.
 SAME = ("critic/score/mean", "reward_model/score/mean", "reward/rule_score/mean", "actor/pg_loss", "critic/vf_loss",
-        "actor/reward_kl_penalty", "response_length/mean")
+        "actor/reward_kl_penalty", "response_length/mean", "val/acc", "val/score")
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,10 @@ def test_every_phase_runs_with_the_reward_model(reference):
             0.5 * row["reward_model/score/mean"] + row["reward/rule_score/mean"], abs=1e-5)
         assert row["reward_model/score/max"] > row["reward_model/score/min"]  # 8 re-rendered rows differ
         assert "actor/reward_kl_penalty" in row and "critic/vf_loss" in row
+    # Validation (step 2) scores with the reward model too, as verl's: its score mixes in the learned one,
+    # so it is not the rule's alone (+1, 0 or -1 per response: a mean that is a multiple of 1/200).
+    val = rows[-1]["val/score"] * 200  # 200 prompts x val_kwargs.n=1
+    assert "val/acc" in rows[-1] and abs(val - round(val)) > 1e-6
 
 
 def test_sigkill_in_the_reward_model_phase_then_resume_is_bit_exact(rm_path, reference, tmp_path):

@@ -51,7 +51,7 @@ def test_weighted_and_model_only_sources(tokenizer):
 
 
 def test_without_a_learned_score_the_rule_alone_scores(tokenizer):
-    # Validation's batches carry no rm_scores: the rule scores them, as without a reward model.
+    # A batch without rm_scores (the reward-model phase did not run) is scored by the rule.
     rewards = RewardManager(tokenizer, combine=CombineRule.from_config("model", {}, None))
     batch = batch_of(tokenizer, [" knight", " knave"], ["kk_role"] * 2, [9.0, 9.0]).exclude("rm_scores")
     _, metrics, _, results = rewards(batch)
