@@ -70,6 +70,11 @@ def _size_knobs(x: PlanInputs) -> list[tuple[tuple[str, ...], str, list[int]]]:
         knobs.append((("update_actor",), "actor_micro", _divisors(x.actor_per_rank_mini)))
     else:
         knobs.append((("update_actor",), "actor_budget", _budgets(x, x.actor_per_rank_mini)))
+    if x.uses_reward_model:  # its own key, rows or (use_dynamic_bsz) a budget; never flipped between them
+        if x.reward_budget is None:
+            knobs.append((("reward_model",), "reward_micro", _even_splits(n)))
+        else:
+            knobs.append((("reward_model",), "reward_budget", _budgets(x, n)))
     if x.critic_spec is not None:
         # critic.ppo_micro_batch_size_per_gpu also sizes the values forward (workers/hybrid.py).
         if x.critic_budget is None:
@@ -103,6 +108,8 @@ def _flag_knobs(x: PlanInputs, phase: str) -> list[tuple[str, Callable[[PlanInpu
         out.append(("ref_offload", lambda y: replace(y, ref_offload=True)))
     if x.critic_spec is not None and not x.critic_offload:
         out.append(("critic_offload", lambda y: replace(y, critic_offload=True)))
+    if x.uses_reward_model and not x.reward_offload:
+        out.append(("reward_offload", lambda y: replace(y, reward_offload=True)))
     return out
 
 

@@ -30,6 +30,8 @@ KNOBS = {
     "ref_budget": f"{ARR}.ref.log_prob_max_token_len_per_gpu",
     "critic_micro": "critic.ppo_micro_batch_size_per_gpu",
     "critic_budget": "critic.ppo_max_token_len_per_gpu",
+    "reward_micro": "reward_model.micro_batch_size_per_gpu",
+    "reward_budget": "reward_model.forward_max_token_len_per_gpu",
     # use_dynamic_bsz: a phase splits by its token budget rather than by rows
     "actor_dynamic": f"{ARR}.actor.use_dynamic_bsz",
     "log_prob_dynamic": f"{ARR}.rollout.log_prob_use_dynamic_bsz",
@@ -41,6 +43,7 @@ KNOBS = {
     "actor_offload": f"{ARR}.actor.fsdp_config.param_offload",
     "ref_offload": f"{ARR}.ref.fsdp_config.param_offload",
     "critic_offload": "critic.fsdp_config.param_offload",
+    "reward_offload": "reward_model.model.fsdp_config.param_offload",
     "actor_optim_offload": f"{ARR}.actor.fsdp_config.optimizer_offload",
     "critic_optim_offload": "critic.fsdp_config.optimizer_offload",
     "actor_ckpt": f"{ARR}.model.enable_gradient_checkpointing",
@@ -142,6 +145,10 @@ class PlanInputs:
     @property
     def uses_ref(self) -> bool:
         return self.skip_ref is None
+
+    @property
+    def uses_reward_model(self) -> bool:
+        return self.reward_spec is not None and self.skip_reward_model is None
 
     @classmethod
     def from_plan(cls, plan: StepPlan, cfg: DictConfig, spec: ModelSpec, device: str,

@@ -78,8 +78,7 @@ def build_models(x: PlanInputs) -> Models:
     ref = ModelBytes.build(x.spec, dtype_bytes=b, world=w) if x.uses_ref and not x.lora_rank else None
     critic = ModelBytes.build(x.critic_spec, dtype_bytes=b, world=w, head="value",
                               master_bytes=master) if x.critic_spec else None
-    runs_reward = x.reward_spec is not None and x.skip_reward_model is None
-    reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if runs_reward else None
+    reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if x.uses_reward_model else None
     engine = ModelBytes.build(x.spec, dtype_bytes=b, world=1, base_weight_bits=x.base_weight_bits)
     return Models(actor, ref, critic, reward, engine)
 

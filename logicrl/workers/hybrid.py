@@ -327,7 +327,8 @@ class HybridWorker:
 
     # ---------------------------------------------------------------- checkpoints
     def save_checkpoint(self, directory: str, save_hf: bool, merge_lora: bool) -> dict:
-        """Every rank writes its shards into `directory` (the controller's tmp dir, committed after)."""
+        """Every rank writes its shards into `directory` (the controller's tmp dir, committed after). The
+        reference and the reward model are frozen: they load again from their paths, never from here."""
         metrics: dict = {}
         # Not a phase of the step (the plan has no row for it): its memory goes under perf/checkpoint/.
         with measure("save", metrics, self.device, memory_prefix="perf/checkpoint"):

@@ -67,3 +67,16 @@ def test_param_offload_keeps_it_off_the_device_between_phases(files):
 def test_by_tokens_with_use_dynamic_bsz(files):
     x, _ = planned(files, "reward_model.use_dynamic_bsz=true", "reward_model.forward_max_token_len_per_gpu=3072")
     assert (x.reward_micro, x.reward_budget) == (None, 3072)
+
+
+def test_auto_micro_batch_sizes_its_forward_and_the_plan_takes_the_key(files):
+    from logicrl.memory.fit import auto_micro_batch
+
+    data, rm = files
+    cfg, spec, plan = validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}",
+                                        "reward_model.micro_batch_size_per_gpu=1"]))
+    x, cap, _ = plan_for(cfg, spec, plan)
+    picked = auto_micro_batch(x, cap)
+    # 8 responses per rank, a 64-wide reward model on 80 GB: all 8 in one forward.
+    assert picked["reward_model.micro_batch_size_per_gpu"] == 8
+    assert plan.with_micro(picked).micro("reward_model").value == 8
