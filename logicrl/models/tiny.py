@@ -45,7 +45,7 @@ TINY_CONFIG = {
 # The embedded reward model: a Qwen2 sequence classifier with one label on the tiny tokenizer, half the
 # actor's width; head_dim 64 as the actor's. No vLLM runs it, so its heads need not fill the hidden
 # size: 4 heads over 3 layers is what finding the answer among random trailing tokens took (2 x 2
-# agreed with the rule on 96% of held-out responses, 4 x 3 on 99%; models/tiny_rm.py). The vocabulary
+# agreed with the rule on 96% of held-out responses, 4 x 3 on 97%; models/tiny_rm.py). The vocabulary
 # is the tokenizer's (tiny_rm.py writes the trained size, as for the actor).
 TINY_RM_CONFIG = {
     "model_type": "qwen2",

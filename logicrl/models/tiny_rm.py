@@ -8,22 +8,27 @@ names the role) as the rule reward (reward/role.py) does, so PPO with a learned 
 tested on CPU with nothing downloaded. How it is built, on the tiny actor's tokenizer:
 
 - Architecture: TINY_RM_CONFIG (models/tiny.py), a Qwen2ForSequenceClassification with one label,
-  hidden 64, 2 layers, 2 heads of 64; random weights from SEED. The tokenizer files are the tiny
-  actor's, so the reward worker finds the same tokenizer and scores the actor's tokens as they are.
-- Data: the task's own prompts (role_task.generate with `make data`'s arguments, so its train split
-  is data/kk_role/train.parquet's), rendered as the dataset renders them (data/prompts.py), each with
+  hidden 64, 3 layers, 4 heads of 64 (0.35M parameters); random weights from SEED. The tokenizer files
+  are the tiny actor's, so the reward worker finds the same tokenizer and scores the actor's tokens as
+  they are.
+- Data: the task's own prompts (role_task.generate with `make data`'s arguments, so its splits are
+  data/kk_role/{train,test}.parquet), rendered as the dataset renders them (data/prompts.py), each with
   RESPONSES_PER_PROMPT responses of 1 to 4 tokens as the actor writes them (data.max_response_length
-  is 4 in the embedded default): the stated role, the other role, or neither (a role spelt otherwise,
-  "knights", another word, random tokens), each followed by random tokens and sometimes the eos.
+  is 4 in the embedded default): the stated role, the other role, or another first word ("knights",
+  a word of the task, a random token), each followed by random tokens and sometimes the eos.
 - Label: the rule reward's score of the decoded response, +1 right role, 0 the other role, -1 no
-  role (reward/role.py; its first-word parse is data/role_task.answer_word, shared), less 0.5 so that
-  the sign says right or not: the target is +0.5, -0.5 or -1.5. Mean-squared error at the last real
-  token (the token models/reward_model.py reads), AdamW, STEPS steps of BATCH rows.
+  role (reward/role.py; its first-word parse is data/role_task.answer_word, shared; a test checks
+  every label against reward/role.py), less 0.5 so that the sign says right or not: +0.5, -0.5, -1.5.
+  Mean-squared error at every response token against the rule score of the response cut there (the
+  last token's is the reward worker's), AdamW, STEPS steps of BATCH rows, cosine schedule.
 
-Measured on 2 CPU cores (tests/models/test_tiny_rm.py measures it again): built in about 60 s; on the
-test split's 200 held-out prompts (never trained on), the sign of its score agrees with the rule
-reward's right/not-right on 99.9% of 1,600 responses, drawn as in training (AGREEMENT_NOTE below is
-the last measurement written into the checkpoint's build record, tiny_rm_build.json).
+Measured (2 CPU cores shared with another job, load about 4): built in 502 s, most of it the 1000
+training steps (600 steps left it at 88% agreement; it learns in a jump). On the test split's 200
+prompts, never trained on, the sign of its score agrees with the rule reward's right / not right on
+96.9% of 1,600 responses drawn as in training (written to the checkpoint's tiny_rm_build.json) and
+97.3% of another 1,600 (tests/models/test_tiny_rm.py): 100% on the other role, 99% on other first
+words and random tokens, 90.5% on the right role followed by up to 3 random tokens; 100% of the 400
+bare answers (" knight" or " knave", then the eos).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ SEED = 0
 PEOPLE, TRAIN_PROMPTS, TEST_PROMPTS, DATA_SEED = 3, 2000, 200, 0
 RESPONSES_PER_PROMPT = 8
 MAX_RESPONSE_TOKENS = 4
-STEPS = 600
+STEPS = 1000
 BATCH = 64
 LR = 3e-3
 # The rule reward is +1 / 0 / -1; shifted so that the sign of the score is right versus not right.
@@ -100,7 +105,9 @@ def examples(rows: list[dict], tokenizer, per_prompt: int, seed: int) -> list[Ex
     def ids(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 
-    # Ways to say neither role: a role spelt as the tokenizer splits it, the plural, other words.
+    # Other first words: plurals, other words of the task, and " Knight" (a role after all: the label
+    # is whatever the rule says, so a look-alike in the wrong pool only teaches the rule's edge).
+    # Changing what is drawn changes the model: bump RECIPE's version, which names the cache.
     neither = [ids(w) for w in (" knights", " knaves", " Knights", " the", " a", " not", " one", " Zoey", " is",
                                 ".", ",", " truth", " liar", " honest", " Knight")]
     out = []
@@ -218,7 +225,7 @@ def _write_checkpoint(path: Path, cache_dir: str | os.PathLike | None) -> None:
     from logicrl.data.role_task import generate
 
     start = time.perf_counter()
-    print(f"logicrl: building the embedded reward model in {path.parent} (first run only: about a minute of "
+    print(f"logicrl: building the embedded reward model in {path.parent} (first run only: a few minutes of "
           "training)", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint_dir(cache_dir), local_files_only=True)
     tokenizer.save_pretrained(path)
