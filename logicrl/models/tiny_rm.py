@@ -28,7 +28,10 @@ prompts, never trained on, the sign of its score agrees with the rule reward's r
 96.9% of 1,600 responses drawn as in training (written to the checkpoint's tiny_rm_build.json) and
 97.3% of another 1,600 (tests/models/test_tiny_rm.py): 100% on the other role, 99% on other first
 words and random tokens, 90.5% on the right role followed by up to 3 random tokens; 100% of the 400
-bare answers (" knight" or " knave", then the eos).
+bare answers (" knight" or " knave", then the eos). On what PPO first feeds it, the pre-trained tiny
+actor's own samples to those prompts (4 tokens, temperatures 1.0 and 0.7): 97.8% of 1,600 (100% of
+wrong roles, 95.7% of right ones; mean score +0.07 right, -0.70 wrong), 96.5% of 800 at temperature 1
+in the slow test.
 """
 
 from __future__ import annotations

@@ -124,3 +124,36 @@ def test_recipe_dry_runs(tmp_path):
     assert "reward     reward model embedded:tiny_rm, per rank 2 forwards of <= 32; reward.combine.mode=model" in out
     assert "16 prompts x n=4 = 64 responses" in out
     assert "no model was loaded" in out
+
+
+@pytest.mark.slow
+def test_score_agrees_with_the_rule_reward_on_the_tiny_actors_own_samples(tokenizer, held_out):
+    # What PPO first shows it: the pre-trained tiny actor's responses (4 tokens at most, temperature 1)
+    # to the held-out prompts, scored by the rule and by the reward model. Seeded; about 20 s.
+    from logicrl.data.prompts import render_prompt
+    from logicrl.models.loading import load_causal_lm
+
+    splits, _ = held_out
+    actor = load_causal_lm(EMBEDDED_TINY, torch.float32).eval()
+    model = load_reward_model(EMBEDDED_TINY_RM, torch.float32)
+    torch.manual_seed(0)
+    items = []
+    for row in splits["test"]:
+        text, add_special = render_prompt(row["prompt"], tokenizer, {})
+        prompt_ids = tokenizer.encode(text, add_special_tokens=add_special)
+        x = torch.tensor([prompt_ids] * 4)
+        with torch.no_grad():
+            out = actor.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=4, do_sample=True,
+                                 temperature=1.0, top_k=0, eos_token_id=tokenizer.eos_token_id,
+                                 pad_token_id=tokenizer.pad_token_id)
+        for response_ids in out[:, len(prompt_ids):].tolist():
+            if tokenizer.eos_token_id in response_ids:
+                response_ids = response_ids[:response_ids.index(tokenizer.eos_token_id) + 1]
+            response = tokenizer.decode(response_ids, skip_special_tokens=True)
+            truth = row["reward_model"]["ground_truth"]
+            items.append(tiny_rm.Example(prompt_ids, response_ids, truth["role"], response,
+                                         rule(response, truth["role"])["score"], ()))
+    share = tiny_rm.agreement(tiny_rm.scores(model, items, tokenizer.pad_token_id), items)
+    right = sum(e.rule_score == 1.0 for e in items)
+    print(f"tiny_rm agreement on the tiny actor's samples {share:.4f} of {len(items)} ({right} right)")
+    assert share >= 0.95
