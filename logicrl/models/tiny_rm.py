@@ -51,11 +51,14 @@ SEED = 0
 PEOPLE, TRAIN_PROMPTS, TEST_PROMPTS, DATA_SEED = 3, 2000, 200, 0
 RESPONSES_PER_PROMPT = 8
 MAX_RESPONSE_TOKENS = 4
+# 600 steps left it at 88% agreement (it learns in a jump, around step 550); 1000 gets past it.
 STEPS = 1000
 BATCH = 64
 LR = 3e-3
 # The rule reward is +1 / 0 / -1; shifted so that the sign of the score is right versus not right.
 TARGET_SHIFT = -0.5
+# What names the cache (tiny_rm_fingerprint). Code is not hashed: a change to how examples are drawn
+# or trained must bump "version", or an old cache is reused.
 RECIPE = {"version": 1, "seed": SEED, "data": [PEOPLE, TRAIN_PROMPTS, TEST_PROMPTS, DATA_SEED],
           "responses_per_prompt": RESPONSES_PER_PROMPT, "max_response_tokens": MAX_RESPONSE_TOKENS,
           "steps": STEPS, "batch": BATCH, "lr": LR, "target_shift": TARGET_SHIFT}
@@ -110,7 +113,6 @@ def examples(rows: list[dict], tokenizer, per_prompt: int, seed: int) -> list[Ex
 
     # Other first words: plurals, other words of the task, and " Knight" (a role after all: the label
     # is whatever the rule says, so a look-alike in the wrong pool only teaches the rule's edge).
-    # Changing what is drawn changes the model: bump RECIPE's version, which names the cache.
     neither = [ids(w) for w in (" knights", " knaves", " Knights", " the", " a", " not", " one", " Zoey", " is",
                                 ".", ",", " truth", " liar", " honest", " Knight")]
     out = []
@@ -158,13 +160,9 @@ def scores(model, items: list[Example], pad_id: int, micro_batch_size: int = 256
     """[N] fp32 scores of `items`, read at each row's last real token as models/reward_model.py reads them."""
     import torch
 
-    from logicrl.models.reward_model import last_token_index
-
-    parts = []
     with torch.no_grad():
-        for i in range(0, len(items), micro_batch_size):
-            parts.append(_forward(model, *batch(items[i:i + micro_batch_size], pad_id), last_token_index))
-    return torch.cat(parts)
+        return torch.cat([_forward(model, *batch(items[i:i + micro_batch_size], pad_id))
+                          for i in range(0, len(items), micro_batch_size)])
 
 
 def agreement(score, items: list[Example]) -> float:
@@ -209,8 +207,10 @@ def train(model, items: list[Example], pad_id: int, steps: int = STEPS) -> list[
     return losses
 
 
-def _forward(model, input_ids, attention_mask, position_ids, last_token_index):
+def _forward(model, input_ids, attention_mask, position_ids):
     import torch
+
+    from logicrl.models.reward_model import last_token_index
 
     # The decoder and the `score` head, read at the last real token: what the reward worker's token
     # classifier computes from the same weights (models/reward_model.py), not transformers' sequence
