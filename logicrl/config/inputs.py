@@ -24,7 +24,7 @@ from logicrl.config.plan import ARR, uses_critic
 from logicrl.data.dataset import DatasetError, check_rows, load_prompts
 from logicrl.data.files import as_paths, dataset_rows
 from logicrl.models.spec import load_model_spec
-from logicrl.models.tiny import EMBEDDED_TINY
+from logicrl.models.tiny import EMBEDDED_CONFIGS
 from logicrl.reward import ground_truth_problem
 
 log = logging.getLogger("logicrl.config")
@@ -55,7 +55,7 @@ def check_models(cfg: DictConfig, dry_run: bool):
 
     tokenizer = None
     for key, path in model_paths(cfg):
-        if path != EMBEDDED_TINY and (problem := weights_problem(Path(path))):
+        if path not in EMBEDDED_CONFIGS and (problem := weights_problem(Path(path))):
             if not dry_run:
                 raise ConfigError(f"{key}: {problem}")
             # A dry run may plan from a config-only directory (logicrl/memory/shapes/): say it, go on.

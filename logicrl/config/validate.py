@@ -27,7 +27,7 @@ from logicrl.reward.combine import CombineError, CombineRule
 from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.reward_head import reward_head
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
-from logicrl.models.tiny import EMBEDDED_TINY
+from logicrl.models.tiny import EMBEDDED_CONFIGS, EMBEDDED_TINY
 
 NEEDS_GROUPS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}
@@ -93,7 +93,7 @@ def check_files(key: str, value) -> None:
 
 
 def check_model(key: str, path: str) -> ModelSpec:
-    if path != EMBEDDED_TINY:
+    if path not in EMBEDDED_CONFIGS:
         if not Path(path).is_dir():
             raise ConfigError(f"{key}={path} is not a local directory; logicrl never downloads models: point it "
                               f"at a local HF checkpoint (config.json + weights) or use {EMBEDDED_TINY}")

@@ -20,6 +20,7 @@ Reward: logicrl/reward/role.py.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,15 @@ from logicrl.data.kk.render import NAMES
 DATA_SOURCE = "kk_role"
 ROLES = ("knight", "knave")
 INTRO = "Knights always tell the truth and knaves always lie."
+_WORD = re.compile(r"[a-z]+")
+
+
+def answer_word(response: str) -> str:
+    """The answer a response gives: its first word, lowercased ("" when it has none). The prompt ends
+    "<Name> is a", so the word that continues it is the role named. Read by the rule reward
+    (reward/role.py) and by the embedded reward model's labels (models/tiny_rm.py): one definition."""
+    match = _WORD.search(str(response).lower())
+    return match.group(0) if match else ""
 
 
 def _listing(names: list[str]) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from logicrl.models.tiny import EMBEDDED_TINY
+from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
 
 log = logging.getLogger("logicrl.models")
 TINY_WEIGHTS_SEED = 0
@@ -57,7 +57,11 @@ def _quiet_transformers() -> None:
 
 
 def checkpoint_dir(path: str) -> Path:
-    """The directory to load from: `path` itself, or the embedded tiny model's cache (built once)."""
+    """The directory to load from: `path` itself, or an embedded model's cache (built once)."""
+    if path == EMBEDDED_TINY_RM:
+        from logicrl.models.tiny_rm import tiny_rm_checkpoint_dir
+
+        return tiny_rm_checkpoint_dir()
     if path != EMBEDDED_TINY:
         return Path(path)
     from logicrl.models.tiny import tiny_checkpoint_dir

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logicrl.models.spec import ModelSpecError
-from logicrl.models.tiny import EMBEDDED_TINY, TINY_CONFIG
+from logicrl.models.tiny import EMBEDDED_CONFIGS
 
 CLASSIFIER_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification")
 # Names of a trained one-output head in a decoder's weights, in the order they are looked for.
@@ -59,8 +59,8 @@ def weight_shapes(directory: Path) -> dict[str, list[int]]:
 
 def reward_head(path: str) -> RewardHead:
     """The reward head of the checkpoint at `path`; ModelSpecError (one line, with the fix) if it has none."""
-    if path == EMBEDDED_TINY:
-        cfg, directory = TINY_CONFIG, None
+    if path in EMBEDDED_CONFIGS:
+        cfg, directory = EMBEDDED_CONFIGS[path], None
     else:
         directory = Path(path)
         try:

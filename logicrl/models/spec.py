@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from logicrl.models.tiny import EMBEDDED_TINY, TINY_CONFIG
+from logicrl.models.tiny import EMBEDDED_CONFIGS
 
 # Tokens per chunk of the chunked lm_head (models/logprob.py, called by workers/actor.py): bounds
 # the fp32 [chunk, V] logits alive at once. Kept here, torch-free, so the memory planner reads the
@@ -80,8 +80,8 @@ class ModelSpec:
 
 def load_model_spec(path: str) -> ModelSpec:
     """The spec for `path`: the embedded tiny model, or a local HF checkpoint directory."""
-    if path == EMBEDDED_TINY:
-        return ModelSpec.from_dict(TINY_CONFIG, EMBEDDED_TINY)
+    if path in EMBEDDED_CONFIGS:
+        return ModelSpec.from_dict(EMBEDDED_CONFIGS[path], path)
     cfg_file = Path(path) / "config.json"
     try:
         return ModelSpec.from_dict(json.loads(cfg_file.read_text()), path)

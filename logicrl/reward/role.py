@@ -14,11 +14,7 @@ any string gives a score.
 
 from __future__ import annotations
 
-import re
-
-from logicrl.data.role_task import ROLES
-
-_WORD = re.compile(r"[a-z]+")
+from logicrl.data.role_task import ROLES, answer_word
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> dict:
@@ -26,7 +22,6 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> d
     if role not in ROLES:
         # A ground truth no response can match would train on -1 and 0 forever: a data bug.
         raise ValueError(f"kk_role ground truth must be {{'role': one of {list(ROLES)}, ...}}, got {ground_truth!r:.80}")
-    match = _WORD.search(str(solution_str).lower())
-    first = match.group(0) if match else ""
+    first = answer_word(solution_str)
     score = 1.0 if first == role else 0.0 if first in ROLES else -1.0
     return {"score": score, "acc": float(first == role)}

@@ -40,7 +40,7 @@ def test_recipes_are_found_nested_too():
 @pytest.mark.parametrize("recipe", recipe_names())
 def test_every_recipe_composes_and_validates(recipe, files_only):
     typed, _, plan = validate(compose([f"+recipe={recipe}", *files_only]))
-    assert typed.algorithm.adv_estimator in ("reinforce_plus_plus", "grpo")
+    assert typed.algorithm.adv_estimator in ("reinforce_plus_plus", "grpo", "gae")
     assert plan.responses == typed.data.train_batch_size * typed.actor_rollout_ref.rollout.n
 
 
