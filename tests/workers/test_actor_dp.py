@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from logicrl.controller.ports import free_port
+from tests.workers.conftest import leave_group
 
 ACTOR_CFG = dict(use_dynamic_bsz=False, ppo_micro_batch_size_per_gpu=2, ppo_max_token_len_per_gpu=64, ppo_epochs=1,
                  loss_agg_mode="token-mean", policy_loss={"loss_mode": "vanilla"}, clip_ratio_low=0.2,
@@ -63,7 +64,7 @@ def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = N
     params = {name: t.clone() for name, t in iter_full_params(model)}
     if rank == 0:
         torch.save({"metrics": metrics, "grad_norm": metrics["actor/grad_norm"], "params": params}, out)
-    torch.distributed.destroy_process_group()
+    leave_group()
 
 
 def run(world: int, tmp_path, overrides: dict | None = None, fault: str | None = None,

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from logicrl.controller.ports import free_port
 from logicrl.rng import capture_rng_state
 from logicrl.trainer import checkpoint as ckpt
+from tests.workers.conftest import leave_group
 
 WORLD = 2
 
@@ -144,10 +145,7 @@ def _resume_and_compare(rank: int, port: int, checkpoint: str, ref: str, src: st
     export_hf(lora, os.path.join(ref, "lora_hf"), src, merge_lora=True)
     if rank == 0:
         save_file({"logits": logits.contiguous()}, os.path.join(ref, "lora_logits.safetensors"))
-    # Both ranks idle before the group goes: a rank tearing gloo down while its peer is still busy
-    # aborted once in CI ("terminate called without an active exception", SIGABRT).
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    leave_group()
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ import torch
 import torch.multiprocessing as mp
 
 from logicrl.controller.ports import free_port
+from tests.workers.conftest import leave_group
 
 
 def _root_local_shape(model) -> tuple[int, ...]:
@@ -30,7 +31,7 @@ def _rank(rank: int, port: int, out: str):
     shapes["after reshard"] = _root_local_shape(model)
     if rank == 0:
         torch.save(shapes, out)
-    torch.distributed.destroy_process_group()
+    leave_group()
 
 
 def test_forward_only_pass_then_reshard_leaves_only_shards(tmp_path):

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from logicrl.controller.ports import free_port
 from tests.conftest import ROOT
-from tests.workers.conftest import PLAIN_TEMPLATE, write_tiny_reward_model
+from tests.workers.conftest import PLAIN_TEMPLATE, leave_group, write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
 WORLD, ARR, R = 2, "actor_rollout_ref", 6
@@ -73,7 +73,7 @@ def _rank(rank: int, port: int, cases: dict, out: str):
                              retokenized=worker.rm_tokenizers is not None,
                              resharded=hasattr(worker.reward_model.get_input_embeddings().weight, "to_local"))
     torch.save(results, f"{out}/rank{rank}.pt")
-    torch.distributed.destroy_process_group()
+    leave_group()
 
 
 def direct_scores(rm_path, token_rows):

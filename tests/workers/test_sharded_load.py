@@ -13,6 +13,7 @@ import torch
 import torch.multiprocessing as mp
 
 from logicrl.controller.ports import free_port
+from tests.workers.conftest import leave_group
 
 pytestmark = pytest.mark.integration
 WORLD = 2
@@ -68,7 +69,7 @@ def _rank(rank: int, port: int, out: str):
             results["sync"] = all(synced[k].dtype == torch.bfloat16 and torch.equal(synced[k], full[k].bfloat16())
                                   for k in full) and synced.keys() == full.keys()
     torch.save(results, f"{out}/rank{rank}.pt")
-    torch.distributed.destroy_process_group()
+    leave_group()
 
 
 def test_meta_load_gives_the_full_loads_shards_without_reading_on_rank_1(tmp_path):

@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 import transformers
 
 from logicrl.controller.ports import free_port
+from tests.workers.conftest import leave_group
 
 MIB = 2**20
 # head_dim 64 as vLLM's CPU attention needs; 4 layers so no single layer is most of the model.
@@ -44,7 +45,7 @@ def _rank(rank: int, world: int, port: int, out: str):
     if rank == 0:
         sizes = [p.numel() * p.element_size() for p in full.values()]
         torch.save(dict(results=results, synced=synced, model_bytes=sum(sizes), largest=max(sizes)), out)
-    torch.distributed.destroy_process_group()
+    leave_group()
 
 
 def test_sync_peak_is_one_bucket_not_the_model(tmp_path):
