@@ -32,13 +32,18 @@ def packed_corpus(tokenizer) -> torch.Tensor:
     return torch.tensor(ids[: n * SEQ_LEN]).view(n, SEQ_LEN)
 
 
+def warmup_cosine(optimizer, warmup: int, steps: int):
+    """Linear warm-up over `warmup` steps times a cosine decay to 0 at `steps` (the tiny models' schedule)."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+
+
 def pretrain(model: torch.nn.Module, tokenizer, steps: int = STEPS) -> list[float]:
     """Train `model` in place with next-token loss; returns the loss every 50 steps."""
     g = torch.Generator().manual_seed(SEED)
     blocks = packed_corpus(tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    schedule = warmup_cosine(optimizer, 20, steps)
     model.train()
     losses = []
     for step in range(steps):

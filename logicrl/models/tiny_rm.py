@@ -180,10 +180,11 @@ def train(model, items: list[Example], pad_id: int, steps: int = STEPS) -> list[
     the model where the answer is (the first response token) before it must find it from further on."""
     import torch
 
+    from logicrl.models.tiny_pretrain import warmup_cosine
+
     g = torch.Generator().manual_seed(SEED)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    schedule = warmup_cosine(optimizer, 30, steps)
     model.train()
     losses = []
     for step in range(steps):
