@@ -27,7 +27,10 @@ def make_worker(engine: str, *overrides: str):
                                      f"{ARR}.actor.use_kl_loss=true", "data.max_response_length=4",
                                      "data.train_batch_size=4", f"{ARR}.rollout.n=4",
                                      f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.actor.optim.lr=1e-2",
-                                     f"{ARR}.rollout.name={engine}", *overrides]))
+                                     f"{ARR}.rollout.name={engine}",
+                                     # fp32 on any device: the 1e-4 engine/trainer agreement below is an
+                                     # fp32 bound (auto would be bf16 on a CUDA box; tests/gpu checks bf16).
+                                     f"{ARR}.model.dtype=float32", *overrides]))
     worker = HybridWorker(OmegaConf.to_container(cfg, resolve=True), plan, 0, 1, "127.0.0.1", free_port())
     tokenizer = load_tokenizer(cfg[ARR].model.path)
     rows = [load_prompts(cfg.data.train_files, tokenizer, max_prompt_length=128)[i] for i in range(4)]
