@@ -1,5 +1,6 @@
 """Ranks on a Ray cluster of several nodes (three loopback "nodes" on this machine): placed
-`n_gpus_per_node` to a node, the rendezvous on rank 0's node, threads from each node's CPUs."""
+`n_gpus_per_node` to a node, the rendezvous on rank 0's node, threads from each node's CPUs; a
+node lost mid-call ends the call promptly, naming the rank and the node."""
 
 from __future__ import annotations
 
@@ -17,17 +18,21 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_two_nodes_one_rank_each_rendezvous_on_rank_0s_node():
+def probe(*mode: str) -> dict:
     temp = tempfile.mkdtemp(prefix="lr-mn-", dir="/tmp")  # short: Ray's socket paths live under it
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
     try:
-        out = subprocess.run([sys.executable, "-m", "tests.controller.multinode_probe", temp], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=240)
+        out = subprocess.run([sys.executable, "-m", "tests.controller.multinode_probe", temp, *mode], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=240)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("PROBE "))[6:])
+
+
+def test_two_nodes_one_rank_each_rendezvous_on_rank_0s_node():
+    seen = probe()
     ranks = seen["ranks"]
     assert seen["driver"] == "127.0.0.2"
     assert [r["node"] for r in ranks] == ["127.0.0.3", "127.0.0.4"]  # one per node, by address
@@ -35,3 +40,11 @@ def test_two_nodes_one_rank_each_rendezvous_on_rank_0s_node():
     assert len({r["master_port"] for r in ranks}) == 1
     assert [r["threads"] for r in ranks] == [2, 1]  # each node's own CPUs
     assert [r["omp"] for r in ranks] == ["2", "1"]
+
+
+def test_a_lost_node_ends_the_call_within_60_s_naming_its_rank_and_node():
+    lost = probe("lose-node")["lost"]
+    # Rank 1 sits on 127.0.0.4, the node removed (raylet and workers killed) 2 s into a 300 s call.
+    assert lost["error"] is not None and lost["seconds"] < 60, lost
+    assert (lost["rank"], lost["node"]) == (1, "127.0.0.4"), lost
+    assert lost["error"].startswith("rank 1 on node 127.0.0.4 died in hold: "), lost
