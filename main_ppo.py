@@ -31,6 +31,7 @@ from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
 from logicrl.errors import BadInput
 from logicrl.launch.sweep import register_resolver
+from logicrl.memory.disk import create_directories
 from logicrl.memory.fit import DoesNotFit
 from logicrl.memory.preflight import check_inputs, planned_peaks_gb, preflight
 
@@ -112,6 +113,9 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         # Data, model directories, device, directories and disk: every stage's, before any starts.
         for stage in runs:
             check_inputs(stage.cfg, stage.spec, stage.plan)
+        # Only now that every stage passed: a refused run leaves no empty checkpoint directory behind.
+        for stage in runs:
+            create_directories(stage.cfg)
     except BadInput as err:
         fail(err)
     planned: dict[str, float] = {}

@@ -1,10 +1,14 @@
 """The preflight's checks of what a run writes: its directories writable, disk for a checkpoint.
 
     need = checkpoint_bytes(x, save_hf)        # one global_step_N/, from the planner's inputs
-    check_directories(cfg, spec, plan)         # raises ConfigError (exit 2)
+    check_directories(cfg, spec, plan)         # raises ConfigError (exit 2); creates nothing
+    create_directories(cfg)                    # once every check of every stage passed
 
 Without them, an unwritable trainer.default_local_dir was found at the first save: with the
-default save_freq=-1 that is after the whole run had trained, and the run was lost.
+default save_freq=-1 that is after the whole run had trained, and the run was lost. The checks
+write a probe file in the nearest directory that exists and make nothing, so a run refused later
+in the preflight (a model directory without weights, say) leaves no empty checkpoint directory
+behind; main_ppo creates the directories only when all of them passed.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ def checkpoint_bytes(x: PlanInputs, save_hf: bool) -> int:
 
 
 def writable_problem(directory: Path, key: str, create: bool) -> str | None:
-    """Why the run cannot write in `directory` (made if missing, when `create`), or None. A real
-    write decides it: permission bits say nothing to root, nor about read-only mounts or quotas."""
+    """Why the run cannot write in `directory`, or None. Without `create` the probe goes in its nearest
+    existing ancestor (the run would create the rest there); with it, `directory` is made and probed.
+    A real write decides it: permission bits say nothing to root, nor about read-only mounts or quotas."""
     existing = directory
     while not existing.exists():
         existing = existing.parent
@@ -68,16 +73,15 @@ def writable_problem(directory: Path, key: str, create: bool) -> str | None:
 
 def check_directories(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
     """The checkpoint root and the run's output directory writable; room for one more checkpoint.
-    A dry run creates nothing (it checks the nearest existing parent) and only warns about disk."""
+    Creates nothing (create_directories does, after every check); a dry run only warns about disk."""
     t = cfg.trainer
-    create = not t.dry_run
     root = Path(t.default_local_dir)
     targets = [(root, "trainer.default_local_dir")]
     output = _output_dir()
     if output is not None:
         targets.append((output, "hydra.run.dir"))
     for directory, key in targets:
-        if problem := writable_problem(directory, key, create):
+        if problem := writable_problem(directory, key, create=False):
             raise ConfigError(problem)
     from logicrl.memory.preflight import plan_for  # the planner's own inputs, so one estimate serves both
 
@@ -102,6 +106,15 @@ def check_directories(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
         log.warning(f"trainer.default_local_dir={root}: {free / GB:.1f} GB free holds fewer than the {held} "
                     f"checkpoints of {need / GB:.1f} GB this run keeps at once: set trainer.max_actor_ckpt_to_keep "
                     "or free disk before the later saves")
+
+
+def create_directories(cfg: DictConfig) -> None:
+    """Make trainer.default_local_dir (not in a dry run); raises ConfigError if it cannot be made there
+    after all (a name too long for the file system, a race). Call it once every check has passed."""
+    if cfg.trainer.dry_run:
+        return
+    if problem := writable_problem(Path(cfg.trainer.default_local_dir), "trainer.default_local_dir", create=True):
+        raise ConfigError(problem)
 
 
 def _output_dir() -> Path | None:

@@ -7,6 +7,7 @@ is made by a path whose parent is a regular file, or one under /proc.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import namedtuple
 
@@ -16,7 +17,7 @@ from logicrl.config import compose, validate
 from logicrl.config.errors import ConfigError
 from logicrl.memory import disk
 from logicrl.memory.preflight import plan_for
-from tests.bad_inputs.conftest import ROOT, refused, small_run, timed_main
+from tests.bad_inputs.conftest import ARR, ROOT, refused, small_run, timed_main
 
 
 def test_a_checkpoint_directory_under_a_file_is_one_line(tmp_path):
@@ -30,6 +31,37 @@ def test_a_checkpoint_directory_under_a_file_is_one_line(tmp_path):
 def test_a_checkpoint_directory_that_cannot_be_made_is_one_line(tmp_path):
     result, seconds = timed_main(*small_run(tmp_path), "trainer.default_local_dir=/proc/logicrl-ckpt")
     refused(result, seconds, "trainer.default_local_dir=/proc/logicrl-ckpt", "cannot write there", bound=10)
+
+
+def actor_without_weights(tmp_path, tiny_dir) -> list[str]:
+    model = tmp_path / "actor"
+    shutil.copytree(tiny_dir, model)
+    for weights in model.glob("*.safetensors"):
+        weights.unlink()
+    return [f"{ARR}.model.path={model}"]
+
+
+def reward_model_without_weights(tmp_path, tiny_dir) -> list[str]:
+    # A one-label sequence classifier passes validation on its config.json alone (no weights are read
+    # there); the preflight's model check then finds it has none.
+    rm = tmp_path / "rm"
+    rm.mkdir()
+    (rm / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen2ForSequenceClassification"], "model_type": "qwen2", "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 64,
+        "intermediate_size": 128, "vocab_size": 2048, "max_position_embeddings": 8192, "id2label": {"0": "LABEL_0"}}))
+    return ["reward_model.enable=true", f"reward_model.model.path={rm}"]
+
+
+@pytest.mark.parametrize("bad, key", [(actor_without_weights, f"{ARR}.model.path"),
+                                      (reward_model_without_weights, "reward_model.model.path")])
+def test_a_refused_run_leaves_no_checkpoint_directory(tmp_path, tiny_dir, bad, key):
+    # The directory checks come before the model checks (they need no tokenizer); they used to make
+    # trainer.default_local_dir, so a run refused for its model left an empty one behind.
+    ckpt = tmp_path / "ckpt" / "run"
+    result, seconds = timed_main(*small_run(tmp_path), *bad(tmp_path, tiny_dir), f"trainer.default_local_dir={ckpt}")
+    refused(result, seconds, key, "has config.json but no weights")
+    assert not (tmp_path / "ckpt").exists()
 
 
 Usage = namedtuple("Usage", "total used free")
@@ -49,6 +81,14 @@ def test_too_little_disk_for_one_checkpoint_is_refused(tmp_path, monkeypatch):
         disk.check_directories(cfg, spec, plan)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * need, 0, 2 * need))
     disk.check_directories(cfg, spec, plan)  # room for one: the new one commits before the old is pruned
+
+
+def test_the_checks_make_nothing_and_create_directories_makes_the_checkpoint_root(tmp_path):
+    cfg, spec, plan = config(f"trainer.default_local_dir={tmp_path}/ckpt/run")
+    disk.check_directories(cfg, spec, plan)
+    assert list(tmp_path.iterdir()) == []  # not even the probe file
+    disk.create_directories(cfg)
+    assert (tmp_path / "ckpt/run").is_dir()
 
 
 def test_checkpoint_bytes_by_hand():

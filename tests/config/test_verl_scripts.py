@@ -2,12 +2,17 @@
 
 The override lists are verl's examples/grpo_trainer/run_qwen2-7b.sh (and keys from its other
 current examples), verbatim but for the data and model paths: this repo's kk_role parquet files
-and the embedded tiny model.
+and the embedded tiny model. verl's examples/ppo_trainer/run_qwen2-7b_rm.sh (PPO with a reward
+model) runs as a bash script, changed the same way (VERL_RM_SCRIPT).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -197,3 +202,114 @@ def test_verl_keys_in_a_yaml_overlay_are_handled_too(data_files, caplog):
         a, b = build_stages(compose([*data_files, stages]), [])
     assert (a.cfg.data.truncation, b.cfg.data.truncation) == ("filter", "error")
     assert len([w for w in warnings_of(caplog) if w.startswith("data.return_raw_chat=True is ignored")]) == 1
+
+
+# ---------------------------------------------------------------- a verl PPO script with a reward model, run by bash
+# verl's examples/ppo_trainer/run_qwen2-7b_rm.sh at volcengine/verl b178a3cd56f58b2d502255daba591e92833930a7
+# (2026-01-29), from its data paths to its last line, run by bash as verl's users run it. Changed: the
+# entry point (`python3 -m verl.trainer.main_ppo`), and $HOME/data/{gsm8k,math} and $HOME/models/* for
+# local paths ($DATA, $SHAPES, $RM below). The huggingface-cli downloads above it are left out.
+VERL_RM_SCRIPT = r"""
+gsm8k_train_path=$DATA/kk_role/train.parquet
+gsm8k_test_path=$DATA/kk_role/test.parquet
+math_train_path=$DATA/kk_role_5ppl/train.parquet
+math_test_path=$DATA/kk_role_5ppl/test.parquet
+
+train_files="['$gsm8k_train_path', '$math_train_path']"
+test_files="['$gsm8k_test_path', '$math_test_path']"
+
+"$PYTHON" "$LOGICRL/main_ppo.py" \
+    algorithm.adv_estimator=gae \
+    data.train_files="$train_files" \
+    data.val_files="$test_files" \
+    data.train_batch_size=1024 \
+    data.max_prompt_length=1024 \
+    data.max_response_length=512 \
+    data.filter_overlong_prompts=True \
+    data.truncation='error' \
+    data.return_raw_chat=True \
+    actor_rollout_ref.model.path="$SHAPES/qwen2.5-7b" \
+    actor_rollout_ref.actor.optim.lr=1e-6 \
+    actor_rollout_ref.model.use_remove_padding=True \
+    actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=256 \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 \
+    actor_rollout_ref.actor.use_kl_loss=False \
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \
+    actor_rollout_ref.actor.fsdp_config.param_offload=False \
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
+    actor_rollout_ref.rollout.name=vllm \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \
+    critic.optim.lr=1e-5 \
+    critic.model.use_remove_padding=True \
+    critic.optim.lr_warmup_steps_ratio=0.05 \
+    critic.model.path="$SHAPES/qwen2.5-7b" \
+    critic.model.enable_gradient_checkpointing=True \
+    critic.ppo_micro_batch_size_per_gpu=32 \
+    critic.model.fsdp_config.param_offload=False \
+    critic.model.fsdp_config.optimizer_offload=False \
+    reward_model.enable=True \
+    reward_model.model.path="$RM" \
+    reward_model.use_reward_loop=True \
+    reward_model.rollout.name=vllm \
+    reward_model.rollout.gpu_memory_utilization=0.8 \
+    reward_model.rollout.tensor_model_parallel_size=1 \
+    reward_model.rollout.prompt_length=2048 \
+    reward_model.rollout.response_length=1024 \
+    reward_model.num_workers=8 \
+    algorithm.use_kl_in_reward=False \
+    trainer.critic_warmup=0 \
+    trainer.logger='["console","wandb"]' \
+    trainer.project_name='verl_example' \
+    trainer.val_before_train=False \
+    trainer.experiment_name='Qwen2-7B-Instruct_hybrid_rm' \
+    trainer.n_gpus_per_node=8 \
+    trainer.nnodes=1 \
+    trainer.save_freq=20 \
+    trainer.test_freq=5 \
+    trainer.total_epochs=15 $@
+"""
+
+
+def llama3_rm_shape(path):
+    """A config-only stand-in for sfairXC/FsfairX-LLaMA3-RM-v0.1, a Llama-3-8B-Instruct with a one-label
+    head: logicrl/memory/shapes/llama-3.1-8b (the same layers) at Llama-3's 8k positions, as a
+    LlamaForSequenceClassification. A dry run plans from its shape and reads no weights."""
+    config = json.loads((ROOT / "logicrl/memory/shapes/llama-3.1-8b/config.json").read_text())
+    config.pop("rope_scaling")
+    config.update(architectures=["LlamaForSequenceClassification"], max_position_embeddings=8192,
+                  id2label={"0": "LABEL_0"})
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.integration
+def test_entry_point_dry_runs_verl_ppo_script_with_a_reward_model(kk_role, tmp_path):
+    if not (ROOT / "data/kk_role_5ppl/train.parquet").is_file():
+        pytest.skip("data/kk_role_5ppl is missing: run `make data`")
+    rm, ckpt = llama3_rm_shape(tmp_path / "rm"), tmp_path / "ckpt"
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHON": sys.executable, "LOGICRL": str(ROOT),
+           "DATA": str(ROOT / "data"), "SHAPES": str(ROOT / "logicrl/memory/shapes"), "RM": str(rm)}
+    # The script's trailing $@: what a user appends on the command line.
+    extra = ["trainer.dry_run=true", "trainer.gpu_memory_gb=80", f"trainer.default_local_dir={ckpt}"]
+    result = subprocess.run(["bash", "-c", VERL_RM_SCRIPT, "run_qwen2-7b_rm.sh", *extra], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    # verl's PPO with a reward model: a critic, no reference, the learned score as the reward.
+    assert "algorithm  gae, rollout vllm, critic yes, reference no" in out
+    assert f"reward     reward model {rm}, per rank 128 forwards of <= 8; reward.combine.mode=model" in out
+    # The memory plan counts the reward model's own phase (not skipped) between generate and old_log_prob.
+    table = out[out.index("memory plan per device"):].splitlines()
+    phases = [line.split()[0] for line in table[2:] if line and not line.startswith("note:")]
+    assert phases[:3] == ["generate", "reward_model", "old_log_prob"], table
+    assert "skipped" not in next(line for line in table if line.startswith("reward_model")), table
+    # verl's reward-loop serving keys are ignored, one line each (the reward_model.rollout.* subtree in one).
+    ignored = [line for line in out.splitlines() if "is ignored: how verl serves the reward model" in line]
+    assert len(ignored) == 3, ignored
+    for key in ("reward_model.use_reward_loop=True", "reward_model.num_workers=8", "reward_model.rollout.name=vllm"):
+        assert any(f"- {key}" in line for line in ignored), key
+    assert not ckpt.exists()  # a dry run makes no directory
