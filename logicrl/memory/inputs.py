@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from logicrl.config.plan import ARR, StepPlan
 from logicrl.memory.footprint import lora_targets
-from logicrl.models.spec import ModelSpec
+from logicrl.models.spec import ModelSpec, load_model_spec
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -179,6 +179,9 @@ class PlanInputs:
         rm = cfg.reward_model
         # A reward_spec what-if plans the phase even where the config has no reward model.
         skip_rm = None if what_if.get("reward_spec") is not None else plan.phase("reward_model").skipped
+        if skip_rm is None and what_if.get("reward_spec") is None:
+            # Its shape from its checkpoint's config.json (validate.py checked it is there).
+            what_if["reward_spec"] = load_model_spec(rm.model.path)
         if "reward_rerender_len" not in what_if and skip_rm is None and rerenders(cfg):
             what_if["reward_rerender_len"] = rm.max_length or cfg.data.max_prompt_length + cfg.data.max_response_length
         return cls(
