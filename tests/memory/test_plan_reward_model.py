@@ -164,3 +164,29 @@ def test_the_refusal_names_reward_model_keys(files, tmp_path):
         check_fit(memory, capacity_gb=1.1)
     assert "shorten reward_model.max_length" in str(err.value)
     assert "reward_model.max_length" in err.value.knobs and f"{ARR}.model.lora_rank" not in err.value.knobs
+
+
+def test_plan_memory_reads_the_reward_models_shape_from_the_config(files):
+    """plan_memory (the benchmark's entry) plans the phase as plan_for does: it read no shape before, so the
+    reward model's phase was planned as skipped and its resident shard left out."""
+    from logicrl.memory.planner import plan_memory
+
+    data, rm = files
+    cfg, spec, plan = validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}"]))
+    memory = plan_memory(plan, cfg, spec, device="cuda", capacity_gb=80)
+    assert memory.inputs.reward_spec == load_model_spec(str(rm)) and not memory.phase("reward_model").skipped
+
+
+def test_packed_auto_micro_batch_gives_it_a_token_budget_under_its_own_key(files):
+    from logicrl.memory.fit import auto_micro_batch
+
+    data, rm = files
+    cfg, spec, plan = validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}",
+                                        "reward_model.model.use_remove_padding=true"]))
+    x, cap, _ = plan_for(cfg, spec, plan)
+    picked = auto_micro_batch(x, cap)
+    # All 8 of the rank's 1536-token rows fit one packed forward.
+    assert picked["reward_model.forward_max_token_len_per_gpu"] == 8 * 1536
+    assert "reward_model.micro_batch_size_per_gpu" not in picked
+    micro = plan.with_micro(picked).micro("reward_model")
+    assert (micro.by_tokens, micro.value) == (True, 8 * 1536)
