@@ -14,7 +14,7 @@ ranks also sharded gradient accumulation (micro 1 is two micro-batches per rank,
 accumulate), and rerender: a reward model whose chat template differs from the actor's, so the
 worker decodes each response and re-renders it (models/rm_inputs.py); the prompts' text is long
 enough that every row is cut to reward_model.max_length = RERENDER_LEN tokens, the width the plan
-takes for re-rendered rows. About 10 minutes on 2 quiet CPU cores.
+takes for re-rendered rows. About 15 minutes on 2 shared CPU cores.
 
 Measured: on CUDA torch.cuda.max_memory_allocated; on CPU the peak of live tensor bytes from c10's
 allocation records (logicrl/memory/tracker.py), independent of the allocator. Target: within

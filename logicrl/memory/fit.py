@@ -70,7 +70,7 @@ def _size_knobs(x: PlanInputs) -> list[tuple[tuple[str, ...], str, list[int]]]:
         knobs.append((("update_actor",), "actor_micro", _divisors(x.actor_per_rank_mini)))
     else:
         knobs.append((("update_actor",), "actor_budget", _budgets(x, x.actor_per_rank_mini)))
-    if x.uses_reward_model:  # its own key, rows or (use_dynamic_bsz) a budget; never flipped between them
+    if x.uses_reward_model:  # its own keys: rows, or (use_dynamic_bsz) a budget over its own rows' width
         if x.reward_budget is None:
             knobs.append((("reward_model",), "reward_micro", _even_splits(n)))
         else:
@@ -175,6 +175,7 @@ def auto_micro_batch(x: PlanInputs, capacity: int) -> dict[str, int]:
     sequences (x.packed) every phase that can split by tokens gets the largest budget that fits at
     full lengths instead of a micro-batch (a budget key in place of a row key means use_dynamic_bsz:
     StepPlan.with_micro): it bounds memory whatever the lengths, and packs more short rows per pass.
+    The reward model follows its own reward_model.model.use_remove_padding (x.reward_packing).
     """
     overrides: dict[str, int] = {}
     chosen: set[str] = set()
