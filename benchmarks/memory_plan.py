@@ -108,7 +108,8 @@ def overrides(model_dir: Path, data: Path, prompt: int, response: int, micro: in
               variant: str = "padded") -> list[str]:
     rm = model_dir.parent / ("rm-own-template" if variant == "rerender" else "rm")
     return [*VARIANTS[variant], f"{ARR}.model.path={model_dir}", f"data.train_files={data}", f"data.val_files={data}",
-            "reward_model.enable=true", f"reward_model.model.path={rm}", f"reward_model.micro_batch_size_per_gpu={micro}",
+            "reward_model.enable=true", f"reward_model.model.path={rm}",
+            f"reward_model.micro_batch_size_per_gpu={micro}",
             "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.rollout.name=hf",
             f"data.max_prompt_length={prompt}", f"data.max_response_length={response}",
             f"data.train_batch_size={PROMPTS}", f"{ARR}.rollout.n={N}", f"trainer.n_gpus={ranks}",
@@ -327,15 +328,17 @@ def report(rows: list[dict], markdown: bool, seconds: float, device: str) -> Non
     rises = sorted(abs(r["rise_error"]) for r in rows if r["rise_error"] is not None)
     print(f"mean |error| {100 * sum(abs(r['error']) for r in rows) / len(rows):.1f}%; median |rise error| "
           f"{100 * rises[len(rises) // 2] if rises else 0:.1f}%")
-    groups = sorted({(r["ranks"], r["variant"]) for r in rows})
-    print("worst by variant: " + ", ".join(
-        f"{ranks} rank(s) {variant} {100 * max((r['error'] for r in rows if (r['ranks'], r['variant']) == (ranks, variant)), key=abs):+.1f}%"
-        for ranks, variant in groups))
+    by_variant: dict[tuple, list[float]] = {}
+    for r in rows:
+        by_variant.setdefault((r["ranks"], r["variant"]), []).append(r["error"])
+    print("worst by variant: " + ", ".join(f"{ranks} rank(s) {variant} {100 * max(errors, key=abs):+.1f}%"
+                                            for (ranks, variant), errors in sorted(by_variant.items())))
     rm = [r for r in rows if r["phase"] == "reward_model"]
     if rm:
         worst_rm = max(rm, key=lambda r: abs(r["error"]))
         print(f"reward_model: {len(rm)} cells, worst {100 * worst_rm['error']:+.1f}% ({worst_rm['shape']}, "
-              f"{worst_rm['ranks']} rank(s), {worst_rm['variant']}, width {worst_rm['width']}, micro {worst_rm['micro']}), "
+              f"{worst_rm['ranks']} rank(s), {worst_rm['variant']}, width {worst_rm['width']}, "
+              f"micro {worst_rm['micro']}), "
               f"mean |error| {100 * sum(abs(r['error']) for r in rm) / len(rm):.1f}%")
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from logicrl.config.errors import ConfigError
+from logicrl.config.plan import ARR
 from logicrl.memory.inputs import KNOBS, PlanInputs
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import MemoryPlan, plan_inputs
@@ -302,7 +303,7 @@ def budget_remedy(plan: MemoryPlan) -> tuple[str, list[str]]:
     keys = [KNOBS[dynamic], KNOBS[field]]
     setting = f"{keys[0]}=true {keys[1]}={budget}"
     if not _packed(x, worst.name):
-        padding = KNOBS["reward_padding"] if worst.name == "reward_model" else "actor_rollout_ref.model.use_remove_padding"
+        padding = KNOBS["reward_padding"] if worst.name == "reward_model" else f"{ARR}.model.use_remove_padding"
         keys.append(padding)
         setting += f" {padding}=true"
     rows = budget // _width(x.worst_case(), worst.name)

@@ -100,7 +100,8 @@ def rm_activations(files, *overrides):
 def test_rows_re_rendered_with_another_tokenizer_are_planned_at_max_length(files, tmp_path):
     # The actor's tokenizer (input_tokenizer) and the reward model's differ in their chat template only:
     # the worker re-renders every row, up to reward_model.max_length = 4096 of the reward model's tokens.
-    other = write_tiny_reward_model(tmp_path / "other", chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
+    other = write_tiny_reward_model(tmp_path / "other",
+                                    chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
     x, activations = rm_activations(files, f"reward_model.model.input_tokenizer={other}",
                                     "reward_model.micro_batch_size_per_gpu=2")
     assert (x.reward_rerender_len, x.reward_width, x.width) == (4096, 4096, 1536)
