@@ -22,7 +22,6 @@ from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, c
 from logicrl.memory.inputs import KNOBS, PlanInputs
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import COMPONENTS, MemoryPlan, plan_inputs
-from logicrl.models.spec import load_model_spec
 
 SHAPES = ROOT / "logicrl" / "memory" / "shapes"
 ARR = "actor_rollout_ref"
@@ -39,6 +38,9 @@ class Case:
     overrides: list[str]
     what_if: dict = field(default_factory=dict)
     note: str = ""
+    # A shape in SHAPES scored as a one-label classifier by the reward_model group (reward_model.enable=true):
+    # its config.json, architecture renamed, is written beside the data (reward_classifier).
+    reward_model: str | None = None
 
 
 def _common(shape: str, gpus: int, gpu_gb: float) -> list[str]:
@@ -60,12 +62,14 @@ CASES = [
           f"{ARR}.actor.ppo_mini_batch_size=16", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
           "critic.ppo_micro_batch_size_per_gpu=4", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=16",
           f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=16", f"{ARR}.rollout.gpu_memory_utilization=0.4",
+          "reward_model.enable=true", "reward_model.model.input_tokenizer=null",
           "reward_model.micro_batch_size_per_gpu=16"],
-         what_if={"reward_spec": "llama-3.1-8b"},
-         note="The reward model is the worker's frozen reward-model role, held like the reference (sharded, "
-              "resharded after its forward) and split by reward_model.micro_batch_size_per_gpu (the reward_model "
-              "row); its 8B shape is given as a what-if, since no weights are stored here to validate "
-              "reward_model.model.path against."),
+         reward_model="llama-3.1-8b",
+         note="The reward model is the reward_model group's (`reward_model.enable=true`, `reward_model.model.path` a "
+              "Llama-3.1-8B one-label classifier: the shape's config.json as `LlamaForSequenceClassification`, no "
+              "weights), frozen and held like the reference (sharded, resharded after its forward). It shares the "
+              "actor's tokenizer (`input_tokenizer=null`), so it scores the actor's 2048-token rows as they are, "
+              "split by `reward_model.micro_batch_size_per_gpu` (the reward_model row)."),
     Case("GRPO on Qwen2.5-7B, 4 x 80 GB, train_batch_size 8, rollout.n 32", "qwen2.5-7b", 4, 80,
          [*QWEN7B_GRPO, f"{ARR}.rollout.n=32"]),
     Case("The same at rollout.n 64", "qwen2.5-7b", 4, 80, [*QWEN7B_GRPO, f"{ARR}.rollout.n=64"]),
@@ -89,13 +93,24 @@ CASES = [
 ]
 
 
+def reward_classifier(shape: str, directory: Path) -> Path:
+    """`shape`'s config.json as a one-label sequence classifier under `directory`: a reward model the
+    reward_model group validates and plans (models/reward_head.py reads the architecture), with no weights."""
+    import json
+
+    out = directory / f"{shape}-rm"
+    out.mkdir(exist_ok=True)
+    config = json.loads((SHAPES / shape / "config.json").read_text())
+    arch = config["architectures"][0].replace("ForCausalLM", "ForSequenceClassification")
+    (out / "config.json").write_text(json.dumps({**config, "architectures": [arch], "num_labels": 1}))
+    return out
+
+
 def case_inputs(case: Case, data: Path) -> PlanInputs:
+    rm = [f"reward_model.model.path={reward_classifier(case.reward_model, data.parent)}"] if case.reward_model else []
     cfg, spec, plan = validate(compose([*_common(case.shape, case.gpus, case.gpu_gb), f"data.train_files={data}",
-                                     f"data.val_files={data}", *case.overrides]))
-    what_if = dict(case.what_if)
-    if "reward_spec" in what_if:
-        what_if["reward_spec"] = load_model_spec(str(SHAPES / what_if["reward_spec"]))
-    return PlanInputs.from_plan(plan, cfg, spec, "cuda", **what_if)
+                                     f"data.val_files={data}", *case.overrides, *rm]))
+    return PlanInputs.from_plan(plan, cfg, spec, "cuda", **case.what_if)
 
 
 def settle(x: PlanInputs, capacity: int, limit: int = 8) -> tuple[MemoryPlan, list[str]]:
@@ -153,7 +168,8 @@ def render(case: Case, data: Path) -> str:
     x = case_inputs(case, data)
     capacity = int(case.gpu_gb * GB)
     plan = plan_inputs(x, capacity)
-    out = [f"### {case.title}", "", f"`{' '.join(case.overrides)}` on {case.gpus} x {case.gpu_gb:g} GB "
+    rm = [f"reward_model.model.path=<{case.reward_model} as a classifier>"] if case.reward_model else []
+    out = [f"### {case.title}", "", f"`{' '.join([*case.overrides, *rm])}` on {case.gpus} x {case.gpu_gb:g} GB "
            f"({HEADROOM_GB['cuda']:g} GB per GPU kept free).", ""]
     if case.note:
         out += [case.note, ""]

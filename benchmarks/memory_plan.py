@@ -3,15 +3,18 @@
     .venv/bin/python benchmarks/memory_plan.py [--markdown] [--json out.json] [--quick | --ranks N] [--variants ...]
 
 For each model shape (random weights, written as a local checkpoint) the real HybridWorker is
-built (FSDP2 actor, reference and critic, the hf engine) with a KL term and GAE so every phase
-runs, warmed up to steady state (AdamW states exist), then for
-each (lengths, micro-batch) cell the trainer's phases run in its order (generate, old_log_prob,
-ref, values, update_critic, update_actor, update_weights) and each phase's peak is compared with
-the plan of the same config. By default: one rank on both shapes, then two ranks (CPU processes
-over gloo, or two GPUs) on the smaller one. Each is run in variants (VARIANTS): padded, packed
-(use_remove_padding: on CPU sdpa with the packed row's mask), and on two ranks also sharded
-gradient accumulation (micro 1 is two micro-batches per rank, so gradients accumulate). About
-15 minutes on 2 quiet CPU cores.
+built (FSDP2 actor, reference and critic, a reward model of its own shape, RM_SHAPE, the hf engine)
+with a KL term and GAE so every phase runs, warmed up to steady state (AdamW states exist), then for
+each (lengths, micro-batch) cell the trainer's phases run in its order (generate, reward_model,
+old_log_prob, ref, values, update_critic, update_actor, update_weights) and each phase's peak is
+compared with the plan of the same config. By default: one rank on both shapes, then two ranks (CPU
+processes over gloo, or two GPUs) on the smaller one. Each is run in variants (VARIANTS): padded,
+packed (use_remove_padding, the reward model's too: on CPU sdpa with the packed row's mask), on two
+ranks also sharded gradient accumulation (micro 1 is two micro-batches per rank, so gradients
+accumulate), and rerender: a reward model whose chat template differs from the actor's, so the
+worker decodes each response and re-renders it (models/rm_inputs.py); the prompts' text is long
+enough that every row is cut to reward_model.max_length = RERENDER_LEN tokens, the width the plan
+takes for re-rendered rows. About 15 minutes on 2 shared CPU cores.
 
 Measured: on CUDA torch.cuda.max_memory_allocated; on CPU the peak of live tensor bytes from c10's
 allocation records (logicrl/memory/tracker.py), independent of the allocator. Target: within
@@ -49,12 +52,18 @@ SHAPES = {
                                    num_key_value_heads=2, intermediate_size=1024, vocab_size=24576,
                                    tie_word_embeddings=False),
 }
+# The reward model: its own shape (a vocabulary covering both actors' token ids), scoring the actor's rows.
+RM_SHAPE = dict(QWEN2, hidden_size=192, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
+                intermediate_size=512, vocab_size=24576, tie_word_embeddings=False)
+RM_TEMPLATE = "{%- for m in messages %}{{- m['role'] + ': ' + m['content'] + '\n' }}{%- endfor %}"
+RERENDER_LEN = 512  # reward_model.max_length of the rerender variant: >= the longest P+R, 256
 LENGTHS = [(24, 40), (64, 192)]  # (prompt, response) tokens
 PROMPTS, N = 4, 2  # 4 prompts x 2 responses = 8 responses per step, 2 mini-batches of 2 prompts
 VARIANTS = {
     "padded": [],
     "packed": [f"{ARR}.model.use_remove_padding=true"],
     "sharded": [f"{ARR}.actor.fsdp_config.grad_accumulation=sharded", "critic.fsdp_config.grad_accumulation=sharded"],
+    "rerender": [f"reward_model.max_length={RERENDER_LEN}"],  # and the reward model with its own template
 }
 
 
@@ -77,9 +86,30 @@ def write_checkpoint(shape: dict, directory: Path) -> None:
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(directory)
 
 
+def write_reward_model(directory: Path, chat_template: str | None = None) -> None:
+    """A one-label Qwen2ForSequenceClassification of RM_SHAPE, seeded, with the embedded tiny model's
+    tokenizer (the actors' own), under `chat_template` if given: then the worker re-renders."""
+    import torch
+    import transformers
+
+    from logicrl.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer("embedded:tiny", quiet=True)
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(**{k: v for k, v in RM_SHAPE.items() if k not in ("model_type", "architectures")},
+                                      num_labels=1, pad_token_id=tokenizer.pad_token_id)
+    transformers.AutoModelForSequenceClassification.from_config(config).save_pretrained(directory)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(directory)
+
+
 def overrides(model_dir: Path, data: Path, prompt: int, response: int, micro: int, ranks: int,
               variant: str = "padded") -> list[str]:
+    rm = model_dir.parent / ("rm-own-template" if variant == "rerender" else "rm")
     return [*VARIANTS[variant], f"{ARR}.model.path={model_dir}", f"data.train_files={data}", f"data.val_files={data}",
+            "reward_model.enable=true", f"reward_model.model.path={rm}",
+            f"reward_model.micro_batch_size_per_gpu={micro}",
             "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.rollout.name=hf",
             f"data.max_prompt_length={prompt}", f"data.max_response_length={response}",
             f"data.train_batch_size={PROMPTS}", f"{ARR}.rollout.n={N}", f"trainer.n_gpus={ranks}",
@@ -97,9 +127,11 @@ def set_micro(worker, micro: int) -> None:
         size.value = micro
 
 
-def run_phases(worker, prompts, response: int, tracker_cls, device) -> dict[str, tuple]:
-    """The trainer's phases in its order on one rank: (live bytes at the start, peak) of each."""
+def run_phases(worker, prompts, response: int, tracker_cls, device, raw_prompt=None) -> dict[str, tuple]:
+    """The trainer's phases in its order on one rank: (live bytes at the start, peak) of each.
+    `raw_prompt`: the rows' prompt text, sent to the reward model only (the controller's keep=)."""
     import torch
+    from tensordict import NonTensorStack
 
     peaks: dict[str, tuple[int, int]] = {}
 
@@ -112,6 +144,11 @@ def run_phases(worker, prompts, response: int, tracker_cls, device) -> dict[str,
 
     batch = prompts.clone()
     measured("generate", batch, params=dict(max_tokens=response, seed=1))
+    if raw_prompt is not None:
+        batch["raw_prompt"] = NonTensorStack.from_list(raw_prompt)
+    measured("reward_model", batch)
+    if raw_prompt is not None:
+        del batch["raw_prompt"]
     for phase in ("old_log_prob", "ref", "values"):
         measured(phase, batch)
     g = torch.Generator().manual_seed(0)
@@ -151,14 +188,19 @@ def measure_shape(rank: int, world: int, port: int, config: dict, step_plan, sha
         share = len(ids) // world
         rows_of_rank = slice(rank * share, (rank + 1) * share)  # trainer/batch.py: contiguous equal shards
         mine = TensorDict({"input_ids": ids[rows_of_rank], "attention_mask": mask[rows_of_rank]}, batch_size=[share])
+        # Re-rendered rows: each prompt's text longer than RERENDER_LEN tokens, so every row is cut to it.
+        raw = [" ".join(f"word{j}" for j in range(RERENDER_LEN)) for _ in range(share)] \
+            if variant == "rerender" else None
         for micro in micros(world) if i else [1]:  # i == 0: warm-up to steady state, not reported
             set_micro(worker, micro)
-            measured = run_phases(worker, mine, response, PeakTracker, worker.device)
+            measured = run_phases(worker, mine, response, PeakTracker, worker.device, raw)
             if not i:
                 continue
             for phase, (begin, peak) in measured.items():
                 total, moment = predicted[prompt, response, micro][phase]
-                rows.append(dict(shape=shape_name, ranks=world, variant=variant, width=prompt + response, micro=micro, phase=phase,
+                # The re-rendered reward model's rows are RERENDER_LEN wide, whatever the actor's lengths.
+                width = RERENDER_LEN if variant == "rerender" and phase == "reward_model" else prompt + response
+                rows.append(dict(shape=shape_name, ranks=world, variant=variant, width=width, micro=micro, phase=phase,
                                  predicted=total, measured=peak, start=begin, moment=moment,
                                  error=total / peak - 1,
                                  # The same check on what the phase adds to what it found: harsher,
@@ -195,12 +237,14 @@ def main() -> None:
         parser.error(f"unknown --variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
 
     def variants(ranks: int) -> list[str]:  # sharded accumulation needs more than one rank to differ
-        return chosen or ["padded", "packed"] + (["sharded"] if ranks > 1 else [])
+        return chosen or ["padded", "packed"] + (["sharded"] if ranks > 1 else []) + ["rerender"]
     if device_kind == "cuda":  # one GPU per rank
         runs = [(r, shapes) for r, shapes in runs if r <= torch.cuda.device_count()]
     rows, start = [], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         data = write_jsonl(Path(tmp) / "prompts.jsonl", 8)
+        write_reward_model(Path(tmp) / "rm")
+        write_reward_model(Path(tmp) / "rm-own-template", RM_TEMPLATE)
         for ranks, shapes in runs:
             for name, shape in shapes:
                 model_dir = Path(tmp) / name.split()[0]
@@ -281,6 +325,21 @@ def report(rows: list[dict], markdown: bool, seconds: float, device: str) -> Non
           f"{100 * worst['error']:+.1f}% ({worst['shape']}, {worst['ranks']} rank(s), {worst['variant']}, P+R={worst['width']}, "
           f"micro {worst['micro']}, "
           f"{worst['phase']})")
+    rises = sorted(abs(r["rise_error"]) for r in rows if r["rise_error"] is not None)
+    print(f"mean |error| {100 * sum(abs(r['error']) for r in rows) / len(rows):.1f}%; median |rise error| "
+          f"{100 * rises[len(rises) // 2] if rises else 0:.1f}%")
+    by_variant: dict[tuple, list[float]] = {}
+    for r in rows:
+        by_variant.setdefault((r["ranks"], r["variant"]), []).append(r["error"])
+    print("worst by variant: " + ", ".join(f"{ranks} rank(s) {variant} {100 * max(errors, key=abs):+.1f}%"
+                                            for (ranks, variant), errors in sorted(by_variant.items())))
+    rm = [r for r in rows if r["phase"] == "reward_model"]
+    if rm:
+        worst_rm = max(rm, key=lambda r: abs(r["error"]))
+        print(f"reward_model: {len(rm)} cells, worst {100 * worst_rm['error']:+.1f}% ({worst_rm['shape']}, "
+              f"{worst_rm['ranks']} rank(s), {worst_rm['variant']}, width {worst_rm['width']}, "
+              f"micro {worst_rm['micro']}), "
+              f"mean |error| {100 * sum(abs(r['error']) for r in rm) / len(rm):.1f}%")
 
 
 if __name__ == "__main__":

@@ -176,12 +176,15 @@ class StepPlan:
 
 
 # Phases that can split by a token budget (use_dynamic_bsz); generate and values split by rows.
-BUDGETED_PHASES = ("old_log_prob", "ref", "update_actor", "update_critic")
+BUDGETED_PHASES = ("old_log_prob", "ref", "update_actor", "update_critic", "reward_model")
 
 
 def token_key(rows_key: str) -> str:
     """The token budget key beside a micro-batch key: ppo_micro_batch_size_per_gpu -> ppo_max_token_len_per_gpu,
-    log_prob_micro_batch_size_per_gpu -> log_prob_max_token_len_per_gpu (a budget key maps to itself)."""
+    log_prob_micro_batch_size_per_gpu -> log_prob_max_token_len_per_gpu, reward_model.micro_batch_size_per_gpu ->
+    reward_model.forward_max_token_len_per_gpu (a budget key maps to itself)."""
+    if rows_key == "reward_model.micro_batch_size_per_gpu":
+        return "reward_model.forward_max_token_len_per_gpu"
     return rows_key.replace("ppo_micro_batch_size_per_gpu", "ppo_max_token_len_per_gpu").replace(
         "log_prob_micro_batch_size_per_gpu", "log_prob_max_token_len_per_gpu")
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from logicrl.config.errors import ConfigError
+from logicrl.config.plan import ARR
 from logicrl.memory.inputs import KNOBS, PlanInputs
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import MemoryPlan, plan_inputs
@@ -46,10 +47,10 @@ def _largest(x: PlanInputs, capacity: int, phases: tuple[str, ...], field: str, 
     return fitting[-1] if fitting else None
 
 
-def _budgets(x: PlanInputs, rows: int) -> list[int]:
+def _budgets(x: PlanInputs, rows: int, width: int | None = None) -> list[int]:
     # A budget below one full row still gives each row its own micro-batch; above `rows` rows it
     # no longer splits anything. Whole rows of the padded width are the only distinct steps.
-    return [k * x.width for k in range(1, rows + 1)]
+    return [k * (width or x.width) for k in range(1, rows + 1)]
 
 
 # (phases it decides, field, candidate values) for each micro-batch or budget knob in use.
@@ -70,11 +71,11 @@ def _size_knobs(x: PlanInputs) -> list[tuple[tuple[str, ...], str, list[int]]]:
         knobs.append((("update_actor",), "actor_micro", _divisors(x.actor_per_rank_mini)))
     else:
         knobs.append((("update_actor",), "actor_budget", _budgets(x, x.actor_per_rank_mini)))
-    if x.uses_reward_model:  # its own key, rows or (use_dynamic_bsz) a budget; never flipped between them
+    if x.uses_reward_model:  # its own keys: rows, or (use_dynamic_bsz) a budget over its own rows' width
         if x.reward_budget is None:
             knobs.append((("reward_model",), "reward_micro", _even_splits(n)))
         else:
-            knobs.append((("reward_model",), "reward_budget", _budgets(x, n)))
+            knobs.append((("reward_model",), "reward_budget", _budgets(x, n, x.reward_width)))
     if x.critic_spec is not None:
         # critic.ppo_micro_batch_size_per_gpu also sizes the values forward (workers/hybrid.py).
         if x.critic_budget is None:
@@ -120,12 +121,23 @@ BUDGETED = {
     "ref": ("ref_micro", "ref_budget", "ref_dynamic"),
     "update_actor": ("actor_micro", "actor_budget", "actor_dynamic"),
     "update_critic": (None, "critic_budget", "critic_dynamic"),
+    "reward_model": ("reward_micro", "reward_budget", "reward_dynamic"),
 }
 
 
 def _runs(x: PlanInputs, phase: str) -> bool:
     return {"old_log_prob": x.skip_old_log_prob is None, "ref": x.uses_ref,
-            "update_critic": x.critic_spec is not None}.get(phase, True)
+            "update_critic": x.critic_spec is not None, "reward_model": x.uses_reward_model}.get(phase, True)
+
+
+def _width(x: PlanInputs, phase: str) -> int:
+    """The padded length of `phase`'s rows: the reward model's own (re-rendered) rows, or the actor's."""
+    return x.reward_width if phase == "reward_model" else x.width
+
+
+def _packed(x: PlanInputs, phase: str) -> bool:
+    """Whether `phase` packs its rows: the reward model by its own use_remove_padding, the others by the actor's."""
+    return x.reward_packing is not None if phase == "reward_model" else x.packed
 
 
 def by_budget(x: PlanInputs, phase: str, budget: int) -> PlanInputs:
@@ -145,14 +157,15 @@ def any_length_budget(x: PlanInputs, capacity: int, phase: str) -> int | None:
     worst = x.worst_case()
     rows = worst.actor_per_rank_mini if phase == "update_actor" else \
         worst.critic_per_rank_mini if phase == "update_critic" else worst.responses_per_rank
+    width = _width(worst, phase)
     lo, hi = 0, rows  # lo rows fit (0: none known), hi+1 do not
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _fits(by_budget(worst, phase, mid * worst.width), capacity, (phase,)):
+        if _fits(by_budget(worst, phase, mid * width), capacity, (phase,)):
             lo = mid
         else:
             hi = mid - 1
-    return lo * worst.width if lo else None
+    return lo * width if lo else None
 
 
 def auto_micro_batch(x: PlanInputs, capacity: int) -> dict[str, int]:
@@ -163,12 +176,13 @@ def auto_micro_batch(x: PlanInputs, capacity: int) -> dict[str, int]:
     sequences (x.packed) every phase that can split by tokens gets the largest budget that fits at
     full lengths instead of a micro-batch (a budget key in place of a row key means use_dynamic_bsz:
     StepPlan.with_micro): it bounds memory whatever the lengths, and packs more short rows per pass.
+    The reward model follows its own reward_model.model.use_remove_padding (x.reward_packing).
     """
     overrides: dict[str, int] = {}
     chosen: set[str] = set()
-    if x.packed:
+    if x.packed or x.reward_packing is not None:
         for phase, (_, field, _) in BUDGETED.items():
-            if _runs(x, phase) and (best := any_length_budget(x, capacity, phase)) is not None:
+            if _packed(x, phase) and _runs(x, phase) and (best := any_length_budget(x, capacity, phase)) is not None:
                 chosen.add(field)
                 if best != getattr(x, field):
                     overrides[KNOBS[field]] = best
@@ -254,6 +268,16 @@ def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
     if fixes:
         raise DoesNotFit(f"{need}: set {' or '.join(f'{k}={_show(v)}' for k, v in fixes)}{budget}",
                          [k for k, _ in fixes] + budget_keys, plan)
+    if worst.name == "reward_model":
+        # The reward model is frozen: LoRA on the actor changes nothing of it; its rows' length does.
+        x = plan.inputs
+        shorten, keys = ("reward_model.max_length (its re-rendered rows' length)", [KNOBS["reward_max_length"]]) \
+            if x.reward_rerender_len else ("data.max_prompt_length / data.max_response_length",
+                                           ["data.max_response_length"])
+        raise DoesNotFit(f"{need}, and no single reward_model micro-batch or offload setting makes it fit{budget}: "
+                         f"combine them, shard over more devices (trainer.n_gpus), shorten {shorten}, or use a "
+                         f"smaller reward model (reward_model.model.path)",
+                         ["trainer.n_gpus", *keys, "reward_model.model.path"] + budget_keys, plan)
     raise DoesNotFit(f"{need}, and no single micro-batch, checkpointing or offload setting makes it fit{budget}: "
                       f"combine them, shard over more devices (trainer.n_gpus), shorten data.max_prompt_length / "
                       f"data.max_response_length, or train LoRA adapters (actor_rollout_ref.model.lora_rank)",
@@ -278,10 +302,11 @@ def budget_remedy(plan: MemoryPlan) -> tuple[str, list[str]]:
     _, field, dynamic = BUDGETED[worst.name]
     keys = [KNOBS[dynamic], KNOBS[field]]
     setting = f"{keys[0]}=true {keys[1]}={budget}"
-    if not x.packed:
-        keys.append("actor_rollout_ref.model.use_remove_padding")
-        setting += " actor_rollout_ref.model.use_remove_padding=true"
-    rows = budget // x.worst_case().width
+    if not _packed(x, worst.name):
+        padding = KNOBS["reward_padding"] if worst.name == "reward_model" else f"{ARR}.model.use_remove_padding"
+        keys.append(padding)
+        setting += f" {padding}=true"
+    rows = budget // _width(x.worst_case(), worst.name)
     return (f"; or the token budget that fits at any length ({rows} full-length row{'s' if rows > 1 else ''}): "
             f"{setting}", keys)
 

@@ -9,6 +9,7 @@ settings). `KNOBS` names the keys the suggestions may set.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass, replace
 
@@ -16,7 +17,7 @@ from omegaconf import DictConfig
 
 from logicrl.config.plan import ARR, StepPlan
 from logicrl.memory.footprint import lora_targets
-from logicrl.models.spec import ModelSpec
+from logicrl.models.spec import ModelSpec, load_model_spec
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -43,7 +44,10 @@ KNOBS = {
     "actor_offload": f"{ARR}.actor.fsdp_config.param_offload",
     "ref_offload": f"{ARR}.ref.fsdp_config.param_offload",
     "critic_offload": "critic.fsdp_config.param_offload",
+    "reward_dynamic": "reward_model.use_dynamic_bsz",
     "reward_offload": "reward_model.model.fsdp_config.param_offload",
+    "reward_padding": "reward_model.model.use_remove_padding",
+    "reward_max_length": "reward_model.max_length",
     "actor_optim_offload": f"{ARR}.actor.fsdp_config.optimizer_offload",
     "critic_optim_offload": "critic.fsdp_config.optimizer_offload",
     "actor_ckpt": f"{ARR}.model.enable_gradient_checkpointing",
@@ -101,6 +105,10 @@ class PlanInputs:
     reward_budget: int | None = None
     reward_offload: bool = False
     reward_packing: str | None = None
+    # Re-rendered rows (its tokenizer differs from the actor's: models/rm_inputs.py) are the reward model's
+    # own tokens, up to reward_model.max_length each, whatever the actor's lengths: the plan takes that
+    # length. 0: it scores the actor's rows as they are (width).
+    reward_rerender_len: int = 0
     update_weights_bucket_mb: int = 0  # weight sync gathers buckets of at most this (0: one tensor at a time)
     # optimizer_offload: AdamW states on the host outside their update (workers/update.py)
     actor_optim_offload: bool = False
@@ -130,6 +138,13 @@ class PlanInputs:
     def width(self) -> int:
         """Padded sequence length of every micro-batch: the longest prompt plus the response cap."""
         return self.prompt_len + self.response_len
+
+    @property
+    def reward_width(self) -> int:
+        """Padded length of the reward model's rows: reward_model.max_length when it re-renders them
+        (a row is cut to its last max_length tokens, and the planned lengths say nothing of another
+        tokenizer's counts), else the actor's rows (validation keeps max_length >= their full width)."""
+        return self.reward_rerender_len or self.width
 
     def worst_case(self) -> "PlanInputs":
         """The same inputs at full lengths: every prompt and response as long as the config allows."""
@@ -164,6 +179,11 @@ class PlanInputs:
         rm = cfg.reward_model
         # A reward_spec what-if plans the phase even where the config has no reward model.
         skip_rm = None if what_if.get("reward_spec") is not None else plan.phase("reward_model").skipped
+        if skip_rm is None and what_if.get("reward_spec") is None:
+            # Its shape from its checkpoint's config.json (validate.py checked it is there).
+            what_if["reward_spec"] = load_model_spec(rm.model.path)
+        if "reward_rerender_len" not in what_if and skip_rm is None and rerenders(cfg):
+            what_if["reward_rerender_len"] = rm.max_length or cfg.data.max_prompt_length + cfg.data.max_response_length
         return cls(
             spec=spec, critic_spec=(critic_spec or spec) if plan.critic else None, device=device,
             dtype_bytes=dtype_bytes, world=plan.ranks,
@@ -197,6 +217,34 @@ class PlanInputs:
             reward_offload=rm.model.fsdp_config.param_offload,
             reward_packing=packing_kernel(rm.model.use_remove_padding, device, dtype_bytes),
             **what_if)
+
+
+def rerenders(cfg: DictConfig) -> bool:
+    """Whether the reward model re-renders the actor's rows with its own tokenizer (workers/hybrid.py
+    `_load_reward_model`): reward_model.model.input_tokenizer is set and its tokenizer and the reward
+    model's differ. A tokenizer that cannot be read here counts as different: the longer rows."""
+    rm = cfg.reward_model
+    if not rm.enable or rm.model.input_tokenizer is None:
+        return False
+    return _tokenizers_differ(str(rm.model.input_tokenizer), str(rm.model.path))
+
+
+@functools.lru_cache(maxsize=8)  # auto_micro_batch and a sweep plan the same pair many times
+def _tokenizers_differ(source: str, path: str) -> bool:
+    from logicrl.memory.lengths import TOKENIZER_FILES
+    from logicrl.models.loading import checkpoint_dir, load_tokenizer
+    from logicrl.models.rm_inputs import same_tokenizer
+    from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
+
+    # The embedded reward model is saved with the tiny tokenizer; reading it there does not build (train) it.
+    source, path = (EMBEDDED_TINY if p == EMBEDDED_TINY_RM else p for p in (source, path))
+    try:
+        # A config-only directory (logicrl/memory/shapes/) may load as an empty tokenizer: ask for the files.
+        if not all(any((checkpoint_dir(p) / f).is_file() for f in TOKENIZER_FILES) for p in (source, path)):
+            return True
+        return not same_tokenizer(load_tokenizer(source, quiet=True), load_tokenizer(path, quiet=True))
+    except Exception:  # noqa: BLE001 - transformers raises many kinds for a broken tokenizer; the run will say
+        return True
 
 
 def packing_kernel(remove_padding: bool, device: str, dtype_bytes: int) -> str | None:

@@ -49,24 +49,27 @@ class Models:
     engine: ModelBytes  # the rollout engine's own full copy
 
 
-def tokens_per_micro(x: PlanInputs, micro: int | None, budget: int | None) -> int:
+def tokens_per_micro(x: PlanInputs, micro: int | None, budget: int | None, width: int | None = None) -> int:
     """Padded tokens in one micro-batch: rows x width, or a token budget (a longer row gets its own).
 
     A budget counts real tokens (workers/micro.py) while rows keep their padded width, so a
     micro-batch of short rows holds more padded tokens than its budget: the plan assumes rows
-    near full length, the case that decides whether a run fits.
+    near full length, the case that decides whether a run fits. `width`: the rows' padded length,
+    x.width (the actor's rows) unless given (the reward model's: x.reward_width).
     """
+    width = width or x.width
     if budget is not None:
-        return max(budget, x.width)
-    return min(micro, x.responses_per_rank) * x.width
+        return max(budget, width)
+    return min(micro, x.responses_per_rank) * width
 
 
-def mask_width(x: PlanInputs, tokens: int, packing: str | None) -> int:
-    """Keys per query in the attention mask: padded, each row's [T, T] bool mask (x.width); packed on
-    sdpa, the one packed row's [L, L] block-diagonal mask (L = the micro-batch's tokens); packed on
-    flash-attn varlen, no mask at all. SDPA converts the mask to the query dtype in every layer."""
+def mask_width(x: PlanInputs, tokens: int, packing: str | None, width: int | None = None) -> int:
+    """Keys per query in the attention mask: padded, each row's [T, T] bool mask (the rows' width,
+    x.width unless given); packed on sdpa, the one packed row's [L, L] block-diagonal mask (L = the
+    micro-batch's tokens); packed on flash-attn varlen, no mask at all. SDPA converts the mask to the
+    query dtype in every layer."""
     if packing is None:
-        return x.width
+        return width or x.width
     return tokens if packing == "sdpa" else 0
 
 
@@ -146,7 +149,8 @@ def generate_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: int
 
 
 def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, base: dict[str, int],
-                  micro: int, budget: int | None, lm: bool, packing: str | None = None) -> PhaseMemory:
+                  micro: int, budget: int | None, lm: bool, packing: str | None = None, width: int | None = None,
+                  outputs: int | None = None, rows: int = 0) -> PhaseMemory:
     """A no-grad forward in micro-batches (old_log_prob, ref, values).
 
     FSDP2 gathers the root unit with the first micro-batch and keeps it through the pass (the
@@ -156,14 +160,19 @@ def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, 
     response slice copied for the chunked log-prob kernel and its [chunk, V] buffers, or the
     critic's value head. With packing (use_remove_padding) the worst case is the same tokens, all
     real; only the mask changes (mask_width).
+
+    `width` (the rows' padded length, x.width unless given), `outputs` (the phase's results: by default
+    an fp32 [N, R] per micro-batch, then their cat) and `rows` (inputs the phase builds beside the batch)
+    are the reward model's (reward_model_phase).
     """
-    b, tokens = x.dtype_bytes, tokens_per_micro(x, micro, budget)
-    keys = mask_width(x, tokens, packing)
+    b, tokens = x.dtype_bytes, tokens_per_micro(x, micro, budget, width)
+    keys = mask_width(x, tokens, packing, width)
     resp_tokens = tokens * x.response_len // x.width
     h = spec.hidden_size
     root = model.root_full
-    outputs = 2 * x.responses_per_rank * x.response_len * FP32  # per-micro results, then their cat
-    common = batch_bytes(x) + outputs + tokens * keys  # the bool mask lives through the forward
+    if outputs is None:
+        outputs = 2 * x.responses_per_rank * x.response_len * FP32  # per-micro results, then their cat
+    common = batch_bytes(x) + outputs + rows + tokens * keys  # the bool mask lives through the forward
     decoder = tokens * forward_transient_per_token(spec, b, keys)
     if lm:
         chunk = logprob_chunk_bytes(spec.vocab_size, min(LOGPROB_CHUNK_TOKENS, resp_tokens), b)
@@ -174,6 +183,19 @@ def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, 
     if gathered + decoder >= root + head + chunk:
         return _phase(name, base, "decoder", params=gathered, activations=common + decoder)
     return _phase(name, base, "head", params=root, activations=common + head, logprob=chunk)
+
+
+def reward_model_phase(x: PlanInputs, model: ModelBytes, base: dict[str, int]) -> PhaseMemory:
+    """The reward model's scoring forward (workers/hybrid.py `_reward_model`): a value-head forward over
+    rows x.reward_width wide, split by reward_model.micro_batch_size_per_gpu or its token budget.
+
+    Its results are one fp32 score per row. Re-rendered rows (models/rm_inputs.py) are new ids, mask
+    and positions, [N, reward_width] int64 each, on the device beside the actor's batch.
+    """
+    n, width = x.responses_per_rank, x.reward_width
+    rows = 3 * 8 * n * width if x.reward_rerender_len else 0
+    return forward_phase("reward_model", x, model, x.reward_spec, base, x.reward_micro, x.reward_budget, lm=False,
+                         packing=x.reward_packing, width=width, outputs=2 * n * FP32, rows=rows)
 
 
 def forward_gathered(world: int, model: ModelBytes) -> int:

@@ -24,7 +24,9 @@ Each phase adds its transients (phases.py). Not modelled: allocator fragmentatio
 context and NCCL buffers; check_fit keeps HEADROOM_GB of the device for them.
 
 The reward model (reward_model.enable) is held like the reference, frozen in the compute dtype,
-and its phase is a value-head forward (workers/hybrid.py `_reward_model`). A what-if the config
+and its phase is a value-head forward (workers/hybrid.py `_reward_model`) over its own rows: the
+actor's, or, re-rendered with its own tokenizer, up to reward_model.max_length tokens each
+(PlanInputs.reward_width). A what-if the config
 cannot express, for docs/memory.md: a frozen base stored at `base_weight_bits` (4-bit QLoRA;
 logicrl cannot load one); `reward_spec` given as a what-if plans a reward model for a config without one.
 """
@@ -48,6 +50,7 @@ from logicrl.memory.phases import (
     forward_phase,
     generate_phase,
     micro_batches,
+    reward_model_phase,
     weight_sync_phase,
 )
 from logicrl.models.spec import ModelSpec
@@ -126,8 +129,7 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     ref_is_actor = x.uses_ref and m.ref is None  # LoRA: the actor with its adapter disabled
     phases = [generate_phase(x, m, base, capacity)]
     if m.reward:  # the reward model scores the responses like a frozen value model
-        phases.append(forward_phase("reward_model", x, m.reward, x.reward_spec, base, x.reward_micro,
-                                    x.reward_budget, lm=False, packing=x.reward_packing))
+        phases.append(reward_model_phase(x, m.reward, base))
     else:
         phases.append(PhaseMemory("reward_model", skipped=x.skip_reward_model or "no reward model"))
 

@@ -184,8 +184,6 @@ def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
     critic_spec = None
     if plan.critic and cfg.critic.model.path != cfg[ARR].model.path:
         critic_spec = load_model_spec(cfg.critic.model.path)
-    if plan.runs("reward_model") and "reward_spec" not in what_if:
-        what_if["reward_spec"] = load_model_spec(cfg.reward_model.model.path)
     x = PlanInputs.from_plan(plan, cfg, spec, device, critic_spec, **what_if)
     lengths = plan_lengths(cfg, x.packed)
     x = replace(x, prompt_len=min(lengths.prompt, x.prompt_len), response_len=lengths.response,

@@ -80,3 +80,114 @@ def test_auto_micro_batch_sizes_its_forward_and_the_plan_takes_the_key(files):
     # 8 responses per rank, a 64-wide reward model on 80 GB: all 8 in one forward.
     assert picked["reward_model.micro_batch_size_per_gpu"] == 8
     assert plan.with_micro(picked).micro("reward_model").value == 8
+
+
+# The reward model's rows. The tiny reward model: H = 64, one 64-wide head (q = 64), I = 128, bf16 (b = 2).
+# 8 responses per rank, the actor's rows 512 + 1024 = 1536 wide. One forward's transient per token
+# (footprint.forward_transient_per_token) is 2bH + 4H + max(3bI, 4bq + bT) = 256 + 256 + max(768, 512 + 2T),
+# and the decoder moment holds the batch, the 8 fp32 scores (and their cat), the re-rendered rows, the
+# bool mask (tokens x T) and that transient: batch = 8 x 1536 x 24 + 8 x 1024 x 36 = 589,824 bytes.
+BATCH, SCORES = 589_824, 2 * 8 * 4
+
+
+def rm_activations(files, *overrides):
+    x, memory = planned(files, "reward_model.max_length=4096", *overrides)
+    phase = memory.phase("reward_model")
+    assert phase.moment == "decoder"
+    return x, phase.parts["activations"]
+
+
+def test_rows_re_rendered_with_another_tokenizer_are_planned_at_max_length(files, tmp_path):
+    # The actor's tokenizer (input_tokenizer) and the reward model's differ in their chat template only:
+    # the worker re-renders every row, up to reward_model.max_length = 4096 of the reward model's tokens.
+    other = write_tiny_reward_model(tmp_path / "other",
+                                    chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
+    x, activations = rm_activations(files, f"reward_model.model.input_tokenizer={other}",
+                                    "reward_model.micro_batch_size_per_gpu=2")
+    assert (x.reward_rerender_len, x.reward_width, x.width) == (4096, 4096, 1536)
+    # 2 rows x 4096 = 8192 tokens; transient 512 + 512 + 8192 = 9216 per token; mask 8192 x 4096;
+    # the re-rendered ids, mask and positions 3 x 8 bytes x 8 rows x 4096.
+    assert activations == BATCH + SCORES + 3 * 8 * 8 * 4096 + 8192 * 4096 + 8192 * 9216 == 110_428_224
+
+
+def test_the_same_tokenizer_scores_the_actors_rows(files):
+    data, rm = files
+    for same in (f"reward_model.model.input_tokenizer={rm}", "reward_model.model.input_tokenizer=null"):
+        x, activations = rm_activations(files, same, "reward_model.micro_batch_size_per_gpu=2")
+        assert (x.reward_rerender_len, x.reward_width) == (0, 1536), same
+        # 2 x 1536 = 3072 tokens; transient 512 + 512 + 3072 = 4096 per token; mask 3072 x 1536; no new rows.
+        assert activations == BATCH + SCORES + 3072 * 1536 + 3072 * 4096 == 17_891_392, same
+
+
+def test_a_token_budget_counts_re_rendered_rows(files, tmp_path):
+    other = write_tiny_reward_model(tmp_path / "other", chat_template="{{ messages[0].content }}")
+    budget = ["reward_model.use_dynamic_bsz=true", f"reward_model.model.input_tokenizer={other}"]
+    # A budget under one re-rendered row still holds one whole row: 4096 tokens.
+    x, one = rm_activations(files, *budget, "reward_model.forward_max_token_len_per_gpu=1536")
+    assert (x.reward_micro, x.reward_budget) == (None, 1536)
+    assert one == BATCH + SCORES + 3 * 8 * 8 * 4096 + 4096 * 4096 + 4096 * (1024 + 8192)
+    # Two rows' worth is the two-row micro-batch above.
+    _, two = rm_activations(files, *budget, "reward_model.forward_max_token_len_per_gpu=8192")
+    assert two == 110_428_224
+
+
+TINY_ACTOR = [f"{ARR}.model.path=embedded:tiny", "algorithm.adv_estimator=grpo", "trainer.n_gpus=1",
+              "trainer.device=cuda", "trainer.gpu_memory_gb=1.5", "data.train_batch_size=4", f"{ARR}.rollout.n=2",
+              f"{ARR}.actor.ppo_mini_batch_size=4", "data.max_prompt_length=64", "data.max_response_length=64",
+              f"{ARR}.actor.ppo_micro_batch_size_per_gpu=8", f"{ARR}.rollout.name=hf", "trainer.memory_plan=worst_case"]
+
+
+def test_the_refusal_names_reward_model_keys(files, tmp_path):
+    """A tiny actor, and a reward model reading re-rendered rows of 8192 tokens 8 at a time: only the
+    reward_model phase is over the 0.5 GB usable (1.5 GB less 1 GB kept free), and every remedy is its own."""
+    from logicrl.memory.fit import DoesNotFit, check_fit
+
+    data, rm = files
+    other = write_tiny_reward_model(tmp_path / "other", chat_template="{{ messages[0].content }}")
+    cfg, spec, plan = validate(compose([*data, *TINY_ACTOR, "reward_model.enable=true", f"reward_model.model.path={rm}",
+                                        f"reward_model.model.input_tokenizer={other}", "reward_model.max_length=8192",
+                                        "reward_model.micro_batch_size_per_gpu=8"]))
+    x, cap, _ = plan_for(cfg, spec, plan)
+    memory = plan_inputs(x, cap)
+    over = [p.name for p in memory.running() if p.total > cap - 2**30]
+    assert over == ["reward_model"] and x.reward_width == 8192
+    with pytest.raises(DoesNotFit) as err:
+        check_fit(memory)
+    message = str(err.value)
+    assert message.startswith("reward_model needs")
+    # One 8192-token row per forward: 8192 x 8192 mask + 8192 x (1024 + 16384) transient + ... fits.
+    assert "reward_model.micro_batch_size_per_gpu=" in message
+    assert ("reward_model.use_dynamic_bsz=true reward_model.forward_max_token_len_per_gpu=" in message
+            and "reward_model.model.use_remove_padding=true" in message)
+    assert not any(k.startswith(ARR) for k in err.value.knobs), err.value.knobs
+    # With 0.1 GB usable not even one row fits: the refusal names the reward model's length, not the actor's LoRA.
+    with pytest.raises(DoesNotFit) as err:
+        check_fit(memory, capacity_gb=1.1)
+    assert "shorten reward_model.max_length" in str(err.value)
+    assert "reward_model.max_length" in err.value.knobs and f"{ARR}.model.lora_rank" not in err.value.knobs
+
+
+def test_plan_memory_reads_the_reward_models_shape_from_the_config(files):
+    """plan_memory (the benchmark's entry) plans the phase as plan_for does: it read no shape before, so the
+    reward model's phase was planned as skipped and its resident shard left out."""
+    from logicrl.memory.planner import plan_memory
+
+    data, rm = files
+    cfg, spec, plan = validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}"]))
+    memory = plan_memory(plan, cfg, spec, device="cuda", capacity_gb=80)
+    assert memory.inputs.reward_spec == load_model_spec(str(rm)) and not memory.phase("reward_model").skipped
+
+
+def test_packed_auto_micro_batch_gives_it_a_token_budget_under_its_own_key(files):
+    from logicrl.memory.fit import auto_micro_batch
+
+    data, rm = files
+    cfg, spec, plan = validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}",
+                                        "reward_model.model.use_remove_padding=true"]))
+    x, cap, _ = plan_for(cfg, spec, plan)
+    picked = auto_micro_batch(x, cap)
+    # All 8 of the rank's 1536-token rows fit one packed forward.
+    assert picked["reward_model.forward_max_token_len_per_gpu"] == 8 * 1536
+    assert "reward_model.micro_batch_size_per_gpu" not in picked
+    micro = plan.with_micro(picked).micro("reward_model")
+    assert (micro.by_tokens, micro.value) == (True, 8 * 1536)
