@@ -9,19 +9,24 @@ CURVES = (("critic/score/mean", "reward (mean score)"), ("reward/acc/mean", "tra
           ("val/acc", "validation accuracy"))
 
 
+def curve_points(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """What curves.png draws: each curve's label -> its (step, value) points, from metrics.jsonl."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {label: [(r["step"], r[key]) for r in rows if key in r] for key, label in CURVES}
+
+
 def plot_curves(run_dir: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # no display on training machines
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    points = curve_points(run_dir)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, keys in ((axes[0], CURVES[:1]), (axes[1], CURVES[1:])):
-        for key, label in keys:
-            points = [(r["step"], r[key]) for r in rows if key in r]
-            if points:
-                ax.plot(*zip(*points), label=label, marker="." if len(points) < 40 else None)
+    for ax, curves in ((axes[0], CURVES[:1]), (axes[1], CURVES[1:])):
+        for _, label in curves:
+            if points[label]:
+                ax.plot(*zip(*points[label]), label=label, marker="." if len(points[label]) < 40 else None)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend()

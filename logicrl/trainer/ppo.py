@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
-from logicrl.config.inputs import reward_check
+from logicrl.config.inputs import combine_rule, reward_check
 from logicrl.config.plan import ARR, StepPlan
 from logicrl.data.dataset import load_prompts
 from logicrl.faults import Faults
@@ -29,7 +29,6 @@ from logicrl.logs import quiet_driver
 from logicrl.models.loading import load_tokenizer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
-from logicrl.reward.combine import CombineRule
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
 from logicrl.trainer.batch import balanced_order, merge_rank_metrics, prompt_batch, shards
 from logicrl.trainer.checkpoint import (
@@ -88,12 +87,8 @@ class PPOTrainer:
         custom_fn = wrap_custom_reward(load_custom_reward(custom.path, custom.name), custom.name) \
             if custom.path else None
         overlong = cfg.reward.overlong_buffer
-        c = cfg.reward.combine
-        combine = CombineRule.from_config(c.mode, OmegaConf.to_container(c.weights),
-                                          OmegaConf.to_container(c.by_data_source) if c.by_data_source else None) \
-            if cfg.reward_model.enable else None
         self.rewards = RewardManager(self.tokenizer, custom_fn,
-                                     dict(overlong) if overlong.enable else None, combine)
+                                     dict(overlong) if overlong.enable else None, combine_rule(cfg))
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, kl_coef=cfg.algorithm.kl_ctrl.kl_coef,
                                           target_kl=cfg.algorithm.kl_ctrl.target_kl,
                                           horizon=cfg.algorithm.kl_ctrl.horizon)

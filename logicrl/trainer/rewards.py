@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDict
 
 from logicrl.algos import overlong_penalty
-from logicrl.reward import compute_score
+from logicrl.reward import REWARD_FNS, compute_score
 from logicrl.reward.combine import CombineRule
 
 
@@ -33,6 +33,10 @@ class RewardManager:
             return self.custom_fn(data_source=data_source, solution_str=text, ground_truth=ground_truth,
                                   extra_info=extra_info)
         return compute_score(data_source, text, ground_truth, extra_info)
+
+    def has_rule(self, data_source: str) -> bool:
+        # A custom reward takes every data_source (reward.custom replaces the dispatch for the whole run).
+        return self.custom_fn is not None or data_source in REWARD_FNS
 
     def __call__(self, batch: TensorDict) -> tuple[torch.Tensor, dict, list[str], list[dict]]:
         """Score a step's batch: its responses / response_mask [B*n, R] against each row's
@@ -67,15 +71,25 @@ class RewardManager:
         metrics.update(score_metrics(scores, results))
         return token_scores, metrics, texts, results
 
-
     def combined(self, row: tuple, learned: float) -> dict:
-        """One row's result under reward.combine: the rule's components (when its weight is not 0) with
-        `score` the combined reward and `rule_score` the rule's own."""
+        """One row's result under reward.combine: the rule's components with `score` the combined reward
+        and `rule_score` the rule's own (None for a data_source with no rule). The rule is scored wherever
+        it exists, weighted 0 or not (for the report: accuracy); only its weight decides whether it
+        enters `score`. A source that weighs in a rule it lacks was refused when the rows loaded."""
         source = row[0]
-        rule = self.score_one(*row) if self.combine.needs_rule(source) else None
+        rule = self.score_one(*row) if self.has_rule(source) else None
         rule_score = None if rule is None else float(rule["score"])
-        extra = {} if rule is None else {**rule, "rule_score": rule_score}
-        return {**extra, "score": self.combine.combine(learned, rule_score, source)}
+        return {**(rule or {}), "rule_score": rule_score, "score": self.combine.combine(learned, rule_score, source)}
+
+
+def accuracy(result: dict) -> float | None:
+    """Whether one scored response is right, for the report: the rule's `acc` component, else whether the
+    rule's score is positive; None where no rule scored it (a data_source scored by the reward model alone).
+    Never the combined score: a reward model's approval is not accuracy."""
+    if "acc" in result:
+        return float(result["acc"])
+    rule = result.get("rule_score", result["score"])  # without a reward model the score is the rule's
+    return None if rule is None else float(rule > 0)
 
 
 def score_metrics(scores: torch.Tensor, results: list[dict]) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 The trainer generates for every validation prompt (rollout.val_kwargs.n each) on the same path
 as a training step (trainer/ppo.py `validate`) and scores the batch; this module turns the
-scored batch into metrics: `val/acc`, `val/<source>/acc` and, for K&K, `val/kk_logic/<k>ppl/acc`.
+scored batch into metrics: `val/acc`, `val/<source>/acc` and, for K&K, `val/kk_logic/<k>ppl/acc`, over
+the rows a rule scored (trainer/rewards.py `accuracy`), and `val/score` over all.
 A sample of generations goes to the run directory as val_generations/step_<N>.jsonl, to read
 what the model actually wrote.
 """
@@ -15,19 +16,23 @@ from pathlib import Path
 
 from tensordict import TensorDict
 
+from logicrl.trainer.rewards import accuracy
+
 SAMPLES_WRITTEN = 20
 
 
 def validation_metrics(batch: TensorDict, results: list[dict]) -> dict[str, float]:
     groups: dict[str, list[float]] = defaultdict(list)
     for source, extra, result in zip(batch["data_source"], batch["extra_info"], results, strict=True):
-        acc = float(result.get("acc", result["score"] > 0))
+        groups["val/score"].append(result["score"])
+        acc = accuracy(result)
+        if acc is None:  # a data_source scored by the reward model alone: no accuracy to report
+            continue
         groups["val/acc"].append(acc)
         groups[f"val/{source}/acc"].append(acc)
         people = (extra or {}).get("n_people")
         if source == "kk_logic" and people is not None:
             groups[f"val/kk_logic/{people}ppl/acc"].append(acc)
-        groups["val/score"].append(result["score"])
     return {k: sum(v) / len(v) for k, v in groups.items()}
 
 

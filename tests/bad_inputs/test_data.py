@@ -10,7 +10,7 @@ BAD_ROWS = {
     # name: (the bad row, what the line must say)
     "row without a prompt": ({"data_source": "kk_role", "reward_model": {"ground_truth": {"role": "knave"}}},
                              "no 'prompt' (data.prompt_key)"),
-    "unknown data_source": (row(data_source="knk"), "no reward for data_source='knk'"),
+    "unknown data_source": (row(data_source="knk"), "no rule reward for data_source='knk'"),
     "ground truth of the wrong shape": (row(reward_model={"ground_truth": "knight"}),
                                         "does not fit the 'kk_role' reward"),
     "ground truth no answer can match": (row(reward_model={"ground_truth": {"role": "liar"}}),

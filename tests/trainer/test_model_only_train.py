@@ -1,0 +1,74 @@
+"""A data_source with no rule reward trains through the real entry point, scored by the reward model alone
+(reward.combine.by_data_source.chat=model), beside kk_role rows scored by 1 x learned + 1 x rule; and the same
+data with the rule weighed in for chat is refused in one line before any model loads.
+
+Rows alternate kk_role, chat and are not shuffled, so every step and the validation hold as many of each:
+the step's mean score is then the learned mean plus half the rule's mean over the kk_role rows, and
+accuracy (the rule's) covers the kk_role rows alone.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.config.test_model_only_source import CHAT, KK_ROLE, write_rows
+from tests.conftest import ROOT
+from tests.workers.conftest import write_tiny_reward_model
+
+pytestmark = pytest.mark.integration
+ARR = "actor_rollout_ref"
+RUN = ["data.train_batch_size=4", "data.shuffle=false", f"{ARR}.rollout.n=2", f"{ARR}.rollout.name=hf",
+       f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
+       "data.max_response_length=4", "trainer.total_training_steps=2", "trainer.logger=[jsonl]",
+       "trainer.val_before_train=false", "trainer.test_freq=2", "reward_model.enable=true",
+       "reward.combine.mode=weighted"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("model_only")
+    train = write_rows(root / "train.jsonl", [KK_ROLE, CHAT] * 4)
+    val = write_rows(root / "val.jsonl", [KK_ROLE, CHAT])
+    rm = write_tiny_reward_model(root / "rm")
+    return [f"data.train_files={train}", f"data.val_files={val}", f"reward_model.model.path={rm}"]
+
+
+def launch(tmp_path, *overrides) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, *overrides,
+                           f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+
+
+def test_a_model_only_source_trains_scored_by_the_reward_model_alone(files, tmp_path):
+    result = launch(tmp_path, *files, "reward.combine.by_data_source={chat: model}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "run"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert "timing_s/update_actor" in row
+        assert row["critic/score/mean"] == pytest.approx(
+            row["reward_model/score/mean"] + 0.5 * row["reward/rule_score/mean"], abs=1e-5)
+        assert 0 <= row["reward/acc/mean"] <= 1  # the kk_role rows' accuracy
+    val = rows[-1]
+    assert val["val/acc"] == val["val/kk_role/acc"] and "val/chat/acc" not in val
+    samples = [json.loads(line) for line in (run / "val_generations/step_2.jsonl").read_text().splitlines()]
+    chat = samples[1]["result"]
+    assert samples[1]["ground_truth"] == "a kind reply"
+    assert chat["rule_score"] is None and set(chat) == {"rule_score", "score"}  # the learned score alone
+    assert {"acc", "rule_score", "score"} <= set(samples[0]["result"])
+
+
+def test_the_rule_weighed_in_for_it_is_refused_before_anything_starts(files, tmp_path):
+    result = launch(tmp_path, *files)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith(f"error: data.train_files: {files[0].split('=', 1)[1]} row 1: no rule reward for "
+                               "data_source='chat'"), lines
+    assert "but reward.combine.mode=weighted weighs one in" in lines[0], lines
+    assert "set reward.combine.by_data_source.chat=model" in lines[0], lines
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
