@@ -22,6 +22,9 @@ ARR = "actor_rollout_ref"
 STEPS = 3
 RUN = ["+recipe=tiny_curriculum", f"trainer.total_training_steps={STEPS}", "trainer.save_freq=2",
        "trainer.logger=[jsonl]", "trainer.val_before_train=false",
+       # The HF engine: resuming is the trainer's business, and vLLM's start-up (about 7 s a stage,
+       # 10 stage starts here) is covered by the vLLM tests; HF sampling must resume exactly too.
+       f"{ARR}.rollout.name=hf",
        # Stage 2 trains the critic only (there is none: its actor is frozen), so its final weights
        # must be exactly stage 1's final weights: the proof that it started from them.
        "+curriculum.stages.1.overrides.trainer.critic_warmup=10"]

@@ -14,7 +14,10 @@ ARR = "actor_rollout_ref"
 ROLE_DATA = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet"]
 SMALL = ["data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
          f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2", "data.max_response_length=4", "trainer.total_training_steps=2",
-         "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1"]
+         "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1",
+         # HF's engine unless a test is about vLLM's (it starts about 7 s faster per rank): these test the
+         # trainer; the vLLM tests below, LoRA's weight sync and tests/trainer/test_console.py run vLLM.
+         f"{ARR}.rollout.name=hf"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -82,8 +85,9 @@ def test_ppo_with_critic_two_mini_batches_and_gradient_checkpointing(tmp_path):
 
 
 def test_lora_with_kl_loss_uses_adapterless_reference(tmp_path):
+    # vLLM: its weight sync merges the adapters into the engine's base weights.
     rows = train(tmp_path, f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8", f"{ARR}.actor.use_kl_loss=true",
-                 f"{ARR}.model.target_modules=[q_proj,v_proj]")
+                 f"{ARR}.model.target_modules=[q_proj,v_proj]", f"{ARR}.rollout.name=vllm")
     assert "actor/kl_loss" in rows[-1] and "timing_s/ref" in rows[-1]
 
 
