@@ -119,8 +119,9 @@ def write_tiny_reward_model(path, seed: int = 0, chat_template: str | None = Non
     return path
 
 
-def leave_group() -> None:
-    """End a spawned gloo rank: meet the other ranks, then exit at once.
+def leave_group(meet: bool = True) -> None:
+    """End a spawned gloo rank: meet the other ranks (unless `meet` is False: a test that broke the
+    group on purpose, where a peer may be gone), then exit at once.
 
     Tearing gloo down (destroy_process_group, or the interpreter's exit) aborted a rank now and then
     on 2 busy cores ("terminate called without an active exception", SIGABRT), failing a test whose
@@ -128,6 +129,10 @@ def leave_group() -> None:
     no C++ destructors: the rank's exit code is 0, which is all mp.spawn reads.
     """
     import os
+    import sys
 
-    torch.distributed.barrier()
+    if meet:
+        torch.distributed.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)

@@ -22,7 +22,7 @@ def _rank(rank: int, world: int, port: int, path: str):
     from logicrl.workers.actor import forward_logprobs
     from logicrl.workers.fsdp import init_distributed, shard_model
     from logicrl.workers.oom import phase_retry
-    from tests.workers.conftest import build_tiny_qwen2
+    from tests.workers.conftest import build_tiny_qwen2, leave_group
     from tests.workers.test_actor_dp import make_batch
 
     torch.set_num_threads(1)
@@ -53,7 +53,9 @@ def _rank(rank: int, world: int, port: int, path: str):
     except RuntimeError as err:  # rank 0: its peer left the all-gather (gloo says so when rank 1 exits)
         record["fsdp"] = (type(err).__name__, time.monotonic() - start)
     torch.save(record, f"{path}.{rank}")
-    # No destroy_process_group: rank 0 waits on a dead peer, the process exits as the driver's kill would.
+    # No barrier and no teardown: the group is broken on purpose (rank 0 waited on a peer that left),
+    # and gloo's destructors in a broken group aborted rank 0 at exit now and then (SIGABRT).
+    leave_group(meet=False)
 
 
 @pytest.fixture(scope="module")
