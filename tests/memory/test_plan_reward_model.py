@@ -30,12 +30,24 @@ def files(tmp_path_factory):
     return [f"data.train_files={data}", f"data.val_files={data}"], write_tiny_reward_model(root / "rm")
 
 
-def planned(files, *overrides):
+def validated(files, *overrides):
+    """The 7B PPO config with the tiny reward model on: (cfg, spec, plan)."""
     data, rm = files
-    cfg, spec, plan = validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}",
-                                        *overrides]))
-    x, cap, _ = plan_for(cfg, spec, plan)
+    return validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}", *overrides]))
+
+
+def planned(files, *overrides):
+    x, cap, _ = plan_for(*validated(files, *overrides))
     return x, plan_inputs(x, cap)
+
+
+def auto_picked(files, *overrides):
+    """What auto_micro_batch picks for that config, and its step plan."""
+    from logicrl.memory.fit import auto_micro_batch
+
+    cfg, spec, plan = validated(files, *overrides)
+    x, cap, _ = plan_for(cfg, spec, plan)
+    return auto_micro_batch(x, cap), plan
 
 
 def test_the_phase_runs_with_its_own_micro_batch_and_shape(files):
@@ -70,13 +82,7 @@ def test_by_tokens_with_use_dynamic_bsz(files):
 
 
 def test_auto_micro_batch_sizes_its_forward_and_the_plan_takes_the_key(files):
-    from logicrl.memory.fit import auto_micro_batch
-
-    data, rm = files
-    cfg, spec, plan = validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}",
-                                        "reward_model.micro_batch_size_per_gpu=1"]))
-    x, cap, _ = plan_for(cfg, spec, plan)
-    picked = auto_micro_batch(x, cap)
+    picked, plan = auto_picked(files, "reward_model.micro_batch_size_per_gpu=1")
     # 8 responses per rank, a 64-wide reward model on 80 GB: all 8 in one forward.
     assert picked["reward_model.micro_batch_size_per_gpu"] == 8
     assert plan.with_micro(picked).micro("reward_model").value == 8
@@ -172,20 +178,13 @@ def test_plan_memory_reads_the_reward_models_shape_from_the_config(files):
     reward model's phase was planned as skipped and its resident shard left out."""
     from logicrl.memory.planner import plan_memory
 
-    data, rm = files
-    cfg, spec, plan = validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}"]))
+    cfg, spec, plan = validated(files)
     memory = plan_memory(plan, cfg, spec, device="cuda", capacity_gb=80)
-    assert memory.inputs.reward_spec == load_model_spec(str(rm)) and not memory.phase("reward_model").skipped
+    assert memory.inputs.reward_spec == load_model_spec(str(files[1])) and not memory.phase("reward_model").skipped
 
 
 def test_packed_auto_micro_batch_gives_it_a_token_budget_under_its_own_key(files):
-    from logicrl.memory.fit import auto_micro_batch
-
-    data, rm = files
-    cfg, spec, plan = validate(compose([*data, *PPO_7B, "reward_model.enable=true", f"reward_model.model.path={rm}",
-                                        "reward_model.model.use_remove_padding=true"]))
-    x, cap, _ = plan_for(cfg, spec, plan)
-    picked = auto_micro_batch(x, cap)
+    picked, plan = auto_picked(files, "reward_model.model.use_remove_padding=true")
     # All 8 of the rank's 1536-token rows fit one packed forward.
     assert picked["reward_model.forward_max_token_len_per_gpu"] == 8 * 1536
     assert "reward_model.micro_batch_size_per_gpu" not in picked
