@@ -22,20 +22,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config.errors import ConfigError
+from logicrl.config.phases import ARR, BUDGETED_PHASES, BY_NAME, PHASES, STEP, WORKER_PHASES, Phase, token_key
 
-ARR = "actor_rollout_ref"
-
-# The phases of one step, in order, in the one spelling used by the step loop (timing_s/<phase>),
-# the workers' memory metrics (perf/memory/<phase>/...), the planner, the dry run and the benchmarks.
-# reward_model comes before reward: the reward step combines its learned score with the rule reward.
-PHASES = ("generate", "reward_model", "reward", "old_log_prob", "ref", "values", "advantages", "update_critic",
-          "update_actor", "update_weights")
-# The phases that run on the workers, i.e. the ones with a memory footprint to plan and measure.
-WORKER_PHASES = ("generate", "reward_model", "old_log_prob", "ref", "values", "update_critic", "update_actor",
-                 "update_weights")
+__all__ = ["ARR", "PHASES", "WORKER_PHASES", "Micro", "Update", "PhasePlan", "StepPlan", "build_plan", "count_steps",
+           "token_key"]
 
 
 @dataclass(frozen=True)
@@ -175,20 +168,6 @@ class StepPlan:
                        critic=replace(self.critic, grad_accumulation=critic) if self.critic else None)
 
 
-# Phases that can split by a token budget (use_dynamic_bsz); generate and values split by rows.
-BUDGETED_PHASES = ("old_log_prob", "ref", "update_actor", "update_critic", "reward_model")
-
-
-def token_key(rows_key: str) -> str:
-    """The token budget key beside a micro-batch key: ppo_micro_batch_size_per_gpu -> ppo_max_token_len_per_gpu,
-    log_prob_micro_batch_size_per_gpu -> log_prob_max_token_len_per_gpu, reward_model.micro_batch_size_per_gpu ->
-    reward_model.forward_max_token_len_per_gpu (a budget key maps to itself)."""
-    if rows_key == "reward_model.micro_batch_size_per_gpu":
-        return "reward_model.forward_max_token_len_per_gpu"
-    return rows_key.replace("ppo_micro_batch_size_per_gpu", "ppo_max_token_len_per_gpu").replace(
-        "log_prob_micro_batch_size_per_gpu", "log_prob_max_token_len_per_gpu")
-
-
 def count_steps(train_rows: int, prompts: int, total_epochs: int, max_steps: int | None) -> tuple[int, int]:
     """(steps per epoch, steps in all). The last incomplete batch of an epoch is dropped, as verl does:
     every step sees the same batch size. trainer.total_training_steps caps the run, it never adds epochs."""
@@ -205,21 +184,18 @@ def uses_ref(cfg: DictConfig) -> bool:
     return bool(cfg[ARR].actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
 
 
-def reward_model_micro(cfg: DictConfig) -> Micro:
-    """How the reward model's scoring forward splits a rank's rows (reward_model.enable=true): rows per
-    forward, or a token budget with reward_model.use_dynamic_bsz."""
-    rm = cfg.reward_model
-    return _micro("reward_model", rm.use_dynamic_bsz, ("micro_batch_size_per_gpu", rm.micro_batch_size_per_gpu),
-                  ("forward_max_token_len_per_gpu", rm.forward_max_token_len_per_gpu))
+def micro_of(cfg: DictConfig, phase: Phase) -> Micro | None:
+    """How `phase` splits a rank's rows under `cfg`: its micro-batch, or its token budget when its
+    use_dynamic_bsz switch is on; None for a phase that does not split."""
+    if phase.rows_key is None:
+        return None
+    by_tokens = phase.dynamic_key is not None and bool(OmegaConf.select(cfg, phase.dynamic_key))
+    key = phase.budget_key if by_tokens else phase.rows_key
+    return Micro(key, int(OmegaConf.select(cfg, key)), by_tokens)
 
 
-def _micro(prefix: str, by_tokens: bool, rows: tuple[str, int], tokens: tuple[str, int]) -> Micro:
-    """A split by rows, or by tokens: each given as (leaf key under `prefix`, its value)."""
-    key, value = tokens if by_tokens else rows
-    return Micro(f"{prefix}.{key}", int(value), by_tokens)
-
-
-def _update(prefix: str, role: DictConfig, prompts: int, n: int, ranks: int) -> Update:
+def _update(cfg: DictConfig, phase: str, prefix: str, prompts: int, n: int, ranks: int) -> Update:
+    role = OmegaConf.select(cfg, prefix)
     mini = role.ppo_mini_batch_size
     if prompts % mini:
         raise ConfigError(f"{prefix}.ppo_mini_batch_size={mini} must divide data.train_batch_size={prompts}")
@@ -229,9 +205,7 @@ def _update(prefix: str, role: DictConfig, prompts: int, n: int, ranks: int) -> 
             f"do not split across trainer.n_gpus={ranks} ranks: make the product a multiple of {ranks}")
     update = Update(mini_prompts=mini, per_rank_mini=mini * n // ranks, ppo_epochs=role.ppo_epochs,
                     num_mini=prompts // mini, grad_accumulation=role.fsdp_config.grad_accumulation,
-                    micro=_micro(prefix, role.use_dynamic_bsz,
-                                 ("ppo_micro_batch_size_per_gpu", role.ppo_micro_batch_size_per_gpu),
-                                 ("ppo_max_token_len_per_gpu", role.ppo_max_token_len_per_gpu)))
+                    micro=micro_of(cfg, BY_NAME[phase]))
     _check_divides(update, prefix)
     return update
 
@@ -246,14 +220,14 @@ def _check_divides(u: Update, prefix: str) -> None:
 
 def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
     """Check the batch arithmetic of a normalised config and plan its steps; raises ConfigError."""
-    arr, algo = cfg[ARR], cfg.algorithm
-    prompts, n, ranks = cfg.data.train_batch_size, arr.rollout.n, cfg.trainer.n_gpus
+    algo = cfg.algorithm
+    prompts, n, ranks = cfg.data.train_batch_size, cfg[ARR].rollout.n, cfg.trainer.n_gpus
     if (prompts * n) % ranks:
         raise ConfigError(
             f"data.train_batch_size={prompts} x {ARR}.rollout.n={n} = {prompts * n} responses do not split "
             f"across trainer.n_gpus={ranks} ranks: make the product a multiple of {ranks}")
-    actor = _update(f"{ARR}.actor", arr.actor, prompts, n, ranks)
-    critic = _update("critic", cfg.critic, prompts, n, ranks) if uses_critic(cfg) else None
+    actor = _update(cfg, "update_actor", f"{ARR}.actor", prompts, n, ranks)
+    critic = _update(cfg, "update_critic", "critic", prompts, n, ranks) if uses_critic(cfg) else None
 
     no_critic = None if critic else f"no critic (algorithm.adv_estimator={algo.adv_estimator})"
     # The old-log-prob pass is skipped when each step makes exactly one optimizer step and no reward
@@ -262,26 +236,13 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
     old_skip = ("on-policy: one optimizer step per step and no KL in the reward, so the sampling policy's "
                 "log-probs are the update's own") if on_policy else None
     ref_skip = None if uses_ref(cfg) else "no KL term (actor.use_kl_loss and algorithm.use_kl_in_reward are off)"
-    rollout, ref = arr.rollout, arr.ref
-    micro = {
-        # Sequences decoded together: hf's micro-batch, vLLM's scheduler cap.
-        "generate": Micro(f"{ARR}.rollout.max_num_seqs", rollout.max_num_seqs),
-        "old_log_prob": _micro(f"{ARR}.rollout", rollout.log_prob_use_dynamic_bsz,
-                               ("log_prob_micro_batch_size_per_gpu", rollout.log_prob_micro_batch_size_per_gpu),
-                               ("log_prob_max_token_len_per_gpu", rollout.log_prob_max_token_len_per_gpu)),
-        "ref": _micro(f"{ARR}.ref", ref.log_prob_use_dynamic_bsz,
-                      ("log_prob_micro_batch_size_per_gpu", ref.log_prob_micro_batch_size_per_gpu),
-                      ("log_prob_max_token_len_per_gpu", ref.log_prob_max_token_len_per_gpu)),
-        # The values forward splits by rows, with the critic's training micro-batch.
-        "values": Micro("critic.ppo_micro_batch_size_per_gpu", cfg.critic.ppo_micro_batch_size_per_gpu),
-        "update_critic": critic.micro if critic else None,
-        "update_actor": actor.micro,
-        "reward_model": reward_model_micro(cfg),
-    }
+    # The trained roles' micro-batches are their Update's (checked to divide the mini-batch).
+    micro = {p.name: micro_of(cfg, p) for p in STEP}
+    micro.update(update_actor=actor.micro, update_critic=critic.micro if critic else None)
     rm_skip = None if cfg.reward_model.enable else "no reward model (reward_model.enable=false): rules score"
     skipped = {"reward_model": rm_skip, "old_log_prob": old_skip, "ref": ref_skip, "values": no_critic,
                "update_critic": no_critic}
-    phases = tuple(PhasePlan(name, skipped.get(name), micro.get(name)) for name in PHASES)
+    phases = tuple(PhasePlan(name, skipped.get(name), micro[name]) for name in PHASES)
     plan = StepPlan(prompts=prompts, n=n, ranks=ranks, train_rows=train_rows, total_epochs=cfg.trainer.total_epochs,
                     max_steps=cfg.trainer.total_training_steps, actor=actor, critic=critic, phases=phases)
     return plan.for_rows(train_rows)

@@ -10,7 +10,7 @@ import json
 
 from omegaconf import DictConfig
 
-from logicrl.config.plan import ARR, StepPlan, Update, reward_model_micro
+from logicrl.config.plan import ARR, StepPlan, Update
 from logicrl.data.files import dataset_rows
 from logicrl.models.spec import ModelSpec
 
@@ -40,7 +40,7 @@ def _reward_line(cfg: DictConfig, plan: StepPlan) -> str:
     rm, combine = cfg.reward_model, cfg.reward.combine
     if not rm.enable:
         return f"{'reward':<10} rules by data_source (no reward model)"
-    micro = reward_model_micro(cfg)
+    micro = plan.micro("reward_model")
     split = (f"packed by token budget ({micro.describe()})" if micro.by_tokens else
              f"{-(-plan.per_rank_responses // micro.value)} forwards of <= {micro.value}")
     sources = f", by data_source {dict(combine.by_data_source)}" if combine.by_data_source else ""
