@@ -33,24 +33,34 @@ class Phase:
         return self.budget_key is not None
 
 
-# In step order; keys written out whole, so a grep for a key finds its phase. reward_model comes before reward: the reward step combines its learned score with the
-# rule reward. values splits by the critic's training micro-batch (verl has no key of its own for it).
+# In step order; keys written out whole, so a grep for a key finds its phase. reward_model comes before
+# reward: the reward step combines its learned score with the rule reward. values splits by the critic's
+# training micro-batch (verl has no key of its own for it).
 STEP = (
     Phase("generate", "engine", rows_key="actor_rollout_ref.rollout.max_num_seqs"),
-    Phase("reward_model", "reward_model", forward_only=True, rows_key="reward_model.micro_batch_size_per_gpu",
-          budget_key="reward_model.forward_max_token_len_per_gpu", dynamic_key="reward_model.use_dynamic_bsz"),
+    Phase("reward_model", "reward_model", forward_only=True,
+          rows_key="reward_model.micro_batch_size_per_gpu",
+          budget_key="reward_model.forward_max_token_len_per_gpu",
+          dynamic_key="reward_model.use_dynamic_bsz"),
     Phase("reward", None),
-    Phase("old_log_prob", "actor", forward_only=True, rows_key="actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    Phase("old_log_prob", "actor", forward_only=True,
+          rows_key="actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
           budget_key="actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
           dynamic_key="actor_rollout_ref.rollout.log_prob_use_dynamic_bsz"),
-    Phase("ref", "ref", forward_only=True, rows_key="actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-          budget_key="actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", dynamic_key="actor_rollout_ref.ref.log_prob_use_dynamic_bsz"),
+    Phase("ref", "ref", forward_only=True,
+          rows_key="actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+          budget_key="actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+          dynamic_key="actor_rollout_ref.ref.log_prob_use_dynamic_bsz"),
     Phase("values", "critic", forward_only=True, rows_key="critic.ppo_micro_batch_size_per_gpu"),
     Phase("advantages", None),
-    Phase("update_critic", "critic", rows_key="critic.ppo_micro_batch_size_per_gpu",
-          budget_key="critic.ppo_max_token_len_per_gpu", dynamic_key="critic.use_dynamic_bsz"),
-    Phase("update_actor", "actor", rows_key="actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
-          budget_key="actor_rollout_ref.actor.ppo_max_token_len_per_gpu", dynamic_key="actor_rollout_ref.actor.use_dynamic_bsz"),
+    Phase("update_critic", "critic",
+          rows_key="critic.ppo_micro_batch_size_per_gpu",
+          budget_key="critic.ppo_max_token_len_per_gpu",
+          dynamic_key="critic.use_dynamic_bsz"),
+    Phase("update_actor", "actor",
+          rows_key="actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+          budget_key="actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+          dynamic_key="actor_rollout_ref.actor.use_dynamic_bsz"),
     # The actor's weights gathered in buckets and loaded into the engine.
     Phase("update_weights", "actor"),
 )
