@@ -1,4 +1,4 @@
-"""Issue 8's three out-of-memory reports, planned from the shape configs in logicrl/memory/shapes/.
+"""The three out-of-memory cases of docs/memory.md, planned from the shape configs in logicrl/memory/shapes/.
 
     .venv/bin/python benchmarks/memory_cases.py > /tmp/cases.md     # the tables of docs/memory.md
 
@@ -83,8 +83,8 @@ CASES = [
          note="logicrl cannot load a 4-bit checkpoint; the planner's what-if stores the frozen base's decoder "
               f"Linears at {NF4_BITS} bits per weight (NF4 with double-quantised scales, as QLoRA and vLLM's "
               "bitsandbytes loader do), embeddings and lm_head in bf16, LoRA adapters and their AdamW states "
-              "in fp32, activations in bf16. The bf16 LoRA run logicrl can do today follows it."),
-    Case("The same LoRA run in bf16 (what logicrl runs today)", "qwen2.5-7b", 2, 40,
+              "in fp32, activations in bf16. The bf16 LoRA run logicrl loads follows it."),
+    Case("The same LoRA run in bf16 (what logicrl loads)", "qwen2.5-7b", 2, 40,
          ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
           "data.max_response_length=2048", "data.train_batch_size=16", f"{ARR}.rollout.n=8",
           f"{ARR}.model.lora_rank=64", f"{ARR}.model.lora_alpha=128", f"{ARR}.actor.ppo_mini_batch_size=8",

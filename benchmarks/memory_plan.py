@@ -1,6 +1,7 @@
 """The memory planner against measurement: predicted vs measured peak per phase, on a grid.
 
-    .venv/bin/python benchmarks/memory_plan.py [--markdown] [--json out.json] [--quick | --ranks N] [--variants ...]
+    .venv/bin/python benchmarks/memory_plan.py [--markdown] [--csv docs/memory_plan.csv] [--json out.json]
+                                                [--quick | --ranks N] [--variants ...]
 
 For each model shape (random weights, written as a local checkpoint) the real HybridWorker is
 built (FSDP2 actor, reference and critic, a reward model of its own shape, RM_SHAPE, the hf engine)
@@ -215,6 +216,7 @@ def measure_shape(rank: int, world: int, port: int, config: dict, step_plan, sha
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--csv", type=Path, help="also write the table here, one row per cell (docs/memory_plan.csv)")
     parser.add_argument("--json", type=Path, help="also write every cell here")
     parser.add_argument("--quick", action="store_true", help="one rank, the smaller shape only")
     parser.add_argument("--ranks", type=int, help="only this many FSDP ranks (default: 1 on every shape, then 2 "
@@ -253,6 +255,8 @@ def main() -> None:
                 for variant in variants(ranks):
                     rows += measure(name, ranks, variant, model_dir, data, device_kind, capacity_gb)
     report(rows, args.markdown, time.perf_counter() - start, device_kind)
+    if args.csv:
+        write_csv(rows, args.csv)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
@@ -299,6 +303,24 @@ class _List(list):
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:+.1f}%"
+
+
+CSV_COLUMNS = ["model", "ranks", "variant", "P+R", "micro", "phase", "predicted MiB", "measured MiB", "error %",
+               "start MiB", "rise error %"]
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    """The table as docs/memory.md links it: the columns of --markdown, numbers without units."""
+    import csv
+
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(CSV_COLUMNS)
+        for r in rows:
+            rise = "" if r["rise_error"] is None else f"{100 * r['rise_error']:+.1f}"
+            out.writerow([r["shape"], r["ranks"], r["variant"], r["width"], r["micro"], r["phase"],
+                          f"{r['predicted'] / MIB:.1f}", f"{r['measured'] / MIB:.1f}", f"{100 * r['error']:+.1f}",
+                          f"{r['start'] / MIB:.1f}", rise])
 
 
 def report(rows: list[dict], markdown: bool, seconds: float, device: str) -> None:
