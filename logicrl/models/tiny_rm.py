@@ -3,37 +3,14 @@
     directory = tiny_rm_checkpoint_dir()          # built once under cache_root(), then cached
     # reward_model.model.path=embedded:tiny_rm resolves to it (models/loading.py checkpoint_dir)
 
-It scores the embedded default's task (data/role_task.py: the prompt opens "<Name> is a", the response
-names the role) as the rule reward (reward/role.py) does, so PPO with a learned reward can be run and
-tested on CPU with nothing downloaded. How it is built, on the tiny actor's tokenizer:
-
-- Architecture: TINY_RM_CONFIG (models/tiny.py), a Qwen2ForSequenceClassification with one label,
-  hidden 64, 3 layers, 4 heads of 64 (0.35M parameters); random weights from SEED. The tokenizer files
-  are the tiny actor's, so the reward worker finds the same tokenizer and scores the actor's tokens as
-  they are.
-- Data: the task's own prompts (role_task.generate with `make data`'s arguments, so its splits are
-  data/kk_role/{train,test}.parquet), rendered as the dataset renders them (data/prompts.py), each with
-  RESPONSES_PER_PROMPT responses of 1 to 4 tokens as the actor writes them (data.max_response_length
-  is 4 in the embedded default): the stated role, the other role, or another first word ("knights",
-  a word of the task, a random token), each followed by random tokens and sometimes the eos.
-- Label: the rule reward's score of the decoded response, +1 right role, 0 the other role, -1 no
-  role (reward/role.py; its first-word parse is data/role_task.answer_word, shared; a test checks
-  every label against reward/role.py), less 0.5 so that the sign says right or not: +0.5, -0.5, -1.5.
-  Mean-squared error at every response token against the rule score of the response cut there (the
-  last token's is the reward worker's), AdamW, STEPS steps of BATCH rows, cosine schedule.
-
-Measured on 2 CPU cores: built in 83 s when they are idle, 502 s when shared with another job (load
-about 4), nearly all of it the 1000 training steps (600 steps left it at 88% agreement, and 1000 steps of
-32 rows at 84%: it learns in a jump). The build is deterministic: a rebuild in a fresh cache wrote the
-same weights, byte for byte. On the test split's 200
-prompts, never trained on, the sign of its score agrees with the rule reward's right / not right on
-96.9% of 1,600 responses drawn as in training (written to the checkpoint's tiny_rm_build.json) and
-97.3% of another 1,600 (tests/models/test_tiny_rm.py): 100% on the other role, 99% on other first
-words and random tokens, 90.5% on the right role followed by up to 3 random tokens; 100% of the 400
-bare answers (" knight" or " knave", then the eos). On what PPO first feeds it, the pre-trained tiny
-actor's own samples to those prompts (4 tokens, temperatures 1.0 and 0.7): 97.8% of 1,600 (100% of
-wrong roles, 95.7% of right ones; mean score +0.07 right, -0.70 wrong), 96.5% of 800 at temperature 1
-in the slow test.
+It scores the embedded default's task (data/role_task.py) as reward/role.py does, so PPO with a learned
+reward runs and is tested on CPU with nothing downloaded. A one-label Qwen2ForSequenceClassification
+(TINY_RM_CONFIG, models/tiny.py) on the tiny actor's tokenizer, so it reads the actor's tokens as they are.
+Trained on the task's own prompts, each with RESPONSES_PER_PROMPT responses of 1 to 4 tokens drawn as
+the actor writes them (the stated role, the other role, or another first word, then random tokens and
+sometimes the eos), against the rule score less 0.5 (+0.5, -0.5, -1.5: the sign says right or not)
+at every response token. The build is deterministic; its agreement with the rule reward on the test
+split is written to tiny_rm_build.json. Build time and measured agreement: docs/testing.md.
 """
 
 from __future__ import annotations

@@ -4,52 +4,14 @@ or, where the ranks cannot agree on that safely, end the run at once with the ha
     size = MicroSize("update_actor", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 16)
     stats = retry_on_oom(size, attempt, device, reset=optimizer.zero_grad, collectives=True)
 
-The worker's phase wrapper (workers/hybrid.py `run`) builds each phase's MicroSize from the step
-plan and hands the phase this retry (`phase_retry`), saying whether the phase's attempts run FSDP2
-collectives.
-
-An attempt is all-or-nothing: the gradients of a failed attempt are dropped (`reset`) before the
-retry, and the loss normaliser is fixed per mini-batch (algos/aggregation.py), so the retried
-phase gives the same loss and gradient as an uninterrupted one, with nothing counted twice. The
-halved value stays for the rest of the run (it is the rank's new setting) and is logged once.
-
-Where a retry is safe. Ranks agree on a retry with one all-reduce after each attempt; a rank
-that sees an OOM and one that does not must both reach it with the same collectives behind them.
-A real OOM is asymmetric (the rank with the longest responses hits it) and, in a phase of an
-FSDP2 model, strikes in the middle of a forward or backward: the rank that fails would call the
-agreement while the others wait in the next layer's all-gather or the backward's reduce-scatter.
-NCCL and gloo pair collectives by their order on the communicator, not by their kind, so the
-all-reduce meets an all-gather: a hang until the process group's timeout, or corrupt data. So:
-
-- One rank, or an attempt without collectives (the hf engine's generate: each rank decodes with
-  its own full copy, so the agreement is every rank's first collective): retry in place.
-- A phase of an FSDP2 model on several ranks (`collectives=True`): an OOM raised inside the attempt
-  ends the run. The rank halves its value and raises RankOutOfMemory at once, touching no
-  collective. The driver's wait (controller/worker_group.py `_gather`) ends at the first rank that
-  fails; the trainer writes the halved value beside the checkpoints (trainer/micro_sizes.py) and
-  kills the worker group, with the ranks still waiting in FSDP2's collective; main_ppo exits 4 with
-  one line naming the rank, its node and the phase. Re-running the same command resumes from the
-  last complete checkpoint with the halved value (every rank takes it from the plan, so their
-  micro-batch counts agree). An OOM there at the smallest value is OutOfMemoryAtMinimum (exit 3).
-- Backstop for a hang that no rank reports: the process group times out after
-  trainer.collective_timeout_s (10 minutes by default, not torch's 30).
-
-Why not retry in place on several ranks: the failing rank left FSDP2 mid-flight (layers still
-unsharded, an all-gather result pending, hooks not run) and the others are blocked inside a
-collective that only aborting the communicator cancels; going on would mean rebuilding the process
-group and resharding every model on every rank, which is what a restart from the checkpoint does,
-at the cost of the steps since the last save (`trainer.save_freq`). Agreeing on the split before
-each micro-batch, from each rank's predicted need against its free memory, would avoid the OOMs
-that can be predicted, not those of a fragmented allocator; it is left for later.
-
-A test's `oom@phase:step` (logicrl/faults.py) fires on every rank at the end of a successful
-attempt, after its collectives: the symmetric case the agreement retries in place, even in an
-FSDP2 phase. `oom@phase:step@rankN` fires on one rank inside the first decoder layer's forward:
-the real case, which ends the run.
-
-CUDA OOMs arrive as torch.OutOfMemoryError from the caching allocator, but as a plain RuntimeError
-from what allocates on its own: cuBLAS's workspace (CUBLAS_STATUS_ALLOC_FAILED), NCCL's buffers,
-vLLM's CuMem pool ("CUDA error: out of memory"). `is_oom` takes both.
+An attempt is all-or-nothing: a failed attempt's gradients are dropped (`reset`) and the loss
+normaliser is fixed per mini-batch, so the retry gives the result an uninterrupted phase would.
+Ranks agree on a retry with one all-reduce after each attempt, which is safe only where the attempt
+ran no collective (one rank; the hf engine's generate). In a phase of an FSDP2 model on several
+ranks the failing rank's all-reduce would meet the others' all-gather (collectives pair by order,
+not kind): a hang or corrupt data. So it raises RankOutOfMemory at once, touching no collective, and
+the run ends with the halved value saved for the re-run (exit 4). docs/faults.md explains the rest.
+`is_oom` also takes the plain RuntimeError that cuBLAS, NCCL and vLLM's memory pool raise.
 """
 
 from __future__ import annotations

@@ -1,73 +1,18 @@
 """Rollout with vLLM, created once per rank, in this process, beside the actor (the hybrid engine).
 
-In-process: vLLM's engine core normally runs in a child process (and on CPU always uses the
-multiprocessing executor). VLLM_ENABLE_V1_MULTIPROCESSING=0 with distributed_executor_backend="uni"
-keeps the engine core, the executor and the one worker in this process, so weight sync hands
-tensors over by reference and no second copy of the weights crosses a process boundary. With
-rollout.tensor_model_parallel_size > 1 the executor is "external_launcher" instead: the same
-in-process worker, its TP group cut from the trainer's ranks (vllm_tp.py).
+In-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, executor "uni"; "external_launcher" under tensor
+parallelism, vllm_tp.py), so weight sync hands tensors over by reference. Where vLLM does not do
+what base.py needs on its own (docs/engines.md says why, for each):
 
-Five places where vLLM does not do what base.py needs on its own, and what this file does:
-
-1. Log-probs. base.py wants log_softmax(logits / T) before top-k/top-p filtering; vLLM's
-   `processed_logprobs` mode renormalises over the kept tokens once a filter is on. The engine runs
-   in that mode and vllm_logprobs.py patches the sampler in the worker (V1 on CPU, V2 or V1 on
-   CUDA) so that it reports the unfiltered value. Greedy requests (temperature 0) take vLLM's
-   greedy path, whose processed log-probs are log_softmax(raw logits), i.e. T = 1 as base.py says;
-   greedy at another logprob temperature is sent as top_k=1 at that temperature, so the report
-   stays tempered. Log-probs come back flat (SamplingParams.flat_logprobs): one list of floats per
-   response, read into a tensor at once, not one dict per token.
-
-2. Weight sync. On CPU vLLM packs every linear weight into a oneDNN handle after loading and
-   replaces the parameter by an empty tensor, so copying into `named_parameters()` changes
-   nothing. The supported way is the worker's `reload_weights` (layer-wise in-place reload: each
-   layer is re-materialised, loaded and re-packed as soon as all of its tensors have arrived).
-   A tied lm_head is not re-packed by it (its weight arrives under the embedding's name and the
-   reload reports "ParallelLMHead: Failed to load weights"), so the vocabulary layers are re-packed
-   here afterwards. The prefix cache is then reset: cached KV blocks were computed with the old
-   weights and would otherwise be reused for any repeated prompt prefix.
-
-3. Seeds and chunked prefill on CPU. A prompt longer than what is left of a step's token budget
-   is prefilled over several steps (chunked prefill); the token sampled at the end of a partial
-   step is discarded, and vLLM then rewinds the request's generator with `set_offset`, which a
-   CPU generator does not have ("RuntimeError: CPU Generator does not use offset"): any seeded
-   batch of more prompt tokens than max_num_batched_tokens crashed. On CPU chunked prefill is off
-   (each prompt is prefilled in one step, so the budget is raised to max_model_len if below).
-   The cost: running decodes wait while a long prompt is prefilled, which matters for serving
-   latency, not for the throughput of a rollout batch. On CUDA the rewind works; chunking stays on.
-
-4. Sleep. vLLM's sleep mode needs CUDA's memory pool; the CPU worker logs "sleep mode is not
-   supported on CPU" and does nothing. On CPU sleep() therefore only drops the prefix cache: the KV
-   cache (VLLM_CPU_KVCACHE_SPACE / kv_cache_gb) and the engine's weight copy stay allocated while
-   the actor trains. The cost, per rank, for the whole run: the engine's weights (parameters x
-   dtype size, 4 bytes each in fp32) plus its KV cache (on CPU by default what max_num_seqs
-   full-length sequences need, at least MIN_KV_CACHE_GB, engines.py) stay resident beside the
-   trainer's weights, gradients and optimizer state; in exchange there is no offload or wake-up
-   time. On CUDA the engine sleeps at level 2: the KV cache AND the weights are discarded, not
-   copied to pinned host memory (level 1 would copy the whole model device->host at every sleep
-   and the stale copy back before every sync, only for the sync to overwrite it; verl and TRL's
-   colocate mode use level 2 too). That is safe because every sync streams every parameter. A step
-   that skips the sync (trainer.critic_warmup) would then generate from garbage, so the engine
-   keeps `weights_valid`: cleared at a level-2 sleep, set by sync_weights, and generate() refuses
-   while it is False (hybrid.py re-syncs first). None of the CUDA path runs on this project's CPU
-   CI; tests/workers/test_rollout_vllm_sleep.py checks the flag logic with vLLM's calls faked.
-
-5. CUDA graphs. enforce_eager=None (the default) is eager on CPU and CUDA graphs plus
-   torch.compile on CUDA: decoding a small model without graphs is bound by kernel launches. The
-   graphs are captured once at start-up (about a minute), live in sleep mode's "cudagraph" pool
-   and come out of gpu_memory_utilization (vLLM profiles them). True or False forces either.
-
-LoRA. The engine never sees an adapter: weight_sync.iter_engine_weights sends each adapted Linear
-merged (W + scale * B @ A) in place of its base weight, so the engine runs the same plain model
-as without LoRA, and no second full copy is made (the merged tensor replaces the gathered base
-tensor in its bucket). Chosen over vLLM's LoRA support because (a) vLLM 0.32 takes an adapter as
-a LoRARequest naming a directory, so every sync would write the adapter to disk and register a new
-adapter id; (b) the engine would have to be built with enable_lora and a max_lora_rank matching
-the actor, and would then run the extra LoRA matmuls at every decode step of every rollout, the
-phase that dominates a step; (c) the log-prob agreement proven for full fine-tuning then covers
-LoRA unchanged (tests/workers/test_hybrid_worker.py checks it after an update). The price: each
-sync moves full weights, as a full fine-tune does (gather, one B @ A per adapted Linear, the
-reload), where vLLM's LoRA would move only the adapter's r * (in + out) values per Linear.
+1. Log-probs before top-k/top-p filtering: processed_logprobs mode, patched by vllm_logprobs.py;
+   greedy at a log-prob temperature is sent as top_k=1 at it. Returned flat, one list per response.
+2. Weight sync on CPU: the worker's layer-wise reload_weights, then the tied lm_head re-packed and
+   the prefix cache reset (its blocks were computed with the old weights).
+3. Chunked prefill off on CPU: vLLM rewinds a seeded generator with set_offset, which CPU's lacks.
+4. Sleep at level 2 on CUDA (weights and KV cache discarded, every sync reloads every parameter);
+   `weights_valid` makes generate() wait for the next sync. On CPU sleep only drops the prefix cache.
+5. enforce_eager=None: eager on CPU, CUDA graphs on CUDA.
+LoRA: each adapted Linear arrives merged (weight_sync.py); the engine never sees an adapter.
 """
 
 from __future__ import annotations
