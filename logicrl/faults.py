@@ -1,29 +1,17 @@
 """Deterministic fault injection, for the tests that prove crash-safety and OOM recovery.
 
     LOGICRL_INJECT_FAULT="sigkill@update_actor:3"      the controller SIGKILLs itself in step 3's update_actor
-    LOGICRL_INJECT_FAULT="sigkill@save:4,oom@generate:2"    several, comma-separated
-    LOGICRL_INJECT_FAULT="sigkill@update_actor:2#2"    only in curriculum stage 2 (1-based)
-    LOGICRL_INJECT_FAULT="oom@update_actor:2@rank1"    only on rank 1
+    LOGICRL_INJECT_FAULT="oom@update_actor:2@rank1"    only on rank 1 (several faults: comma-separated)
 
-A fault is `kind@point:step[#stage][@rankN]`. Points are the step's phase names (config/plan.PHASES)
-plus `save` (after the ranks wrote a checkpoint, before it is committed). Kinds:
-- `sigkill`: the controller dies like a killed job: no cleanup, no atexit (no rank: it is the controller).
-- `oom`: a worker's phase raises torch.OutOfMemoryError, what a CUDA OOM raises. On every rank it
-  fires at the end of the phase's first attempt in that step, after the attempt's collectives: the
-  symmetric case, which the ranks' agreement retries, so the retry must drop everything the
-  attempt accumulated. With `@rankN` it fires on that rank only: in a phase of a sharded model
-  inside the forward of its first decoder layer, while the other ranks go on into FSDP2's next
-  collective (the asymmetric case a real OOM is, which ends the run: logicrl/workers/oom.py);
-  in the hf engine's generate at the end of that rank's attempt (which the ranks retry).
-- `raise`: a worker's phase raises a RuntimeError, as a bug would.
-- `die`: a worker process exits at once, as one killed by the kernel's OOM killer does.
-- `stall`: a worker's phase sleeps STALL_S before it starts, as a long step does: a signal test
-  then knows the step is still in flight when its second signal arrives, on any machine's speed.
+A fault is `kind@point:step[#stage][@rankN]`; points are the phase names (config/plan.PHASES) plus
+`save` (the ranks wrote, nothing committed). Kinds: sigkill (the controller, no cleanup), oom (on every
+rank at the end of the first attempt, after its collectives: the case the ranks retry; with @rankN
+inside the first decoder layer's forward: the real case, which ends the run), raise, die (the worker
+process exits), stall (sleeps STALL_S, so a signal test knows the step is in flight). docs/faults.md.
 
 The entry point reads the variable once (`Faults.from_env`) and passes the object down: the
-controller's phase runner and the workers' phase wrapper are the only places that fire it.
-A real SIGKILL at a random time is what users see; a fixed point makes the test reproducible
-and lets it hit the narrow windows (mid-save) on purpose.
+controller's phase runner and the workers' phase wrapper are the only places that fire it. A fixed
+point makes a test reproducible and lets it hit the narrow windows (mid-save) on purpose.
 """
 
 from __future__ import annotations

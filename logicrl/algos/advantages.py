@@ -1,21 +1,17 @@
 """Advantage estimators, chosen by `algorithm.adv_estimator` from ADV_ESTIMATORS.
 
-Every estimator returns `(advantages, returns)`, both [B, T] with B = responses (prompts x
-rollout.n) and T = response tokens; both are 0 at masked positions. They run once per step on the
-controller, under no_grad, on the whole batch: whitening and group statistics need all of it.
+Every estimator returns `(advantages, returns)`, both [B, T] with B = responses (prompts x rollout.n)
+and T = response tokens, 0 at masked positions. They run once per step on the controller, under
+no_grad, on the whole batch: whitening and group statistics need all of it.
 
-Groups. `index` is a LongTensor [B]: the id of the prompt each response answers (any integers;
-only equality matters, never position or order). A LongTensor rather than a list of uuid strings so
-that group statistics are a few vectorised scatter ops; `uids_to_index` turns verl-style uid
-strings (or any hashables) into one.
+Groups: `index` is a LongTensor [B], the id of the prompt each response answers (only equality
+matters), so group statistics are a few vectorised scatter ops; `uids_to_index` turns verl-style uid
+strings into one. Sequence-level estimators (grpo, rloo, reinforce_plus_plus_baseline) score a
+response by the sum of its token-level rewards, so a KL penalty folded into the rewards counts too.
 
-Sequence-level estimators (grpo, rloo, reinforce_plus_plus_baseline) score a response by the sum of
-its token-level rewards, so a KL penalty folded into the rewards (use_kl_in_reward) counts too.
-
-A response with no comparison (a group of one, or a group whose scores are all equal) gets exactly
-0 advantage, never nan. verl instead gives a group of one its raw score (mean 0, std 1): we depart
-because a lone response carries no relative signal, and an unbaselined score is REINFORCE, which
-exists here under its own name.
+A response with no comparison (a group of one, or all scores equal) gets exactly 0 advantage, never
+nan. verl gives a group of one its raw score (mean 0, std 1); we depart because a lone response carries
+no relative signal, and an unbaselined score is REINFORCE, which exists here under its own name.
 """
 
 from __future__ import annotations

@@ -1,43 +1,17 @@
 """Loss aggregation, chosen by `actor_rollout_ref.actor.loss_agg_mode` from AGG_MODES.
 
-Every mode is a weighted sum of token losses over a normaliser N:
+Every mode is a weighted sum of token losses over a normaliser N, loss = sum_i w_i sum_t m_it L_it / N:
+token-mean (w 1, N valid tokens), seq-mean-token-sum (1, sequences), seq-mean-token-mean (1/|y_i|,
+sequences), seq-mean-token-sum-norm (1/max_response_length, sequences); docs/configuration.md.
 
-    loss = sum_i w_i * sum_t m_it * L_it / N
+N belongs to the whole mini-batch: `loss_normalizer` computes it once, before splitting (summed over
+ranks), and every micro-batch divides by it, times dp_size to undo FSDP's gradient averaging. The
+micro-batch losses then sum to the mini-batch loss exactly, so the accumulated gradient is the
+full-batch gradient however unequal the micro-batches; dividing by each micro-batch's own count, as
+older verl does, weights small micro-batches' tokens more. Rows with no valid token count for nothing.
 
-    mode                      w_i                       N counts
-    token-mean                1                         valid tokens         (DAPO's token-level loss)
-    seq-mean-token-sum        1                         sequences
-    seq-mean-token-mean       1 / |y_i|                 sequences            (the GRPO paper's form)
-    seq-mean-token-sum-norm   1 / max_response_length   sequences            (Dr. GRPO's constant)
-
-w_i depends only on sequence i, and a micro-batch never splits a sequence, so each micro-batch can
-compute its own numerator. N is a property of the whole mini-batch (one optimizer step).
-
-Carrying the normaliser (the contract with the actor/critic workers):
-
-    N = loss_normalizer(mini_batch_mask, mode)            # once per mini-batch, before splitting;
-                                                          # with data parallel, all-reduce-summed
-    for micro in micro_batches:                           # any sizes, any padding lengths
-        loss = agg_loss(micro.token_loss, micro.mask, mode, normalizer=N,
-                        max_response_length=data.max_response_length) * dp_size
-        loss.backward()                                   # no division by the number of micro-batches
-    optimizer.step()
-
-The micro-batch losses then sum to the mini-batch loss exactly, so the accumulated gradient is the
-full-batch gradient for every mode, however unequal the micro-batches (dynamic batch size, padding
-removal). Dividing each micro-batch by its own count and then by the number of micro-batches, as
-verl used to, weights the tokens of small micro-batches more. `* dp_size` undoes FSDP/DDP's
-gradient averaging across ranks, which would otherwise divide the global sum a second time.
-Each mini-batch (and each ppo epoch over it) is its own optimizer step, so N is recomputed per
-mini-batch; nothing carries over between mini-batches.
-
-Sequences are counted only if they have a valid token, so all-padding rows (added to even out
-shapes) change nothing.
-
-seq-mean-token-sum-norm departs from verl, which divides sum_i sum_t by max_response_length alone
-(no 1/#sequences, so its scale grows with the batch). We follow Dr. GRPO (Liu et al. 2025,
-arXiv:2503.20783; their code takes the sequence mean), and the constant must be passed in: a
-micro-batch's padded width is not a constant once padding is trimmed per micro-batch.
+seq-mean-token-sum-norm follows Dr. GRPO (Liu et al. 2025, arXiv:2503.20783: the sequence mean), not
+verl (no 1/#sequences); the constant is passed in, since a trimmed micro-batch's width is not constant.
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
 """KL estimators and the two ways KL to the reference policy enters training.
 
-Estimators (KL_ESTIMATORS, chosen by `actor_rollout_ref.actor.kl_loss_type` and
-`algorithm.kl_penalty`) estimate KL(pi || pi_ref) per token from samples of pi, following
-Schulman, "Approximating KL Divergence" (2020, http://joschu.net/blog/kl-approx.html), with
-d = log pi - log pi_ref:
+Estimators (KL_ESTIMATORS, chosen by `actor_rollout_ref.actor.kl_loss_type` and `algorithm.kl_penalty`)
+estimate KL(pi || pi_ref) per token from samples of pi, following Schulman, "Approximating KL
+Divergence" (2020, http://joschu.net/blog/kl-approx.html), with d = log pi - log pi_ref:
 
     kl, k1          k1 = d                       unbiased, high variance, can be negative
     abs             |d|
     mse, k2         k2 = d^2 / 2                 biased, low variance
     low_var_kl, k3  k3 = exp(-d) - 1 + d         unbiased, >= 0, low variance; clamped like verl
 
-Each estimator answers to both of verl's names (the older `kl`/`mse`/`low_var_kl` and the newer
-`k1`/`k2`/`k3`), so scripts written for either verl run unchanged.
-
-As a loss term (actor.use_kl_loss): add `kl_loss_coef * kl_penalty(...)` to the token losses
-(GRPO's choice). As a reward penalty (algorithm.use_kl_in_reward): `apply_kl_penalty` subtracts
-beta * KL from the token-level scores before the advantage, with beta from a KL controller
-(KL_CONTROLLERS, by `algorithm.kl_ctrl.type`).
+Each answers to both of verl's names (older `kl`/`mse`/`low_var_kl`, newer `k1`/`k2`/`k3`). As a loss
+term (actor.use_kl_loss, GRPO's choice): `kl_loss_coef * kl_penalty(...)` added to the token losses. As a
+reward penalty (algorithm.use_kl_in_reward): `apply_kl_penalty` subtracts beta * KL from the token-level
+scores before the advantage, beta from a KL controller (KL_CONTROLLERS, by `algorithm.kl_ctrl.type`).
 """
 
 from __future__ import annotations

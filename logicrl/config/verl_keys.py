@@ -1,24 +1,18 @@
 """Keys of current verl's config that logicrl's schema lacks: each mapped, ignored or refused, in one line.
 
-Run scripts written for today's verl set keys that tune verl's own machinery (fused kernels, FSDP
-wrap policies, vLLM's scheduler, shared-memory loading, profilers). logicrl takes such a script
-with only the entry point and paths changed, so every such key found in verl's example scripts
-has one rule here:
+A verl run script sets keys that tune verl's own machinery (fused kernels, FSDP wrap policies, vLLM's
+scheduler, shared-memory loading, profilers). logicrl takes such a script with only the entry point and
+paths changed, so every such key found in verl's example scripts has one rule here:
 
-  rename   the same meaning under a logicrl key (`data.filter_overlong_prompts=True` is
-           `data.truncation=filter`); a warning says what it became
+  rename   the same meaning under a logicrl key; a warning says what it became
   ignore   changes how verl computes, not what: dropped with a warning naming it
   refuse   would change results and logicrl cannot do it: a ConfigError naming what to use
   (some keys are ignored at verl's default value and refused at any other)
 
-A key under a subtree rule (`global_profiler`) is handled with its subtree. A verl key missing
-from the table is an unknown-key error, as any typo is.
-
-Where they are taken out: Hydra composes in struct mode and rejects a key its config lacks, so
-cli.check_overrides rewrites `key=value` for these keys as `++key=value`; the key then reaches the
-composed config, and `take_verl_keys` (the first step of validate) removes it before the schema
-merge. A recipe YAML or a curriculum stage may carry them the same way. The schema and conf/ keep
-none of these keys: they would be keys that do nothing.
+A key under a subtree rule (`global_profiler`) goes with its subtree; a verl key missing here is an
+unknown-key error. Hydra's struct mode rejects keys its config lacks, so cli.check_overrides rewrites
+these as `++key=value` and `take_verl_keys` (validate's first step) removes them before the schema
+merge; conf/ and the schema keep none of them (they would be keys that do nothing).
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """A row's prompt as the text the model is given, and whether the tokenizer should add its specials.
 
 Three ways, picked per row:
+- chat template: a chat list and a tokenizer with a template. A final assistant message (the K&K
+  templates open `<think>` there) is continued, not closed; otherwise a generation prompt is added.
+- raw: a plain string, or `extra_info.template == "base"` (Logic-RL's base-model prompt, a one-message
+  list already ending in "Assistant: <think>"): the text as it is, a list's contents joined by
+  newlines. A chat template would wrap it in a second, conflicting turn structure.
+- plain: a chat list and a tokenizer without a template: "Role: content" lines, and a final
+  "Assistant:" line when the list does not end with the assistant (the space after the colon left
+  to the model, as Logic-RL's base prompt leaves it in front of `<think>`).
 
-- chat template: the prompt is a chat list and the tokenizer has a template. A final
-  assistant message (the K&K templates open `<think>` there) is continued, not closed:
-  `continue_final_message=True`, no generation prompt; otherwise a generation prompt is added.
-- raw: the prompt is a plain string, or the row says `extra_info.template == "base"` (Logic-RL's
-  base-model prompt, stored as a one-message list whose content already ends in
-  "Assistant: <think>"). The text is used as it is; a list's contents are joined by newlines.
-  A chat template would wrap it in a second, conflicting turn structure.
-- plain: a chat list and a tokenizer without a template. Each message becomes "Role: content"
-  on its own line ("System: ...\\nUser: ...\\nAssistant: ..."), and a list that does not end with
-  the assistant gets a final "Assistant:" line to generate after; the space after the colon is
-  left to the model, as Logic-RL's base prompt leaves it in front of `<think>`.
-
-A chat template writes the model's special tokens itself, so its text is tokenized without
-adding any (as verl does; a BOS would otherwise come twice); raw and plain text get the
-tokenizer's usual specials (a BOS for Llama-like tokenizers, nothing for Qwen's).
+A chat template writes the model's special tokens itself, so its text is tokenized without adding any
+(as verl does; a BOS would otherwise come twice); raw and plain text get the tokenizer's usual specials.
 """
 
 from __future__ import annotations

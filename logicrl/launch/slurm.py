@@ -1,24 +1,16 @@
 """A private Ray cluster per SLURM job, and the driver's command line: the logic of slurm/train.sbatch.
 
-The batch script stays a thin shell (signals, background steps, exit codes) and calls these steps:
-
     python -m logicrl.launch.slurm prepare             # batch step: the job's shared dir, token, shape
     srun ... python -m logicrl.launch.slurm node DIR   # one task per node: this node's `ray start --block`
     python -m logicrl.launch.slurm driver DIR -- ARGS  # batch step: wait for every node, print main_ppo's argv
     srun ... python -m logicrl.launch.slurm clean      # one task per node: remove what a killed node left
 
-Per job, nothing is shared with another job on the same nodes: free ports (never 6379), a Ray
-temp dir per job and node, and a token of its own (RAY_AUTH_MODE=token; Ray >= 2.59 otherwise
-auto-enables auth on the head only, and workers and drivers then fail to join). Node IPs come from
-SLURM's NodeAddr, resolved to IPv4: a node's hostname may resolve to 127.0.1.1, and `hostname -I`
-may list a docker bridge first. Ray is stopped by process (the `ray start --block` this step
-started, then any of its descendants left), never with `ray stop`, which stops every Ray of the
-user on the node, other jobs' included.
-
-The shape comes from SLURM, never from the submit shell: nodes from SLURM_NNODES, ranks per node
-from SLURM_GPUS_ON_NODE (set under both --gpus-per-node and --gres, where SLURM_GPUS_PER_NODE is
-empty), and on nodes without GPUs one CPU rank per task: --ntasks-per-node=K (default 1), with the
-node's CPUs shared among them. Each node's Ray offers all the CPUs the job holds there.
+Nothing is shared with another job on the same nodes: free ports (never 6379), a Ray temp dir per job
+and node, a token of its own (otherwise Ray >= 2.59 enables auth on the head only, and nodes fail to
+join). Node IPs are SLURM's NodeAddr resolved to IPv4 (a hostname may resolve to 127.0.1.1). Ray is
+stopped by process, never with `ray stop`, which stops every Ray of the user on the node. The shape
+comes from SLURM, never the submit shell: SLURM_NNODES, SLURM_GPUS_ON_NODE (set under --gres too,
+unlike SLURM_GPUS_PER_NODE), or without GPUs --ntasks-per-node CPU ranks. docs/clusters.md.
 """
 
 from __future__ import annotations

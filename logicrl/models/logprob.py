@@ -1,24 +1,17 @@
 """Log-probs and entropy of given tokens, from final hidden states, in chunks of tokens.
 
-DESIGN.md memory rule 2: full-vocab fp32 logits are never materialised for a whole micro-batch.
-A micro-batch of 8 responses x 4096 tokens with Qwen2.5's 152k vocabulary is 20 GB of fp32
-logits, and autograd would keep that (and its softmax) alive until backward. Here the lm_head
-projection, log-softmax and entropy run `chunk_tokens` rows at a time; backward recomputes each
-chunk's logits instead of saving them, so forward and backward both peak at a few
-[chunk_tokens, V] fp32 buffers whatever the micro-batch size.
+DESIGN.md memory rule 2: full-vocab fp32 logits are never materialised for a whole micro-batch (8 x
+4096 tokens of Qwen2.5's 152k vocabulary is 20 GB, which autograd would keep until backward). The
+lm_head projection, log-softmax and entropy run `chunk_tokens` rows at a time, and the backward is
+derived by hand (a custom autograd.Function, not checkpointing per chunk): the gradients w.r.t. the
+logits have closed forms, so each chunk needs two [chunk, V] buffers, whatever order autograd takes.
 
-The backward is derived by hand (a custom autograd.Function) rather than with
-torch.utils.checkpoint per chunk: the gradient of a log-prob and of an entropy w.r.t. the
-logits have closed forms, so each chunk needs two [chunk, V] buffers instead of the whole
-log_softmax/gather/softmax graph, and the peak does not depend on the order in which the
-autograd engine happens to visit the chunks.
-
-Definitions (these are what the rollout engines must reproduce, see workers/rollout/base.py):
+Definitions (what the rollout engines must reproduce, workers/rollout/base.py):
     z        = float32(hidden @ W^T + b) / temperature        # [N, V], one chunk at a time
     logprob  = z[target] - logsumexp(z)
     entropy  = logsumexp(z) - sum(softmax(z) * z)  = -sum(p * log p)
 The matmul runs in the weight's dtype and its output is upcast, as HF's lm_head followed by
-`.float()` and as vLLM's sampler do; in fp32 (the tests, CPU runs) this is exactly fp32 logits.
+`.float()` and vLLM's sampler do; in fp32 (the tests, CPU runs) these are exactly fp32 logits.
 """
 
 from __future__ import annotations

@@ -4,18 +4,13 @@
     out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None)
     per_response = packed.unpack(out_at_scoring_positions)          # [B, R], 0 where padded
 
-The trainer's rows are a left-padded prompt then a right-padded response, so each row's real
-tokens are one contiguous run with positions 0..n-1 (workers/hybrid.py _generate). Packing
-concatenates those runs into [1, L] (L = real tokens in the micro-batch) and keeps their
-positions, which restart at 0 for every sequence. With no attention mask, transformers reads
-the restarts as sequence boundaries: flash-attention-2 runs varlen over cu_seqlens taken from
-the position ids (modeling_flash_attention_utils._is_packed_sequence), and sdpa / eager / flex
-get a block-diagonal causal mask (masking_utils.find_packed_sequence_indices). No kernel here.
-
-What it saves: the padded tokens' compute in every Linear and MLP, and the [B, T, T] padding
-mask. What sdpa costs instead: its mask is [L, L] for the packed row, and attention runs over
-all L keys before masking, so on sdpa the attention term grows with the micro-batch's rows; with
-flash-attn it is exactly the sum of each sequence's own.
+Each row's real tokens are one contiguous run with positions 0..n-1 (a left-padded prompt, then a
+right-padded response); packing concatenates the runs into [1, L] and keeps their positions. With no
+attention mask, transformers reads the restarts as sequence boundaries: flash-attention-2 runs varlen
+over cu_seqlens from the position ids, and sdpa / eager / flex get a block-diagonal causal mask. No
+kernel here. It saves the padded tokens' compute and the [B, T, T] padding mask; on sdpa the mask is
+[L, L] and attention runs over all L keys, so the attention term grows with the micro-batch's rows
+(with flash-attn it is exactly the sum of each sequence's own).
 """
 
 from __future__ import annotations

@@ -4,21 +4,14 @@
         rows = retokenize(prompts, responses, response_mask, actor_tokenizer, rm_tokenizer, max_length)
         scores = score_rows(model, rows.input_ids, rows.attention_mask, rows.position_ids, micro)
 
-verl's reward-model worker does this whenever reward_model.model.input_tokenizer is set
-(fsdp_workers.py RewardModelWorker._switch_chat_template): each response's real tokens are decoded
-with the actor's tokenizer, the eos text removed, the text appended to the prompt's chat as the
-assistant's turn, and the chat rendered with the reward model's chat template (no generation prompt)
-and tokenized without added special tokens (the template writes them). Where logicrl departs:
-
-- The tokenizers are compared first: the same vocabulary and chat template give the actor's tokens
-  back, so the actor's rows are scored as they are (verl re-renders them anyway).
-- A chat that ends with an assistant message (K&K's opened `<think>`) is continued by the response,
-  as the actor continued it; verl would add a second assistant turn.
-- A row longer than max_length keeps its last tokens: verl cuts the right end, the very token the
-  score is read at. How many rows were cut is returned, for a metric.
-- A plain-string prompt (or a base-template one) has no chat to re-render: prompt + response is
-  tokenized as text with the reward tokenizer's usual specials. A reward tokenizer without a chat
-  template gets "Role: content" lines, as data/prompts.py renders prompts for such tokenizers.
+As verl's RewardModelWorker._switch_chat_template: each response's real tokens are decoded with the
+actor's tokenizer, the eos text removed, appended to the prompt's chat as the assistant's turn,
+rendered with the reward model's template (no generation prompt) and tokenized without added specials.
+Departures (docs/configuration.md): the same tokenizer keeps the actor's rows as they are; a chat that
+ends with an assistant message (K&K's opened <think>) is continued, not given a second turn; a row over
+max_length keeps its LAST tokens (the score is read at the last one; how many were cut is returned); a
+plain-string prompt is tokenized as text, and a tokenizer without a chat template gets "Role: content"
+lines, as data/prompts.py renders prompts.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """The embedded tiny model's tokenizer: a byte-level BPE trained on the project's own K&K text.
 
-No tokenizer can be downloaded, so this one is trained here, in under a second, from text
-the project generates with a fixed seed: K&K puzzles of 2 to 8 people in both prompt
-templates (qwen-instruct wrapped in ChatML, and base), each followed by a response in the
-shape the reward expects (`<think> ... </think>\\n<answer> (1) Zoey is a knight ... </answer>`).
-Puzzles therefore tokenize at about one token a word (a 3-person qwen-instruct prompt is ~230
-tokens, ~135 of them the system prompt), and any other text in Unicode NFC form still
-round-trips through the 256 byte tokens.
+No tokenizer can be downloaded, so this one is trained here, in under a second, from text the project
+generates with a fixed seed: K&K puzzles of 2 to 8 people in both prompt templates, each followed by a
+response in the shape the reward expects. Puzzles tokenize at about one token a word (a 3-person
+qwen-instruct prompt is ~230 tokens), and any other NFC text still round-trips through the 256 byte
+tokens. The vocabulary is what the corpus needs (763 tokens), below TINY_CONFIG["vocab_size"].
 
-It follows Qwen2's tokenizer so code written against the tiny model behaves as with Qwen:
-the same NFC normalizer, pre-tokenizer regex (digits one at a time, so "(1)" is three tokens)
-and byte-level alphabet; `<|endoftext|>` (pad, and the fallback end), `<|im_start|>` and
-`<|im_end|>` (the chat eos) as special tokens; a ChatML chat template. It departs from Qwen in
-one way on purpose: `<think>`, `</think>`, `<answer>`, `</answer>` are single added tokens (not
-special, so decoding keeps them), which lets a tiny model learn the format reward from a few
-tokens.
-
-The vocabulary is whatever the corpus needs (763 tokens), below TINY_CONFIG["vocab_size"]:
-the corpus has few distinct words, and BPE stops once every word is one token.
+It follows Qwen2's tokenizer, so code written against the tiny model behaves as with Qwen: the same
+NFC normalizer, pre-tokenizer regex (digits one at a time) and byte-level alphabet; `<|endoftext|>`
+(pad, and the fallback end), `<|im_start|>` and `<|im_end|>` (the chat eos) as special tokens; a ChatML
+template. One departure, on purpose: `<think>`, `</think>`, `<answer>`, `</answer>` are single added
+tokens (not special, so decoding keeps them), which lets a tiny model learn the format reward.
 """
 
 from __future__ import annotations

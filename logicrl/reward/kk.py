@@ -1,36 +1,16 @@
-"""Knights-and-Knaves rule reward, with Logic-RL's semantics.
+"""Knights-and-Knaves rule reward, with Logic-RL's semantics (Xie et al. 2025, arXiv:2502.14768;
+`verl/utils/reward_score/kk.py` of github.com/Unakar/Logic-RL).
 
-Follows Logic-RL (Xie et al. 2025, "Logic-RL: Unleashing LLM Reasoning with Rule-Based
-Reinforcement Learning", arXiv:2502.14768; reward in `verl/utils/reward_score/kk.py` of
-github.com/Unakar/Logic-RL). The reward is the sum of two parts:
+    format  +1   <think>, </think>, <answer>, </answer> each exactly once, in that order; else -1
+    answer  +2   every role right; -1.5 parses but a role is wrong; -2 unparseable, or the format failed
 
-    format  +1    <think>, </think>, <answer>, </answer> each appear exactly once, in that order
-            -1    otherwise
-    answer  +2    every person has the right role
-            -1.5  the answer parses but some role is wrong
-            -2    the answer does not parse, or the format failed (the answer is not read then)
-
-so a score is one of exactly four values: 3 (right), -0.5 (wrong), -1 (well-formed but
-unparseable) and -3 (malformed). Text after `</answer>` is allowed, as in Logic-RL: the format
-check looks only at tag counts and order, not at what surrounds the tags.
-
-An answer parses when the number of "knight"/"knave" occurrences in it equals the number of
-people and every name from the ground truth is matched by `<Name> is a knight|knave`, both
-case-insensitively. As in Logic-RL the count is of substrings, so "knights" counts too: an
-answer that talks about the roles beyond naming them fails to parse rather than being
-guessed at.
-
-Departures from Logic-RL, and why:
-- `solution_str` is the response alone (verl's meaning). Logic-RL receives prompt + response and
-  cuts at "Assistant:" / "<|im_start|>assistant", so the `<think>` the template opened counts
-  as written. Here the dataset records that in `ground_truth["think_opened"]` and we prepend
-  the tag, which keeps the same outcome: a response that writes its own `<think>` has two.
-- It returns a dict of components instead of a float, and prints nothing.
-- It reports `format_ok` (1.0/0.0). Logic-RL's `format_error_ratio` metric counts samples with
-  score == -1, which are the well-formed-but-unparseable ones, not format failures (those
-  score -3). The batch metric must be 1 - mean(format_ok).
-- A ground truth that cannot be read raises ValueError. Model output never raises, but a bad
-  ground truth is a data bug: scoring it silently would train on -2 forever.
+so a score is 3, -0.5, -1 or -3. An answer parses when its "knight"/"knave" substring count equals the
+number of people and every name is matched by `<Name> is a knight|knave` (case-insensitive).
+Departures from Logic-RL (docs/configuration.md says why for each): `solution_str` is the response
+alone, the template's opened `<think>` taken from ground_truth["think_opened"]; a dict of components
+(format, answer, acc, format_ok) is returned and nothing printed; `format_ok` replaces Logic-RL's
+format_error_ratio, which counted score == -1 (unparseable, not malformed); an unreadable ground truth
+raises ValueError: a data bug scored silently would train on -2 forever.
 """
 
 from __future__ import annotations

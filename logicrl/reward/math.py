@@ -1,22 +1,18 @@
 """GSM8K-style math reward: the final answer, compared as a number.
 
-Plays the role of verl's `verl/utils/reward_score/gsm8k.py` (and, for plain numeric answers, of
-its `math.py`), with verl's signature and data_source names "openai/gsm8k", "gsm8k" and "math".
+Plays the role of verl's `verl/utils/reward_score/gsm8k.py` (and, for plain numeric answers, of its
+`math.py`), with verl's signature and data_source names "openai/gsm8k", "gsm8k" and "math".
 
-The final answer is whichever comes last in the response: the rest of the line after the last
-`####` (GSM8K's own convention) or the contents of the last `\\boxed{...}` (braces nested
-inside, as in `\\boxed{\\frac{1}{2}}`, are matched). A last `\\boxed{` that never closes, as in a
-truncated response, gives no answer rather than falling back to an earlier, tentative one.
+The final answer is whichever comes last: the rest of the line after the last `####` (GSM8K's
+convention) or the contents of the last `\\boxed{...}` (nested braces matched). A last `\\boxed{` that
+never closes (a truncated response) gives no answer rather than an earlier, tentative one. Commas,
+`$`, LaTeX thin spaces, whitespace and a trailing period are ignored; integers, decimals, `a/b` and
+`\\frac{a}{b}` are read exactly as fractions (`\\boxed{0.5}` matches `1/2`), and match within a relative
+1e-6. When either side is not a number (`\\sqrt{2}`), the normalised strings must be equal.
 
-Numbers: commas, `$`, `\\$`, LaTeX thin spaces, surrounding `$...$`, whitespace and a trailing
-period are ignored; integers, decimals, `a/b` and `\\frac{a}{b}` (also `\\dfrac`, `\\tfrac`) are
-read exactly as fractions, so `\\boxed{0.5}` matches a ground truth of `1/2`. Two numbers match
-within a relative tolerance of 1e-6. When either side is not a number (a MATH answer such as
-`\\sqrt{2}`), the normalised strings must be equal: no symbolic equivalence is attempted.
-
-Components: `format` is 1.0 when an answer could be extracted, `acc` is 1.0 when it matches.
-score = acc. verl's gsm8k gives a format bonus (format_score, 0.0 by default) to wrong answers;
-we keep it out of the score so that a reward of 1 always means "right", and report it instead.
+Components: `format` 1.0 when an answer was extracted, `acc` 1.0 when it matches; score = acc. verl's
+gsm8k gives wrong answers a format bonus (0.0 by default); it is reported here, never scored, so a
+reward of 1 always means "right".
 """
 
 from __future__ import annotations

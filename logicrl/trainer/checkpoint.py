@@ -1,33 +1,17 @@
 """Checkpoint directories on the controller: atomic commit, the resume point, pruning, trainer state.
 
-Layout under trainer.default_local_dir (verl's names where verl has them):
-
-    global_step_N/
-        trainer_state.json      step, sampler position, KL coef, curriculum stage, RNG states (JSON)
-        actor/  critic/         sharded model + optimizer + scheduler, written by every rank
-                                (workers/checkpoint.py)
-        huggingface/            the actor as a from_pretrained-loadable directory
-        MANIFEST.json           every file's size (and CRC-32 of the small ones), written at commit
-        COMPLETE                written last inside the tmp dir, just before the rename
-    global_step_N.corrupt-<time>/   a checkpoint found damaged at resume, set aside (never deleted)
+    global_step_N/                      trainer_state.json, actor/ critic/ (workers/checkpoint.py),
+                                        huggingface/, MANIFEST.json, COMPLETE (written last)
+    global_step_N.corrupt-<time>/       found damaged at resume, set aside (never deleted)
     latest_checkpointed_iteration.txt   "N", replaced atomically after the rename
 
-A save goes into `global_step_N.tmp-<uuid>/`; the controller hands that path to the ranks, they
-write their shards, then `commit` writes COMPLETE, renames the directory into place and only then
-moves the `latest` pointer. A crash (even SIGKILL) at any point leaves either the previous state or
-the new one: a tmp dir is never read, and a `global_step_N` without COMPLETE is never resumed from.
-The scan for COMPLETE markers decides what is resumable; the pointer is kept for verl's tools and
-for people, and always names a complete checkpoint because it moves last.
-
-At resume the newest complete checkpoint is checked against its manifest (`damage`): a file
-missing, cut short or (for the small ones) changed sets it aside under a `.corrupt-` name, with one
-warning, and the one before it is used; it is never picked again, counted by `prune`, nor named by
-the `latest` pointer. Sizes catch what happens to checkpoints in practice (a copy or a disk that
-filled up midway, a node lost mid-write on a filesystem without ordering); a checksum of every
-file would read a 7B run's ~100 GB at each save and resume, so only files under SMALL_FILE bytes
-(JSON, DCP's metadata) are summed. Checkpoints from before manifests are taken as they are.
-
-Nothing here unpickles: the trainer state is JSON, RNG states included.
+A save goes into `global_step_N.tmp-<uuid>/`; `commit` writes COMPLETE, renames it into place and only
+then moves the `latest` pointer, so a crash (even SIGKILL) leaves the previous state or the new one.
+The COMPLETE markers decide what is resumable; the pointer is kept for verl's tools and for people.
+At resume the newest is checked against its manifest (`damage`): every file's size, but checksums only
+under SMALL_FILE bytes, since summing a 7B run's ~100 GB at each save and resume would cost more than
+the failures sizes already catch (a copy cut short, a full disk). Nothing here unpickles: the trainer
+state is JSON, RNG states included. What users see: docs/faults.md.
 """
 
 from __future__ import annotations

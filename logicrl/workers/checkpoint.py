@@ -1,24 +1,15 @@
 """Rank side of checkpoints: the FSDP2 model + optimizer + scheduler, and the HF export.
 
 Every rank calls `save_sharded` / `load_sharded` on the same directory (the controller's tmp dir,
-trainer/checkpoint.py): torch.distributed.checkpoint (DCP) writes each rank's own shards, so no
-rank ever holds the full state, and a load may use another world size (DCP reshards). The
-scheduler state is JSON; per-rank RNG states are JSON too.
+trainer/checkpoint.py): torch DCP writes each rank's own shards, so no rank holds the full state, and a
+load may use another world size (DCP reshards). Scheduler and RNG states are JSON.
 
-Nothing loaded here unpickles code. DCP's tensor files are read with torch.load(weights_only=True);
-its `.metadata` index is a pickle, read by `_SafeFileSystemReader` with an unpickler that resolves
-only DCP's own metadata dataclasses and torch's plain value types, so a crafted checkpoint cannot
-name any other callable.
-
-`export_hf` gathers one parameter at a time (weight_sync.iter_engine_weights, LoRA merged) into
-safetensors shards on rank 0; with LoRA it also writes the adapter alone in peft's format.
-
-Precision: the sharded checkpoint holds what the model stores, i.e. the fp32 master weights and
-fp32 AdamW states under a bf16 compute dtype (models/loading.py master_dtype), so a resume or a
-curriculum stage continues from exactly the trained values. The HF export is written in the
-compute dtype (hybrid.py passes it): it is what the engine serves and what the source
-checkpoint's config.json (copied into the export) declares, at half the size; nothing resumes
-from it, so the rounding costs no training state.
+Nothing loaded here unpickles code: DCP's tensor files with weights_only=True, its `.metadata` pickle
+through `_SafeFileSystemReader`, whose unpickler resolves only DCP's metadata dataclasses and torch's
+plain value types. `export_hf` gathers one parameter at a time (weight_sync, LoRA merged) into
+safetensors on rank 0; with LoRA also the adapter alone, in peft's format. The sharded state holds the
+fp32 masters and AdamW states, so a resume continues from exactly the trained values; the export is in
+the compute dtype (what the engine serves, at half the size), and nothing resumes from it.
 """
 
 from __future__ import annotations

