@@ -5,16 +5,11 @@ the plan phase by phase.
     python3 benchmarks/max_rollout.py --shape qwen2.5-1.5b --response-length 1024 trainer.device=cuda
     .venv/bin/python benchmarks/max_rollout.py --shape tiny --response-length 64 --max-n 64   # CPU check
 
-For each mode the planner is asked for every rollout.n (bisection between 2 and --max-n) with
-trainer.auto_micro_batch=true, so micro-batches and token budgets are the largest that fit: the
-answer is the largest n whose plan fits the device. One GRPO step (KL loss, so the reference
-runs too) then trains at that n on one in-process rank with the HF engine (tests/gpu/runs.py,
-for machines without Ray or vLLM), and each phase's measured peak (CUDA: max_memory_allocated;
-CPU: the peak tracker) is printed beside the plan's. Random weights (a shape from
-logicrl/memory/shapes, the tiny tokenizer) rarely sample EOS, so responses run to the full length:
-the case the planner guards against. --no-run plans only; --n trains at that n instead (the
-largest can take long: with every micro-batch chosen to fit, the batch itself is what grows).
-The measured peaks mean what the planner predicts on CUDA only: on CPU they are the sampled
+For each mode the planner bisects rollout.n (2 to --max-n) with trainer.auto_micro_batch=true; one GRPO
+step with a KL loss then trains at the largest n that fits, on one in-process rank with the HF engine
+(tests/gpu/runs.py), each phase's measured peak beside the plan's. Random weights rarely sample EOS, so
+responses run to the full length, the case the planner guards against. --no-run plans only; --n trains
+at that n. The comparison means something on CUDA only: on CPU the measured peaks are the sampled
 process RSS (logicrl/memory/telemetry.py), a check that the step runs, not of the plan.
 """
 

@@ -3,26 +3,15 @@
     .venv/bin/python benchmarks/memory_plan.py [--markdown] [--csv docs/memory_plan.csv] [--json out.json]
                                                 [--quick | --ranks N] [--variants ...]
 
-For each model shape (random weights, written as a local checkpoint) the real HybridWorker is
-built (FSDP2 actor, reference and critic, a reward model of its own shape, RM_SHAPE, the hf engine)
-with a KL term and GAE so every phase runs, warmed up to steady state (AdamW states exist), then for
-each (lengths, micro-batch) cell the trainer's phases run in its order (generate, reward_model,
-old_log_prob, ref, values, update_critic, update_actor, update_weights) and each phase's peak is
-compared with the plan of the same config. By default: one rank on both shapes, then two ranks (CPU
-processes over gloo, or two GPUs) on the smaller one. Each is run in variants (VARIANTS): padded,
-packed (use_remove_padding, the reward model's too: on CPU sdpa with the packed row's mask), on two
-ranks also sharded gradient accumulation (micro 1 is two micro-batches per rank, so gradients
-accumulate), and rerender: a reward model whose chat template differs from the actor's, so the
-worker decodes each response and re-renders it (models/rm_inputs.py); the prompts' text is long
-enough that every row is cut to reward_model.max_length = RERENDER_LEN tokens, the width the plan
-takes for re-rendered rows. About 15 minutes on 2 shared CPU cores.
-
-Measured: on CUDA torch.cuda.max_memory_allocated; on CPU the peak of live tensor bytes from c10's
-allocation records (logicrl/memory/tracker.py), independent of the allocator. Target: within
-+-15% in every cell. "rise error" applies the same check to what a phase adds to the bytes it
-found, a harsher test since these small models' resident weights dominate their peaks. The
-shapes are small (Qwen2-style, GQA, one tied and one untied) so the grid runs on 2 cores; every
-term of the plan scales with the same shape numbers.
+For each model shape (random weights, written as a local checkpoint) the real HybridWorker is built
+with every phase running (FSDP2 actor, reference and critic, a reward model of its own shape, RM_SHAPE,
+the hf engine), warmed up to steady state, then for each (lengths, micro-batch) cell the trainer's
+phases run in its order and each phase's peak is compared with the plan of the same config. By
+default one rank on both shapes, then two ranks on the smaller one, each in VARIANTS (padded, packed,
+sharded on two ranks, rerender: a reward model with its own chat template). About 15 minutes on 2 CPU
+cores; docs/memory.md explains the grid and the results. Measured: on CUDA max_memory_allocated, on
+CPU the peak of live tensor bytes from c10's allocation records (logicrl/memory/tracker.py). Target:
++-15% in every cell; "rise error" checks what a phase adds to the bytes it found, a harsher test.
 """
 
 import argparse

@@ -2,27 +2,16 @@
 with --engines, the same run once per rollout engine and how they compare.
 
     .venv/bin/python benchmarks/step_time.py --steps 10 [override ...]
-    .venv/bin/python benchmarks/step_time.py --steps 5 +recipe=stage1 actor_rollout_ref.model.path=/ckpt/...
     .venv/bin/python benchmarks/step_time.py --engines vllm,hf --bench-model --steps 4   # vLLM vs HF
     python3 benchmarks/step_time.py --in-process --qwen05b --steps 3 trainer.device=cuda actor_rollout_ref.rollout.name=hf
 
-It runs main_ppo.py as a user would (validation off, JSONL metrics) and summarises its
-metrics.jsonl: the mean controller wall time of each phase (timing_s/*, Ray transfers included),
-the largest per-phase peak memory any rank reported (perf/memory/*/peak_gb: CUDA max allocated,
-or on CPU the sampled process RSS, see logicrl/memory/telemetry.py), and rollout tokens/s. The
-first step (worker start-up, caches) is left out of the means when there are more than two.
-
---in-process runs one rank in this process, without Ray (tests/gpu/runs.py: the same trainer, the
-same metrics), for a GPU machine that has torch but no Ray. --qwen05b trains a Qwen2.5-0.5B-shaped
-model (494M parameters, random weights) instead of the embedded one.
-
---bench-model trains a 27M-parameter Qwen2 (BENCH_MODEL: hidden 512, 8 layers, head_dim 64 as
-vLLM's CPU attention needs) with random weights, built once from its config with the tiny
-tokenizer, on 4 prompts x 4 responses of up to 128 tokens (BENCH_RUN). Random weights spread
-their probability nearly evenly over the 2048-token vocabulary, so EOS (one token) ends a
-response early with probability ~1/2048 per token: ~94% of responses run the full 128 tokens,
-and the table reports the mean length actually generated. Both engines sample the same prompts
-with the same settings; only actor_rollout_ref.rollout.name differs between the runs.
+It runs main_ppo.py as a user would (validation off) and summarises metrics.jsonl: each phase's mean
+controller time (timing_s/*), the largest per-phase peak any rank reported (perf/memory/*/peak_gb), and
+rollout tokens/s; the first step is left out of the means when there are more than two. --in-process:
+one rank without Ray (tests/gpu/runs.py). --qwen05b: a Qwen2.5-0.5B shape with random weights.
+--bench-model: a 27M-parameter Qwen2 (BENCH_MODEL, head_dim 64 as vLLM's CPU attention needs) on
+4 prompts x 4 responses of up to 128 tokens (BENCH_RUN); random weights rarely sample EOS, so ~94% of
+responses run the full 128 tokens, and the table reports the mean length generated.
 """
 
 import argparse

@@ -4,21 +4,13 @@
     .venv/bin/python benchmarks/update_floor.py --runs 5 --threads 2
     .venv/bin/python benchmarks/update_floor.py --profile        # where logicrl's extra time goes
 
-Both sides train the same 27M-parameter Qwen2 (step_time.py's BENCH_MODEL, random weights, fp32)
-on the same batch: 8 prompts x 8 samples = 64 sequences of an 8-token prompt and a 128-token
-response (136 tokens; one response in eight is cut short, so the response mask is not all ones),
-one mini-batch, in micro-batches of --micro rows, one optimizer step, on the same torch threads.
-
-  logicrl: the real HybridWorker (one rank, FSDP2 over gloo, built as tests/workers/test_hybrid_worker.py
-           does) running its `update_actor` phase: chunked log-probs and entropy, the clipped
-           policy loss with the entropy bonus (entropy_coeff=0.01, the default), no KL, token-mean,
-           grad clip 1.0, AdamW, every metric it reports, and the phase wrapper's timing and memory.
-  floor:   a plain HF model: full logits, log_softmax + gather on the response, -(A * logp) token-mean,
-           backward per micro-batch, clip_grad_norm_(1.0), AdamW.step(). What any trainer must do.
-
-The two alternate (logicrl, floor, logicrl, floor, ...) so that the shared machine's load falls
-on both alike; a first pair warms both up and is not counted. Each update starts from the
-previous one's weights on both sides: the work per step does not depend on the values.
+Both sides train step_time.py's 27M-parameter Qwen2 (BENCH_MODEL, random weights, fp32) on 64
+sequences of an 8-token prompt and a 128-token response, in micro-batches of --micro rows, one
+optimizer step, on the same threads. logicrl: the real HybridWorker's update_actor (one rank, FSDP2
+over gloo; chunked log-probs and entropy, clipped loss with the entropy bonus, grad clip, AdamW, its
+metrics, the phase wrapper's timing and memory). The floor: full logits, log_softmax + gather,
+-(A * logp) token-mean, backward per micro-batch, clip_grad_norm_, AdamW: what any trainer must do.
+The two alternate, so the shared machine's load falls on both alike; a first pair warms up, uncounted.
 """
 
 from __future__ import annotations

@@ -4,21 +4,14 @@
     .venv/bin/python benchmarks/vs_trl.py --steps 3   # 1 warm-up + 3 timed steps each, alternating
     .venv/bin/python benchmarks/vs_trl.py --steps 3 --engine hf
 
-Both sides: step_time.py's 27M-parameter Qwen2 (BENCH_MODEL, random weights, fp32, CPU), the
-kk_role prompts in file order, 8 prompts x 8 samples (group size 8) x up to 128 sampled tokens at
-temperature 1, lr 5e-4 constant, AdamW (weight decay 0.01), grad clip 1.0, PPO clip 0.2, no KL
-(beta 0), token-mean loss, micro-batches of 16 rows and one optimizer step per step, the same rule
-reward (logicrl.reward, by data_source), the same torch threads.
-
-  logicrl: PPOTrainer's real step (tests/gpu/runs.py's way: one rank in this process, no Ray),
-           vLLM (or --engine hf) generating, the update on-policy (no old-log-prob pass).
-  TRL:     GRPOTrainer in a subprocess of .venv-bench's Python (TRL and its extra dependencies
-           there; torch and transformers are the main environment's, seen through a .pth file,
-           so both sides run the same builds). HF generate, as TRL does without a vLLM server.
-
-The subprocess stops after each optimizer step and waits for the next "go": the two never run at
-once, and each step alternates with one of the other's, so the machine's load falls on both alike.
-A step's time is from its "go" to its end (TRL: the on_step_end callback; logicrl: PPOTrainer.step).
+Both sides: step_time.py's 27M-parameter Qwen2 (random weights, fp32, CPU), the kk_role prompts, 8
+prompts x 8 samples x up to 128 tokens at temperature 1, the same optimizer, clip, loss, micro-batches
+of 16 rows, one optimizer step per step, the same rule reward and torch threads. logicrl: PPOTrainer's
+real step, one rank in this process (tests/gpu/runs.py), vLLM (or --engine hf) generating. TRL:
+GRPOTrainer in a subprocess of .venv-bench's Python, which sees the main environment's torch and
+transformers through a .pth file, generating with HF as TRL does without a vLLM server. The subprocess
+waits for a "go" before each step, so the two never run at once and the machine's load falls on both
+alike; a step's time is from its "go" to its end.
 """
 
 from __future__ import annotations
