@@ -1,4 +1,4 @@
-"""Time K&K puzzle generation (issue 3 target: 1000 puzzles of 7 people in under 30 s).
+"""Time K&K puzzle generation (target: 1000 puzzles of 7 people in under 30 s).
 
     .venv/bin/python benchmarks/kk_generate.py            # 1000 puzzles of 7 people
     .venv/bin/python benchmarks/kk_generate.py --people 3 5 7 8 --count 1000

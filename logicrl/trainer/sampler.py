@@ -1,7 +1,7 @@
 """The order prompts are drawn in: a seeded shuffle per epoch, fixed-size batches, last one dropped.
 
 The position (epoch, batch) is all the state there is, so a resumed run draws exactly the
-batches it would have drawn (checkpoints store it; issue 7).
+batches it would have drawn (checkpoints store it).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 0 holds it in host RAM.
 
 The naive way (every rank `from_pretrained`, then shard) costs every rank a full host copy (8 x 30
-GB for a 7B in fp32), and moving it to the device before sharding a full device copy too
-(gpu-audit.md P2-4). Here, as verl's `fsdp2_load_full_state_dict`:
+GB for a 7B in fp32), and moving it to the device before sharding a full device copy too.
+Here, as verl's `fsdp2_load_full_state_dict`:
 
   1. rank 0 reads the checkpoint into host RAM as before (from_pretrained: its key renames, tied
      embeddings, a fresh critic head or LoRA adapter initialised from the seed);

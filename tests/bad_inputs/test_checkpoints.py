@@ -1,5 +1,5 @@
 """Damaged checkpoints: the newest one cut short is set aside with one warning, never deleted, and
-the run resumes from the newest intact one (it used to crash with a traceback on every re-run)."""
+the run resumes from the newest intact one (not a traceback on every re-run)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Joining a Ray cluster: one too small for the ranks, or none at the address, fails in seconds
-with one line saying what was asked for and what is there (it used to wait forever on placement).
+with one line saying what was asked for and what is there (not a wait forever on placement).
 
 The test starts its own head (`ray start --head --block`, own temp dir and port) and stops it by
 its pid: --block makes that process take its daemons down with it. Never `ray stop`: it would

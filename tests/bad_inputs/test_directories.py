@@ -1,5 +1,5 @@
 """What a run writes: its directories writable, disk for a checkpoint, found before training (with
-the default save_freq=-1 an unwritable directory used to be found after the whole run trained).
+the default save_freq=-1 an unwritable directory would otherwise show only after the whole run trained).
 
 This machine runs tests as root, for whom permission bits stop nothing: an unwritable directory
 is made by a path whose parent is a regular file, or one under /proc.
@@ -56,8 +56,8 @@ def reward_model_without_weights(tmp_path, tiny_dir) -> list[str]:
 @pytest.mark.parametrize("bad, key", [(actor_without_weights, f"{ARR}.model.path"),
                                       (reward_model_without_weights, "reward_model.model.path")])
 def test_a_refused_run_leaves_no_checkpoint_directory(tmp_path, tiny_dir, bad, key):
-    # The directory checks come before the model checks (they need no tokenizer); they used to make
-    # trainer.default_local_dir, so a run refused for its model left an empty one behind.
+    # The directory checks come before the model checks (they need no tokenizer) and create nothing:
+    # a run refused for its model must not leave an empty trainer.default_local_dir behind.
     ckpt = tmp_path / "ckpt" / "run"
     result, seconds = timed_main(*small_run(tmp_path), *bad(tmp_path, tiny_dir), f"trainer.default_local_dir={ckpt}")
     refused(result, seconds, key, "has config.json but no weights")

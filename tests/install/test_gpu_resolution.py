@@ -1,4 +1,4 @@
-"""The CUDA install resolves from wheels only, to the pinned vLLM and torch (issue 15, gpu-audit P0-1).
+"""The CUDA install resolves from wheels only, to the pinned vLLM and torch.
 
 pip resolves `-e '.[gpu,test,slurm]'` with the Makefile's wheels-only flags, as `make` does on a CUDA
 box, but with --dry-run --ignore-installed: nothing is installed, and this machine's Python (3.11,

@@ -47,8 +47,8 @@ VERL_7B_LORA = [
     f"{ARR}.rollout.max_num_batched_tokens=1536", f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=100",
     f"{ARR}.ref.fsdp_config.param_offload=True", "trainer.n_gpus=1", "trainer.gpu_memory_gb=80",
 ]
-# Issue 16's LoRA adapters compute in bf16 (their saved inputs no longer fp32) and roots reshard:
-# verl's 100 prompts now fit at full lengths (69.1 GB). The same script at 128 prompts is the case that
+# LoRA adapters compute in bf16 (their saved inputs are bf16) and roots reshard after forwards:
+# verl's 100 prompts fit at full lengths (69.1 GB). The same script at 128 prompts is the case that
 # full lengths refuse and measured lengths fit.
 VERL_7B_LORA_128 = [o.replace("=100", "=128") if "=100" in o else o for o in VERL_7B_LORA]
 

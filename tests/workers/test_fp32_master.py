@@ -2,7 +2,7 @@
 
 One worker of a one-rank run on the embedded tiny model, hf engine, Logic-RL's lr 4e-7. The actor
 and critic keep fp32 weights and AdamW states and compute in bf16 (FSDP2 MixedPrecisionPolicy);
-the reference and the engine hold bf16 (gpu-audit.md P1-1).
+the reference and the engine hold bf16.
 """
 
 import json
@@ -133,7 +133,7 @@ def test_bf16_vllm_engine_agrees_with_the_trainer():
 
 
 def test_lora_adapters_are_fp32_masters_that_compute_in_bf16():
-    # Issue 16: no fp32 compute inside a bf16 model; issue 15: no bf16 storage for what AdamW updates.
+    # No fp32 compute inside a bf16 model, and no bf16 storage for what AdamW updates.
     worker, prompts = make_worker("hf", *BF16, "actor_rollout_ref.model.lora_rank=4",
                                   "actor_rollout_ref.model.lora_alpha=8")
     params = list(worker.actor.model.parameters())
