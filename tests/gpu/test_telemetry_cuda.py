@@ -55,7 +55,7 @@ def test_vllms_asleep_pool_is_not_charged_and_frees_the_device():
     allocated = torch.cuda.memory_allocated(device)
     free_awake = torch.cuda.mem_get_info(device)[0]
     allocator.sleep(offload_tags=("weights",))
-    # The audit's prediction (P1-3): sleep unmaps the pages, torch still counts the tensor.
+    # Sleep unmaps the pages, but torch still counts the tensor.
     assert torch.cuda.memory_allocated(device) == allocated
     assert torch.cuda.mem_get_info(device)[0] - free_awake >= ENGINE - 2 * MB
     metrics = {}

@@ -137,7 +137,7 @@ def test_v2_sampler_reports_tempered_unfiltered_logprobs(v2_sampler):
 def test_v2_sampler_without_the_patch_reports_filtered_logprobs(v2_sampler):
     sampled, reported = v2_reported(v2_sampler)
     want = expected_logprobs(logits_for_test()).gather(-1, sampled[:, None])[:, 0]
-    assert reported[1] == 0.0  # the audit's P0-2: greedy-at-temperature reports log 1 for every token
+    assert reported[1] == 0.0  # unpatched, greedy-at-temperature reports log 1 for every token
     assert (reported > want + 1e-3).all()
 
 
