@@ -3,7 +3,7 @@
     <trainer.default_local_dir>/micro_sizes.json    {"format": 1, "sizes": {config key: value}}
 
 An OOM on one rank inside an FSDP2 phase ends the run rather than hang the others
-(logicrl/workers/oom.py explains why). The failing rank halves its micro-batch (or token budget)
+(docs/faults.md explains why). The failing rank halves its micro-batch (or token budget)
 and raises RankOutOfMemory; the trainer writes the halved value here, beside the checkpoints the
 run resumes from, and ends with OutOfMemoryOnRank (main_ppo: exit 4, one line). A run that
 resumes (trainer.resume_mode other than disable) reads the file before its workers start and caps
