@@ -1,4 +1,4 @@
-"""Issue 8's three out-of-memory reports, planned from the shape configs in logicrl/memory/shapes/.
+"""Three out-of-memory reports (docs/memory.md "Three cases"), planned from the shapes in logicrl/memory/shapes/.
 
     .venv/bin/python benchmarks/memory_cases.py > /tmp/cases.md     # the tables of docs/memory.md
 

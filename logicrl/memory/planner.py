@@ -3,32 +3,14 @@
     plan = plan_memory(step_plan, cfg, spec, device="cuda", capacity_gb=80)
     print(format_table(plan, capacity_note=", trainer.gpu_memory_gb"))   # the note follows "capacity 80.0 GB"
 
-It models what the code allocates (workers/hybrid.py and what it calls), in steady state, i.e.
-after the first step, once AdamW's states exist. On each rank, between phases:
-  actor, ref, critic   FSDP2 shards (1/W of every tensor, dim 0 padded), and the actor's and the
-                       critic's AdamW states (2 x the trainable shard). The actor and critic store
-                       fp32 masters (4 + 4 + 8 bytes per parameter for weights, gradients and AdamW,
-                       sharded) and gather one unit at a time in the compute dtype (2 bytes in bf16);
-                       the reference and a LoRA base store the compute dtype, LoRA adapters fp32
-                       (gathered, like the masters, in the compute dtype).
-                       With param_offload on CUDA all of these live on the host; with
-                       optimizer_offload on CUDA the AdamW states do, except during their own
-                       update (update_actor, update_critic), which brings them to the device.
-  gathered roots       none: FSDP2 reshards the root unit (embeddings, final norm, lm_head) after a
-                       backward, never after a forward, so the worker reshards it after each
-                       forward-only pass (old_log_prob, ref, values; workers/fsdp.py reshard).
-  rollout engine       hf: its own full copy of the weights, always resident. vllm: on CUDA with
-                       free_cache_engine, sleep level 2 discards its weights (re-synced before the
-                       next rollout) and the KV cache between rollouts; on CPU nothing is released.
-Each phase adds its transients (phases.py). Not modelled: allocator fragmentation, the CUDA
-context and NCCL buffers; check_fit keeps HEADROOM_GB of the device for them.
-
-The reward model (reward_model.enable) is held like the reference, frozen in the compute dtype,
-and its phase is a value-head forward (workers/hybrid.py `_reward_model`) over its own rows: the
-actor's, or, re-rendered with its own tokenizer, up to reward_model.max_length tokens each
-(PlanInputs.reward_width). A what-if the config
-cannot express, for docs/memory.md: a frozen base stored at `base_weight_bits` (4-bit QLoRA;
-logicrl cannot load one); `reward_spec` given as a what-if plans a reward model for a config without one.
+It models what the code allocates (workers/hybrid.py and what it calls) in steady state, after the
+first step, once AdamW's states exist: what each rank holds between phases (FSDP2 shards, fp32 masters
+and AdamW states of the trained models, the frozen reference and reward model in the compute dtype,
+the rollout engine's copy; offload moves them to the host) plus each phase's transients (phases.py).
+docs/memory.md ("The model") lists every term. Forward-only passes reshard FSDP2's root unit
+afterwards, so no gathered root is resident between phases.
+Not modelled: allocator fragmentation, the CUDA context and NCCL buffers: HEADROOM_GB of each GPU is
+kept free for them (MemoryPlan.usable, read by grad_accumulation's choice here and by fit.py).
 """
 
 from __future__ import annotations

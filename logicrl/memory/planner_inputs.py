@@ -18,7 +18,9 @@ from omegaconf import DictConfig
 
 from logicrl.config.plan import ARR, PhasePlan, StepPlan, swap_micro
 from logicrl.memory.footprint import lora_targets
+from logicrl.memory.lengths import TOKENIZER_FILES
 from logicrl.models.spec import ModelSpec, load_model_spec
+from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -220,10 +222,10 @@ def rerenders(cfg: DictConfig) -> bool:
 
 @functools.lru_cache(maxsize=8)  # auto_micro_batch and a sweep plan the same pair many times
 def _tokenizers_differ(source: str, path: str) -> bool:
-    from logicrl.memory.lengths import TOKENIZER_FILES
+    # Here, not at the top: loading and rm_inputs import torch, which a plan without a re-rendering
+    # reward model never needs.
     from logicrl.models.loading import checkpoint_dir, load_tokenizer
     from logicrl.models.rm_inputs import same_tokenizer
-    from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
 
     # The embedded reward model is saved with the tiny tokenizer; reading it there does not build (train) it.
     source, path = (EMBEDDED_TINY if p == EMBEDDED_TINY_RM else p for p in (source, path))
