@@ -137,6 +137,8 @@ def test_a_budget_key_switches_the_step_plan_to_tokens(qwen7b):
     assert switched.micro("update_actor").by_tokens and switched.micro("update_actor").key == BUDGET
     assert switched.actor.micro.value == 3072
     assert not switched.micro("ref").by_tokens  # only the phase named
+    # The planner's inputs take the same {key: value} and split every phase as the step plan does.
+    assert inputs(qwen7b, VERL_7B_LORA).with_micro({BUDGET: 3072}).phases == switched.phases
 
 
 def test_expected_response_length_is_checked(qwen7b):
