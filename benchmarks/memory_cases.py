@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # a script, not part of the package: find logicrl from any directory
 
 from logicrl.config import ConfigError, compose, validate
-from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, check_fit, remedies, worst_phase
-from logicrl.memory.inputs import KNOBS, PlanInputs
+from logicrl.memory.fit import _flag_knobs, auto_micro_batch, check_fit, remedies, worst_phase
 from logicrl.memory.phases import GB
-from logicrl.memory.planner import COMPONENTS, MemoryPlan, plan_inputs
+from logicrl.memory.planner import COMPONENTS, HEADROOM_GB, MemoryPlan, plan_inputs
+from logicrl.memory.planner_inputs import KNOBS, PlanInputs
 
 SHAPES = ROOT / "logicrl" / "memory" / "shapes"
 ARR = "actor_rollout_ref"
@@ -118,7 +118,7 @@ def settle(x: PlanInputs, capacity: int, limit: int = 8) -> tuple[MemoryPlan, li
     changes: list[str] = []
     for _ in range(limit):
         picked = auto_micro_batch(x, capacity)
-        x = apply_to_inputs(x, picked)
+        x = x.with_micro(picked)
         changes += [f"{k}={v}" for k, v in picked.items()]
         plan = plan_inputs(x, capacity)
         if worst_phase(plan) is None:
@@ -134,14 +134,13 @@ def settle(x: PlanInputs, capacity: int, limit: int = 8) -> tuple[MemoryPlan, li
 
 
 def _apply_flag(x: PlanInputs, key: str, value) -> PlanInputs:
+    """A remedy applied: a switch by its PlanInputs field, a micro-batch or budget by its key."""
     by_key = {k: f for f, k in KNOBS.items()}
-    return replace(x, **{by_key[key]: value})
+    return replace(x, **{by_key[key]: value}) if key in by_key else x.with_micro({key: value})
 
 
 def _best_partial(plan: MemoryPlan) -> list[tuple[str, object]]:
     """When no single change fits the worst phase: the on/off change that lowers it most."""
-    from logicrl.memory.fit import _flag_knobs
-
     worst, x = worst_phase(plan), plan.inputs
     best = None
     for field_name, change in _flag_knobs(x, worst.name):
@@ -188,7 +187,7 @@ def render(case: Case, data: Path) -> str:
         # The alternative a user may prefer: checkpointing buys larger micro-batches (fewer, fuller passes).
         ckpt = replace(fitted.inputs, actor_ckpt=True, critic_ckpt=True)
         picked = auto_micro_batch(ckpt, capacity)
-        peak = max(plan_inputs(apply_to_inputs(ckpt, picked), capacity).running(), key=lambda p: p.total)
+        peak = max(plan_inputs(ckpt.with_micro(picked), capacity).running(), key=lambda p: p.total)
         out.append(f"- With `{KNOBS['actor_ckpt']}=true` instead, auto_micro_batch picks "
                    f"`{' '.join(f'{k}={v}' for k, v in picked.items())}` (peak: {peak.name}, "
                    f"{peak.total / GB:.1f} GB).")

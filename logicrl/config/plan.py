@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config.errors import ConfigError
-from logicrl.config.phases import ARR, BUDGETED_PHASES, BY_NAME, PHASES, STEP, WORKER_PHASES, Phase, token_key
+from logicrl.config.phases import ARR, BY_NAME, PHASES, STEP, WORKER_PHASES, Phase, token_key
 
 __all__ = ["ARR", "PHASES", "WORKER_PHASES", "Micro", "Update", "PhasePlan", "StepPlan", "build_plan", "count_steps",
-           "token_key"]
+           "swap_micro", "token_key"]
 
 
 @dataclass(frozen=True)
@@ -136,28 +136,11 @@ class StepPlan:
         return replace(self, train_rows=train_rows)
 
     def with_micro(self, values: dict[str, int]) -> StepPlan:
-        """A new plan with the micro-batches or token budgets set by config key in `values` changed."""
-        # A phase split by rows may be given its token budget key instead: it then splits by tokens, as
-        # with use_dynamic_bsz=true (auto_micro_batch prefers budgets for packed sequences). The
-        # values forward always splits by rows (the critic's micro-batch).
-        known = {p.micro.key for p in self.phases if p.micro is not None}
-        known |= {token_key(p.micro.key) for p in self.phases if p.micro is not None and p.name in BUDGETED_PHASES}
-        unknown = set(values) - known
-        if unknown:
-            raise KeyError(f"not a micro-batch key of this plan: {sorted(unknown)}")
-
-        def swap(micro: Micro | None, flips: bool = True) -> Micro | None:
-            if micro is None:
-                return None
-            if micro.key in values:
-                return replace(micro, value=values[micro.key])
-            if flips and not micro.by_tokens and token_key(micro.key) in values:
-                return Micro(token_key(micro.key), int(values[token_key(micro.key)]), by_tokens=True)
-            return micro
-
-        phases = tuple(replace(p, micro=swap(p.micro, p.name in BUDGETED_PHASES)) for p in self.phases)
-        updates = {role: replace(u, micro=swap(u.micro)) for role, u in (("actor", self.actor), ("critic", self.critic))
-                   if u is not None}
+        """A new plan with the micro-batches or token budgets set by config key in `values` changed
+        (swap_micro); the trained roles' micro-batches must still divide their mini-batches."""
+        phases = swap_micro(self.phases, values)
+        updates = {role: replace(u, micro=_micro_in(phases, f"update_{role}"))
+                   for role, u in (("actor", self.actor), ("critic", self.critic)) if u is not None}
         for role, u in updates.items():
             _check_divides(u, role)
         return replace(self, phases=phases, **updates)
@@ -174,6 +157,36 @@ def count_steps(train_rows: int, prompts: int, total_epochs: int, max_steps: int
     per_epoch = train_rows // prompts
     every_epoch = per_epoch * total_epochs
     return per_epoch, min(every_epoch, max_steps) if max_steps else every_epoch
+
+
+def swap_micro(phases: tuple[PhasePlan, ...], values: dict[str, int]) -> tuple[PhasePlan, ...]:
+    """`phases` with the micro-batches or token budgets set by config key in `values` changed.
+
+    A budgeted phase split by rows may be given its token budget key instead (its row in
+    config/phases.py): it then splits by tokens, as with use_dynamic_bsz=true (auto_micro_batch prefers
+    budgets for packed sequences). A key shared by two phases (the critic's micro-batch sizes values and
+    update_critic) changes both."""
+    known = {p.micro.key for p in phases if p.micro is not None}
+    known |= {BY_NAME[p.name].budget_key for p in phases if p.micro is not None and BY_NAME[p.name].budgeted}
+    unknown = set(values) - known
+    if unknown:
+        raise KeyError(f"not a micro-batch key of this plan: {sorted(unknown)}")
+
+    def swap(p: PhasePlan) -> PhasePlan:
+        micro, row = p.micro, BY_NAME[p.name]
+        if micro is None:
+            return p
+        if micro.key in values:
+            return replace(p, micro=replace(micro, value=values[micro.key]))
+        if row.budgeted and not micro.by_tokens and row.budget_key in values:
+            return replace(p, micro=Micro(row.budget_key, int(values[row.budget_key]), by_tokens=True))
+        return p
+
+    return tuple(swap(p) for p in phases)
+
+
+def _micro_in(phases: tuple[PhasePlan, ...], name: str) -> Micro:
+    return next(p.micro for p in phases if p.name == name)
 
 
 def uses_critic(cfg: DictConfig) -> bool:

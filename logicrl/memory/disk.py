@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from logicrl.config.errors import ConfigError
 from logicrl.config.plan import StepPlan
 from logicrl.memory.footprint import FP32, ModelBytes
-from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.spec import ModelSpec
 
 log = logging.getLogger("logicrl.memory")

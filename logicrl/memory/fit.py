@@ -1,8 +1,10 @@
 """Does a plan fit the device, and if not, what to change: check_fit and auto_micro_batch.
 
-Every knob is tried on the plan's own inputs (dataclasses.replace, nothing mutated) and only
-suggested when it makes the failing phase fit; micro-batches and token budgets are suggested at
-the largest value that fits, not halved blindly.
+Every knob is tried on the plan's own inputs (PlanInputs.with_micro by config key, or
+dataclasses.replace for a switch; nothing mutated) and only suggested when it makes the failing
+phase fit; micro-batches and token budgets are suggested at the largest value that fits, not
+halved blindly. Which key sizes a phase, and its budget and use_dynamic_bsz keys, are the phase
+table's (config/phases.py); auto_micro_batch returns {key: value} for StepPlan.with_micro.
 """
 
 from __future__ import annotations
@@ -11,24 +13,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from logicrl.config.errors import ConfigError
-from logicrl.config.plan import ARR
-from logicrl.memory.inputs import KNOBS, PlanInputs
+from logicrl.config.phases import ARR, BY_NAME
+from logicrl.memory.footprint import kv_bytes_per_token
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import MemoryPlan, plan_inputs
+from logicrl.memory.planner_inputs import KNOBS, PlanInputs
 
-# Kept free on a GPU for what the plan does not model: the CUDA context, NCCL buffers and the
-# caching allocator's fragmentation. On CPU the capacity is already what the OS says is free.
-HEADROOM_GB = {"cuda": 1.0, "cpu": 0.0}
-
-
-def usable_bytes(plan: MemoryPlan) -> int:
-    return plan.capacity - int(HEADROOM_GB[plan.inputs.device] * GB)
+# The phases whose micro-batch or token budget is chosen here, in the order they are tried and the
+# picks listed: the actor's passes first. Each is a row of config/phases.py with a micro-batch key.
+SIZED = ("generate", "old_log_prob", "ref", "update_actor", "reward_model", "values", "update_critic")
 
 
 def _fits(x: PlanInputs, capacity: int, phases: Iterable[str]) -> bool:
     plan = plan_inputs(x, capacity)
-    limit = usable_bytes(plan)
-    return all(plan.phase(p).skipped or plan.phase(p).total <= limit for p in phases)
+    return all(plan.phase(p).skipped or plan.phase(p).total <= plan.usable for p in phases)
 
 
 def _divisors(n: int) -> list[int]:
@@ -41,9 +39,9 @@ def _even_splits(n: int) -> list[int]:
     return sorted({-(-n // k) for k in range(1, n + 1)})
 
 
-def _largest(x: PlanInputs, capacity: int, phases: tuple[str, ...], field: str, values: list[int]) -> int | None:
-    """The largest of `values` (ascending) for `field` with which all `phases` fit; None if none does."""
-    fitting = [v for v in values if _fits(replace(x, **{field: v}), capacity, phases)]
+def _largest(x: PlanInputs, capacity: int, phases: tuple[str, ...], key: str, values: list[int]) -> int | None:
+    """The largest of `values` (ascending) for micro-batch `key` with which all `phases` fit; None if none does."""
+    fitting = [v for v in values if _fits(x.with_micro({key: v}), capacity, phases)]
     return fitting[-1] if fitting else None
 
 
@@ -53,36 +51,53 @@ def _budgets(x: PlanInputs, rows: int, width: int | None = None) -> list[int]:
     return [k * (width or x.width) for k in range(1, rows + 1)]
 
 
-# (phases it decides, field, candidate values) for each micro-batch or budget knob in use.
+def _update(phase: str) -> bool:
+    """A training update: its micro-batches split the role's per-rank mini-batch (and must divide it)."""
+    row = BY_NAME[phase]
+    return row.model in ("actor", "critic") and not row.forward_only
+
+
+def _rows(x: PlanInputs, phase: str) -> int:
+    """The rows `phase` splits on one rank: the role's mini-batch for an update, else every response."""
+    if _update(phase):
+        return x.actor_per_rank_mini if BY_NAME[phase].model == "actor" else x.critic_per_rank_mini
+    return x.responses_per_rank
+
+
+def _sized(x: PlanInputs, phase: str) -> bool:
+    """Whether `phase`'s size is chosen: hf's generate (vLLM queues what its KV cache cannot hold), the
+    critic's and the reward model's phases when there is one; the actor's always."""
+    model = BY_NAME[phase].model
+    if model == "engine":
+        return x.engine == "hf"
+    if model == "critic":
+        return x.critic_spec is not None
+    if model == "reward_model":
+        return x.uses_reward_model
+    return True
+
+
 def _size_knobs(x: PlanInputs) -> list[tuple[tuple[str, ...], str, list[int]]]:
-    n = x.responses_per_rank
-    knobs = []
-    if x.engine == "hf":
-        knobs.append((("generate",), "gen_micro", _even_splits(n)))
-    if x.log_prob_budget is None:
-        knobs.append((("old_log_prob",), "log_prob_micro", _even_splits(n)))
-    else:
-        knobs.append((("old_log_prob",), "log_prob_budget", _budgets(x, n)))
-    if x.ref_budget is None:
-        knobs.append((("ref",), "ref_micro", _even_splits(n)))
-    else:
-        knobs.append((("ref",), "ref_budget", _budgets(x, n)))
-    if x.actor_budget is None:
-        knobs.append((("update_actor",), "actor_micro", _divisors(x.actor_per_rank_mini)))
-    else:
-        knobs.append((("update_actor",), "actor_budget", _budgets(x, x.actor_per_rank_mini)))
-    if x.uses_reward_model:  # its own keys: rows, or (use_dynamic_bsz) a budget over its own rows' width
-        if x.reward_budget is None:
-            knobs.append((("reward_model",), "reward_micro", _even_splits(n)))
+    """(phases it decides, config key, candidate values) for each micro-batch or budget in use.
+
+    Rows: the divisors of an update's mini-batch, or a forward's even splits. A key two phases share
+    (critic.ppo_micro_batch_size_per_gpu sizes values and update_critic: workers/hybrid.py) is one knob,
+    held to the update's divisors. Budgets: whole rows of the phase's padded width."""
+    knobs: list[tuple[tuple[str, ...], str, list[int]]] = []
+    for phase in SIZED:
+        if not _sized(x, phase):
+            continue
+        micro, rows = x.phase(phase).micro, _rows(x, phase)
+        if micro.by_tokens:
+            values = _budgets(x, rows, _width(x, phase))
         else:
-            knobs.append((("reward_model",), "reward_budget", _budgets(x, n, x.reward_width)))
-    if x.critic_spec is not None:
-        # critic.ppo_micro_batch_size_per_gpu also sizes the values forward (workers/hybrid.py).
-        if x.critic_budget is None:
-            knobs.append((("values", "update_critic"), "critic_micro", _divisors(x.critic_per_rank_mini)))
+            values = _divisors(rows) if _update(phase) else _even_splits(rows)
+        shared = next((i for i, (_, key, _) in enumerate(knobs) if key == micro.key), None)
+        if shared is None:
+            knobs.append(((phase,), micro.key, values))
         else:
-            knobs.append((("values",), "critic_micro", _even_splits(n)))
-            knobs.append((("update_critic",), "critic_budget", _budgets(x, x.critic_per_rank_mini)))
+            phases, key, before = knobs[shared]
+            knobs[shared] = ((*phases, phase), key, values if _update(phase) else before)
     return knobs
 
 
@@ -114,20 +129,8 @@ def _flag_knobs(x: PlanInputs, phase: str) -> list[tuple[str, Callable[[PlanInpu
     return out
 
 
-# phase -> (its rows field, cleared when it splits by tokens; its budget field; its use_dynamic_bsz knob).
-# The critic's rows field stays: it also sizes the values forward (workers/hybrid.py).
-BUDGETED = {
-    "old_log_prob": ("log_prob_micro", "log_prob_budget", "log_prob_dynamic"),
-    "ref": ("ref_micro", "ref_budget", "ref_dynamic"),
-    "update_actor": ("actor_micro", "actor_budget", "actor_dynamic"),
-    "update_critic": (None, "critic_budget", "critic_dynamic"),
-    "reward_model": ("reward_micro", "reward_budget", "reward_dynamic"),
-}
-
-
 def _runs(x: PlanInputs, phase: str) -> bool:
-    return {"old_log_prob": x.skip_old_log_prob is None, "ref": x.uses_ref,
-            "update_critic": x.critic_spec is not None, "reward_model": x.uses_reward_model}.get(phase, True)
+    return x.skipped(phase) is None and _sized(x, phase)
 
 
 def _width(x: PlanInputs, phase: str) -> int:
@@ -142,8 +145,7 @@ def _packed(x: PlanInputs, phase: str) -> bool:
 
 def by_budget(x: PlanInputs, phase: str, budget: int) -> PlanInputs:
     """`x` with `phase` split by a token budget of `budget`."""
-    rows_field, field, _ = BUDGETED[phase]
-    return replace(x, **{field: budget, **({rows_field: None} if rows_field else {})})
+    return x.with_micro({BY_NAME[phase].budget_key: budget})
 
 
 def any_length_budget(x: PlanInputs, capacity: int, phase: str) -> int | None:
@@ -155,8 +157,7 @@ def any_length_budget(x: PlanInputs, capacity: int, phase: str) -> int | None:
     length. Bisected: a larger budget never needs less memory.
     """
     worst = x.worst_case()
-    rows = worst.actor_per_rank_mini if phase == "update_actor" else \
-        worst.critic_per_rank_mini if phase == "update_critic" else worst.responses_per_rank
+    rows = _rows(worst, phase)
     width = _width(worst, phase)
     lo, hi = 0, rows  # lo rows fit (0: none known), hi+1 do not
     while lo < hi:
@@ -181,33 +182,27 @@ def auto_micro_batch(x: PlanInputs, capacity: int) -> dict[str, int]:
     overrides: dict[str, int] = {}
     chosen: set[str] = set()
     if x.packed or x.reward_packing is not None:
-        for phase, (_, field, _) in BUDGETED.items():
+        # Those packed by the actor's use_remove_padding first, then the reward model (its own).
+        budgeted = sorted((p for p in SIZED if BY_NAME[p].budgeted), key=lambda p: BY_NAME[p].model == "reward_model")
+        for phase in budgeted:
             if _packed(x, phase) and _runs(x, phase) and (best := any_length_budget(x, capacity, phase)) is not None:
-                chosen.add(field)
-                if best != getattr(x, field):
-                    overrides[KNOBS[field]] = best
-        x = apply_to_inputs(x, overrides)
-    for phases, field, values in _size_knobs(x):
-        if field in chosen:
+                key = BY_NAME[phase].budget_key
+                chosen.add(key)
+                if best != x.setting(key):
+                    overrides[key] = best
+        x = x.with_micro(overrides)
+    for phases, key, values in _size_knobs(x):
+        if key in chosen:
             continue
-        best = _largest(x, capacity, phases, field, values)
-        if best is not None and best != getattr(x, field):
-            overrides[KNOBS[field]] = best
+        best = _largest(x, capacity, phases, key, values)
+        if best is not None and best != x.setting(key):
+            overrides[key] = best
     return overrides
-
-
-def apply_to_inputs(x: PlanInputs, overrides: dict[str, object]) -> PlanInputs:
-    by_key = {key: field for field, key in KNOBS.items()}
-    fields = {by_key[k]: v for k, v in overrides.items()}
-    for rows_field, budget_field, _ in BUDGETED.values():
-        if budget_field in fields and rows_field:  # a budget key switches the phase to tokens
-            fields[rows_field] = None
-    return replace(x, **fields)
 
 
 def worst_phase(plan: MemoryPlan):
     """The running phase furthest over the usable memory, or None when all fit."""
-    over = [p for p in plan.running() if p.total > usable_bytes(plan)]
+    over = [p for p in plan.running() if p.total > plan.usable]
     return max(over, key=lambda p: p.total) if over else None
 
 
@@ -218,12 +213,12 @@ def remedies(plan: MemoryPlan) -> list[tuple[str, object]]:
     if worst is None:
         return []
     fixes: list[tuple[str, object]] = []
-    for phases, field, values in _size_knobs(x):
+    for phases, key, values in _size_knobs(x):
         if worst.name in phases:
-            smaller = [v for v in values if v < getattr(x, field)]
-            best = _largest(x, plan.capacity, phases, field, smaller)
+            smaller = [v for v in values if v < x.setting(key)]
+            best = _largest(x, plan.capacity, phases, key, smaller)
             if best is not None:
-                fixes.append((KNOBS[field], best))
+                fixes.append((key, best))
     for field, change in _flag_knobs(x, worst.name):
         if _fits(change(x), plan.capacity, (worst.name,)):
             fixes.append((KNOBS[field], True))
@@ -260,9 +255,9 @@ def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
     if worst is None:
         _check_kv_room(plan)
         return
-    over = [p for p in plan.running() if p.total > usable_bytes(plan)]
+    over = [p for p in plan.running() if p.total > plan.usable]
     others = f" ({len(over) - 1} other phase(s) too)" if len(over) > 1 else ""
-    need = f"{worst.name} needs {worst.total / GB:.1f} GB > {usable_bytes(plan) / GB:.1f} GB usable per device{others}"
+    need = f"{worst.name} needs {worst.total / GB:.1f} GB > {plan.usable / GB:.1f} GB usable per device{others}"
     fixes = remedies(plan)
     budget, budget_keys = budget_remedy(plan)
     if fixes:
@@ -294,13 +289,13 @@ def budget_remedy(plan: MemoryPlan) -> tuple[str, list[str]]:
     width whatever the budget (workers/micro.py), so there it also needs use_remove_padding.
     """
     worst, x = worst_phase(plan), plan.inputs
-    if worst is None or worst.name not in BUDGETED:
+    if worst is None or not BY_NAME[worst.name].budgeted:
         return "", []
     budget = any_length_budget(x, plan.capacity, worst.name)
     if budget is None:
         return "", []
-    _, field, dynamic = BUDGETED[worst.name]
-    keys = [KNOBS[dynamic], KNOBS[field]]
+    row = BY_NAME[worst.name]
+    keys = [row.dynamic_key, row.budget_key]
     setting = f"{keys[0]}=true {keys[1]}={budget}"
     if not _packed(x, worst.name):
         padding = KNOBS["reward_padding"] if worst.name == "reward_model" else f"{ARR}.model.use_remove_padding"
@@ -315,7 +310,7 @@ def stop_lengths(plan: MemoryPlan) -> dict[str, int | None]:
     """For each running phase, the response length at which it stops fitting (the first that does not),
     or None when it fits up to the full response length: the plan bisected over the response length,
     every other input as planned. Needs a plan that fits at its own response length."""
-    x, limit = plan.inputs, usable_bytes(plan)
+    x, limit = plan.inputs, plan.usable
     top = x.max_response_len or x.response_len
     out: dict[str, int | None] = {}
     for phase in plan.running():
@@ -347,8 +342,6 @@ def _check_kv_room(plan: MemoryPlan) -> None:
     x = plan.inputs
     if x.engine != "vllm" or plan.phase("generate").skipped:
         return
-    from logicrl.memory.footprint import kv_bytes_per_token
-
     kv = plan.phase("generate").parts["kv_cache"]
     one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
     if kv >= one:

@@ -20,7 +20,7 @@ from logicrl.memory.footprint import (
     saved_per_token_layer,
     saved_per_token_root,
 )
-from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.spec import LOGPROB_CHUNK_TOKENS, ModelSpec
 
 GB = 1024**3
@@ -194,7 +194,7 @@ def reward_model_phase(x: PlanInputs, model: ModelBytes, base: dict[str, int]) -
     """
     n, width = x.responses_per_rank, x.reward_width
     rows = 3 * 8 * n * width if x.reward_rerender_len else 0
-    return forward_phase("reward_model", x, model, x.reward_spec, base, x.reward_micro, x.reward_budget, lm=False,
+    return forward_phase("reward_model", x, model, x.reward_spec, base, *x.split("reward_model"), lm=False,
                          packing=x.reward_packing, width=width, outputs=2 * n * FP32, rows=rows)
 
 

@@ -3,32 +3,14 @@
     plan = plan_memory(step_plan, cfg, spec, device="cuda", capacity_gb=80)
     print(format_table(plan, capacity_note=", trainer.gpu_memory_gb"))   # the note follows "capacity 80.0 GB"
 
-It models what the code allocates (workers/hybrid.py and what it calls), in steady state, i.e.
-after the first step, once AdamW's states exist. On each rank, between phases:
-  actor, ref, critic   FSDP2 shards (1/W of every tensor, dim 0 padded), and the actor's and the
-                       critic's AdamW states (2 x the trainable shard). The actor and critic store
-                       fp32 masters (4 + 4 + 8 bytes per parameter for weights, gradients and AdamW,
-                       sharded) and gather one unit at a time in the compute dtype (2 bytes in bf16);
-                       the reference and a LoRA base store the compute dtype, LoRA adapters fp32
-                       (gathered, like the masters, in the compute dtype).
-                       With param_offload on CUDA all of these live on the host; with
-                       optimizer_offload on CUDA the AdamW states do, except during their own
-                       update (update_actor, update_critic), which brings them to the device.
-  gathered roots       none: FSDP2 reshards the root unit (embeddings, final norm, lm_head) after a
-                       backward, never after a forward, so the worker reshards it after each
-                       forward-only pass (old_log_prob, ref, values; workers/fsdp.py reshard).
-  rollout engine       hf: its own full copy of the weights, always resident. vllm: on CUDA with
-                       free_cache_engine, sleep level 2 discards its weights (re-synced before the
-                       next rollout) and the KV cache between rollouts; on CPU nothing is released.
-Each phase adds its transients (phases.py). Not modelled: allocator fragmentation, the CUDA
-context and NCCL buffers; check_fit keeps HEADROOM_GB of the device for them.
-
-The reward model (reward_model.enable) is held like the reference, frozen in the compute dtype,
-and its phase is a value-head forward (workers/hybrid.py `_reward_model`) over its own rows: the
-actor's, or, re-rendered with its own tokenizer, up to reward_model.max_length tokens each
-(PlanInputs.reward_width). A what-if the config
-cannot express, for docs/memory.md: a frozen base stored at `base_weight_bits` (4-bit QLoRA;
-logicrl cannot load one); `reward_spec` given as a what-if plans a reward model for a config without one.
+It models what the code allocates (workers/hybrid.py and what it calls) in steady state, after the
+first step, once AdamW's states exist: what each rank holds between phases (FSDP2 shards, fp32 masters
+and AdamW states of the trained models, the frozen reference and reward model in the compute dtype,
+the rollout engine's copy; offload moves them to the host) plus each phase's transients (phases.py).
+docs/memory.md ("The model") lists every term. Forward-only passes reshard FSDP2's root unit
+afterwards, so no gathered root is resident between phases.
+Not modelled: allocator fragmentation, the CUDA context and NCCL buffers: HEADROOM_GB of each GPU is
+kept free for them (MemoryPlan.usable, read by grad_accumulation's choice here and by fit.py).
 """
 
 from __future__ import annotations
@@ -39,7 +21,7 @@ from omegaconf import DictConfig
 
 from logicrl.config.plan import WORKER_PHASES, StepPlan
 from logicrl.memory.footprint import ModelBytes, kv_bytes_per_token
-from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.memory.phases import (
     COMPONENTS,
     GB,
@@ -55,7 +37,14 @@ from logicrl.memory.phases import (
 )
 from logicrl.models.spec import ModelSpec
 
+# Kept free on a GPU for what the plan does not model: the CUDA context, NCCL buffers and the
+# caching allocator's fragmentation. On CPU the capacity is already what the OS says is free.
+HEADROOM_GB = {"cuda": 1.0, "cpu": 0.0}
 
+
+def usable_bytes(capacity: int, device: str) -> int:
+    """What a phase may use of `capacity` bytes per device: all of it but the headroom."""
+    return capacity - int(HEADROOM_GB[device] * GB)
 
 
 @dataclass
@@ -64,6 +53,11 @@ class MemoryPlan:
     phases: list[PhaseMemory]
     capacity: int  # bytes per device the plan is checked against
     notes: list[str]
+
+    @property
+    def usable(self) -> int:
+        """Bytes per device a phase may use: the capacity less HEADROOM_GB."""
+        return usable_bytes(self.capacity, self.inputs.device)
 
     def phase(self, name: str) -> PhaseMemory:
         return next(p for p in self.phases if p.name == name)
@@ -131,33 +125,33 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     if m.reward:  # the reward model scores the responses like a frozen value model
         phases.append(reward_model_phase(x, m.reward, base))
     else:
-        phases.append(PhaseMemory("reward_model", skipped=x.skip_reward_model or "no reward model"))
+        phases.append(PhaseMemory("reward_model", skipped=x.skipped("reward_model") or "no reward model"))
 
-    old = forward_phase("old_log_prob", x, m.actor, x.spec, base, x.log_prob_micro, x.log_prob_budget, lm=True,
-                         packing=x.packing)
-    old.skipped = x.skip_old_log_prob
+    old = forward_phase("old_log_prob", x, m.actor, x.spec, base, *x.split("old_log_prob"), lm=True,
+                        packing=x.packing)
+    old.skipped = x.skipped("old_log_prob")
     phases.append(old)
 
     if not x.uses_ref:
-        phases.append(PhaseMemory("ref", skipped=x.skip_ref))
+        phases.append(PhaseMemory("ref", skipped=x.skipped("ref")))
     else:
-        phases.append(forward_phase("ref", x, m.actor if ref_is_actor else m.ref, x.spec, base, x.ref_micro,
-                                    x.ref_budget, lm=True, packing=x.packing))
+        phases.append(forward_phase("ref", x, m.actor if ref_is_actor else m.ref, x.spec, base, *x.split("ref"),
+                                    lm=True, packing=x.packing))
 
     if m.critic:
-        phases.append(forward_phase("values", x, m.critic, x.critic_spec, base, x.critic_micro,
-                                    None, lm=False, packing=x.critic_packing))
+        phases.append(forward_phase("values", x, m.critic, x.critic_spec, base, *x.split("values"), lm=False,
+                                    packing=x.critic_packing))
         states = loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
         phases.append(backward_phase("update_critic", x, m.critic, x.critic_spec, with_states(states),
-                                     x.critic_micro, x.critic_budget, x.critic_per_rank_mini, x.critic_ckpt,
+                                     *x.split("update_critic"), x.critic_per_rank_mini, x.critic_ckpt,
                                      lm=False, offload=x.critic_offload, sharded_grads=x.critic_grad_accum == "sharded",
                                      packing=x.critic_packing))
     else:
-        phases += [PhaseMemory("values", skipped=x.skip_critic), PhaseMemory("update_critic", skipped=x.skip_critic)]
+        phases += [PhaseMemory(name, skipped=x.skipped(name)) for name in ("values", "update_critic")]
 
     states = loaded_states(x, m.actor, x.actor_offload, x.actor_optim_offload)
-    phases.append(backward_phase("update_actor", x, m.actor, x.spec, with_states(states), x.actor_micro,
-                                 x.actor_budget, x.actor_per_rank_mini, x.actor_ckpt, lm=True, offload=x.actor_offload,
+    phases.append(backward_phase("update_actor", x, m.actor, x.spec, with_states(states), *x.split("update_actor"),
+                                 x.actor_per_rank_mini, x.actor_ckpt, lm=True, offload=x.actor_offload,
                                  sharded_grads=x.actor_grad_accum == "sharded", packing=x.packing))
     phases.append(weight_sync_phase(x, m, base, capacity))
     # One list of phase names (config/plan.py): the table's rows are the metrics' perf/memory/<phase>.
@@ -169,15 +163,13 @@ def resolve_grad_accumulation(x: PlanInputs, capacity: int) -> PlanInputs:
     """`x` with each role's grad_accumulation "auto" made "unsharded" when that role's update fits
     the device so (one collective per mini-batch instead of one per micro-batch: faster,
     benchmarks/grad_accumulation.py), else "sharded". One rank has nothing to shard: unsharded."""
-    from logicrl.memory.fit import HEADROOM_GB  # fit.py imports this module
-
     phases = {"actor_grad_accum": "update_actor", "critic_grad_accum": "update_critic"}
     autos = [field for field in phases if getattr(x, field) == "auto"]
     if not autos:
         return x
     # Each update's footprint depends only on its own role's mode: one unsharded plan decides both.
     plan = plan_inputs(replace(x, **dict.fromkeys(autos, "unsharded")), capacity)
-    usable = capacity - int(HEADROOM_GB[x.device] * GB)
+    usable = usable_bytes(capacity, x.device)
 
     def fits(phase: PhaseMemory) -> bool:
         return x.world == 1 or bool(phase.skipped) or phase.total <= usable
@@ -192,7 +184,7 @@ def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
         fits = generate.parts["kv_cache"] // one
         notes.append(f"vLLM's KV cache holds {fits} sequences of {x.width} tokens at once; this rank generates "
                      f"{x.responses_per_rank} (more queue, they do not fail)")
-    steps = micro_batches(x, x.actor_micro, x.actor_budget, x.actor_per_rank_mini)
+    steps = micro_batches(x, *x.split("update_actor"), x.actor_per_rank_mini)
     if x.world > 1 and steps > 1:
         if x.actor_grad_accum == "sharded":
             notes.append(f"update_actor accumulates {steps} micro-batches sharded (grad_accumulation): "

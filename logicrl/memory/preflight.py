@@ -22,11 +22,11 @@ from logicrl.config.errors import ConfigError
 from logicrl.config.inputs import check_data, check_models
 from logicrl.config.plan import ARR, StepPlan, token_key
 from logicrl.memory.disk import check_directories
-from logicrl.memory.fit import HEADROOM_GB, apply_to_inputs, auto_micro_batch, check_fit, stop_lengths, worst_phase
-from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.fit import auto_micro_batch, check_fit, stop_lengths, worst_phase
 from logicrl.memory.lengths import EXPECTED, plan_lengths
 from logicrl.memory.phases import GB
-from logicrl.memory.planner import format_table, plan_inputs
+from logicrl.memory.planner import HEADROOM_GB, format_table, plan_inputs
+from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.spec import ModelSpec, load_model_spec
 
 
@@ -206,7 +206,7 @@ def preflight(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> tuple[str, St
     picked: dict[str, int] = {}
     if cfg.trainer.auto_micro_batch:
         picked = auto_micro_batch(x, cap)
-        x = apply_to_inputs(x, picked)
+        x = x.with_micro(picked)
     by_rows = {token_key(p.micro.key) for p in plan.phases if p.micro is not None and not p.micro.by_tokens}
     memory = plan_inputs(x, cap)
     table = _table(memory, source, picked, by_rows)

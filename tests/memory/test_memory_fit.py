@@ -6,14 +6,15 @@ from dataclasses import replace
 import pytest
 
 from logicrl.config import ConfigError, compose, validate
-from logicrl.memory.fit import auto_micro_batch, check_fit, usable_bytes
-from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.fit import auto_micro_batch, check_fit
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import format_table, plan_inputs
+from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.memory.preflight import preflight
 from tests.conftest import ROOT, run_main, write_jsonl
 
 ARR = "actor_rollout_ref"
+MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
 QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"
 # GRPO with a KL loss on 4 GPUs: 8 prompts x 16 = 128 responses, 32 per rank; per-rank mini-batch 16.
 GRPO_7B = [f"{ARR}.model.path={QWEN7B}", "algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true",
@@ -65,10 +66,10 @@ def test_refusal_names_the_phase_the_need_and_the_largest_micro_batch_that_fits(
     _, _, x = inputs(data)
     plan = plan_inputs(x, 80 * GB)
     actor = plan.phase("update_actor").total
-    assert actor > usable_bytes(plan)  # 16 responses of 2560 tokens per micro-batch: far over
+    assert actor > plan.usable  # 16 responses of 2560 tokens per micro-batch: far over
     # The largest divisor of the per-rank mini-batch (16) that fits, computed by re-planning.
     fitting = [m for m in (1, 2, 4, 8, 16)
-               if plan_inputs(replace(x, actor_micro=m), 80 * GB).phase("update_actor").total <= usable_bytes(plan)]
+               if plan_inputs(x.with_micro({MICRO: m}), 80 * GB).phase("update_actor").total <= plan.usable]
     with pytest.raises(ConfigError) as err:
         check_fit(plan)
     message = str(err.value)
@@ -81,15 +82,14 @@ def test_auto_micro_batch_picks_the_largest_that_fits(data):
     _, _, x = inputs(data)
     # Pinned: under "auto" a micro-batch of 4 that does not fit unsharded fits sharded.
     x = replace(x, actor_grad_accum="unsharded")
-    totals = {m: plan_inputs(replace(x, actor_micro=m), 1000 * GB).phase("update_actor").total for m in (1, 2, 4)}
+    totals = {m: plan_inputs(x.with_micro({MICRO: m}), 1000 * GB).phase("update_actor").total for m in (1, 2, 4)}
     assert totals[1] < totals[2] < totals[4]
     # A device between the micro-batch-2 and micro-batch-4 peaks: 2 is the answer, and it fits.
     capacity = (totals[2] + totals[4]) // 2 + GB  # + the 1 GB kept free on a GPU
     picked = auto_micro_batch(x, capacity)
-    assert picked[f"{ARR}.actor.ppo_micro_batch_size_per_gpu"] == 2
-    fitted = plan_inputs(replace(x, actor_micro=2, log_prob_micro=picked.get(
-        f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu", x.log_prob_micro)), capacity)
-    assert fitted.phase("update_actor").total <= usable_bytes(fitted)
+    assert picked[MICRO] == 2
+    fitted = plan_inputs(x.with_micro(picked), capacity)
+    assert fitted.phase("update_actor").total <= fitted.usable
 
 
 def test_preflight_applies_auto_micro_batch_and_refuses_what_cannot_fit(data):
@@ -145,3 +145,11 @@ def test_weight_sync_holds_one_bucket_plus_the_tensor_being_gathered(data):
     assert plan_inputs(replace(fp32, update_weights_bucket_mb=4096), 80 * GB).phase("update_weights").parts[
         "params"] == plan_inputs(replace(fp32, update_weights_bucket_mb=1), 80 * GB).phase("update_weights").parts[
         "params"]
+
+
+def test_every_phase_with_a_micro_batch_key_has_its_size_chosen():
+    """A phase added to config/phases.py with a micro-batch key is placed in fit.SIZED's order."""
+    from logicrl.config.phases import STEP
+    from logicrl.memory.fit import SIZED
+
+    assert sorted(SIZED) == sorted(p.name for p in STEP if p.rows_key)

@@ -16,17 +16,15 @@ import pytest
 from logicrl.config import ConfigError, compose, validate
 from logicrl.memory.fit import (
     any_length_budget,
-    apply_to_inputs,
     auto_micro_batch,
     by_budget,
     check_fit,
     stop_lengths,
-    usable_bytes,
 )
-from logicrl.memory.inputs import PlanInputs
 from logicrl.memory.lengths import last_run_response_length, plan_lengths
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import plan_inputs
+from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.tiny import tiny_checkpoint_dir
 from tests.conftest import ROOT, run_main
 
@@ -34,6 +32,7 @@ ARR = "actor_rollout_ref"
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 CAP = 80 * GB
 BUDGET = f"{ARR}.actor.ppo_max_token_len_per_gpu"
+MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
 # verl's script, nproc_per_gpu=100: 100 prompts x n=5, one mini-batch, micro-batches of 100 responses.
 VERL_7B_LORA = [
     "algorithm.adv_estimator=grpo", f"data.train_files={TRAIN}", f"data.val_files={VAL}",
@@ -93,27 +92,27 @@ def test_worst_case_refuses_128_prompts_and_names_the_budget_beside_the_micro_ba
     assert need > 79 and message.startswith(f"update_actor needs {need:.1f} GB > 79.0 GB usable per device: set "
                                             f"{ARR}.actor.ppo_micro_batch_size_per_gpu="), message
     micro = int(message.split("ppo_micro_batch_size_per_gpu=")[1].split(";")[0].split()[0])
-    assert plan_inputs(replace(worst, actor_micro=micro), CAP).phase("update_actor").total <= usable_bytes(plan)
+    assert plan_inputs(worst.with_micro({MICRO: micro}), CAP).phase("update_actor").total <= plan.usable
     # The budget is whole full-length rows of 1536 tokens: the largest that fits, and one row more does not.
     budget = int(message.split(f"{BUDGET}=")[1].split()[0])
     assert budget % 1536 == 0
     assert f"{ARR}.actor.use_dynamic_bsz=true {BUDGET}={budget}" in message
     phase = lambda b: plan_inputs(by_budget(worst, "update_actor", b), CAP).phase("update_actor").total  # noqa: E731
-    assert phase(budget) <= usable_bytes(plan) < phase(budget + 1536)
+    assert phase(budget) <= plan.usable < phase(budget + 1536)
     # Padded rows keep their width whatever the budget: it bounds memory only with packing.
     assert message.endswith(f"{ARR}.model.use_remove_padding=true")
 
 
 def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
     # Packed micro-batches of 125 responses, GSM8K-sized prompts of 200 tokens and responses of 300.
-    x = replace(worst, packing="sdpa", prompt_len=200, response_len=300, plan_mode="expected", actor_micro=125)
+    x = replace(worst, packing="sdpa", prompt_len=200, response_len=300, plan_mode="expected").with_micro({MICRO: 125})
     plan = plan_inputs(x, CAP)
     check_fit(plan)  # fits: no error
     stops = stop_lengths(plan)
     stop = stops["update_actor"]
     assert stop is not None and 300 < stop < 1024
     at = lambda r: plan_inputs(replace(x, response_len=r), CAP).phase("update_actor").total  # noqa: E731
-    assert at(stop - 1) <= usable_bytes(plan) < at(stop)  # the first length that does not fit
+    assert at(stop - 1) <= plan.usable < at(stop)  # the first length that does not fit
     # Phases that fit at the full response length say so (None).
     assert stops["generate"] is None and stops["update_weights"] is None
 
@@ -124,10 +123,10 @@ def test_packed_auto_micro_batch_picks_a_budget_that_fits_at_any_length(worst):
     budget = picked[BUDGET]
     assert budget == any_length_budget(x, CAP, "update_actor")
     # Fits at full lengths (so at any length), and the inputs now split update_actor by tokens.
-    y = apply_to_inputs(x, picked)
-    assert y.actor_micro is None and y.actor_budget == budget
+    y = x.with_micro(picked)
+    assert y.split("update_actor") == (None, budget)
     full = plan_inputs(y.worst_case(), CAP)
-    assert full.phase("update_actor").total <= usable_bytes(full)
+    assert full.phase("update_actor").total <= full.usable
     # Padded, the same call keeps micro-batches by rows.
     assert BUDGET not in auto_micro_batch(replace(x, packing=None), CAP)
 
@@ -138,6 +137,8 @@ def test_a_budget_key_switches_the_step_plan_to_tokens(qwen7b):
     assert switched.micro("update_actor").by_tokens and switched.micro("update_actor").key == BUDGET
     assert switched.actor.micro.value == 3072
     assert not switched.micro("ref").by_tokens  # only the phase named
+    # The planner's inputs take the same {key: value} and split every phase as the step plan does.
+    assert inputs(qwen7b, VERL_7B_LORA).with_micro({BUDGET: 3072}).phases == switched.phases
 
 
 def test_expected_response_length_is_checked(qwen7b):

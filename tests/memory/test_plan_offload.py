@@ -7,7 +7,7 @@ import pytest
 
 from logicrl.config import compose, validate
 from logicrl.memory.fit import _flag_knobs
-from logicrl.memory.inputs import PlanInputs
+from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import build_models, plan_inputs
 from tests.conftest import ROOT, write_jsonl

@@ -6,7 +6,7 @@ import pytest
 
 from logicrl.config import compose, validate
 from logicrl.memory.footprint import ModelBytes
-from logicrl.memory.inputs import PlanInputs, packing_kernel
+from logicrl.memory.planner_inputs import PlanInputs, packing_kernel
 from logicrl.memory.phases import backward_phase
 from tests.conftest import write_jsonl
 from tests.memory.test_memory_fit import ARR, GRPO_7B
@@ -33,10 +33,10 @@ def test_update_actor_activations_change_by_the_mask_alone(x):
     neither; sdpa on the packed row has L = 40960 keys per token instead of 2560."""
     m = ModelBytes.build(x.spec, dtype_bytes=2, world=x.world)
     tokens, width, layers = 16 * 2560, 2560, x.spec.num_layers
-    assert x.width == width and x.actor_micro == 16 and not x.actor_ckpt
+    assert x.width == width and x.split("update_actor") == (16, None) and not x.actor_ckpt
 
     def top(packing):
-        phase = backward_phase("update_actor", x, m, x.spec, {}, x.actor_micro, None, x.actor_per_rank_mini,
+        phase = backward_phase("update_actor", x, m, x.spec, {}, *x.split("update_actor"), x.actor_per_rank_mini,
                                ckpt=False, lm=True, packing=packing)
         assert phase.moment == "top"
         return phase.parts["activations"]

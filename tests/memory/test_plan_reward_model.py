@@ -52,7 +52,7 @@ def auto_picked(files, *overrides):
 
 def test_the_phase_runs_with_its_own_micro_batch_and_shape(files):
     x, memory = planned(files, "reward_model.micro_batch_size_per_gpu=2")
-    assert x.skip_reward_model is None and (x.reward_micro, x.reward_budget) == (2, None)
+    assert x.skipped("reward_model") is None and x.split("reward_model") == (2, None)
     assert x.reward_spec == load_model_spec(str(files[1]))
     rm = memory.phase("reward_model")
     assert not rm.skipped and rm.total > 0
@@ -78,7 +78,7 @@ def test_param_offload_keeps_it_off_the_device_between_phases(files):
 
 def test_by_tokens_with_use_dynamic_bsz(files):
     x, _ = planned(files, "reward_model.use_dynamic_bsz=true", "reward_model.forward_max_token_len_per_gpu=3072")
-    assert (x.reward_micro, x.reward_budget) == (None, 3072)
+    assert x.split("reward_model") == (None, 3072)
 
 
 def test_auto_micro_batch_sizes_its_forward_and_the_plan_takes_the_key(files):
@@ -130,7 +130,7 @@ def test_a_token_budget_counts_re_rendered_rows(files, tmp_path):
     budget = ["reward_model.use_dynamic_bsz=true", f"reward_model.model.input_tokenizer={other}"]
     # A budget under one re-rendered row still holds one whole row: 4096 tokens.
     x, one = rm_activations(files, *budget, "reward_model.forward_max_token_len_per_gpu=1536")
-    assert (x.reward_micro, x.reward_budget) == (None, 1536)
+    assert x.split("reward_model") == (None, 1536)
     assert one == BATCH + SCORES + 3 * 8 * 8 * 4096 + 4096 * 4096 + 4096 * (1024 + 8192)
     # Two rows' worth is the two-row micro-batch above.
     _, two = rm_activations(files, *budget, "reward_model.forward_max_token_len_per_gpu=8192")

@@ -1,10 +1,11 @@
-"""What the memory plan reads from the step plan and a validated config, as one flat frozen record.
+"""What the memory planner reads from the step plan and a validated config, as one frozen record.
 
 The planner works on this record, not on the config, so `auto_micro_batch` can try other
-micro-batch sizes with `dataclasses.replace` and nothing is mutated. Batch sizes, micro-batches
-and which phases run come from the step plan (config/plan.py), never from the config again; the
-config gives only what the plan does not hold (dtype, offload, checkpointing, the engine's
-settings). `KNOBS` names the keys the suggestions may set.
+micro-batch sizes (`PlanInputs.with_micro`, by config key) or switches (`dataclasses.replace`)
+and nothing is mutated. Batch sizes, each phase's split and which phases run are the step plan's
+own `PhasePlan`s (config/plan.py); the config gives only what the plan does not hold (dtype,
+offload, checkpointing, the engine's settings). `KNOBS` names the switches the suggestions may
+set; micro-batch, token budget and use_dynamic_bsz keys are the phase table's (config/phases.py).
 """
 
 from __future__ import annotations
@@ -15,36 +16,22 @@ from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
-from logicrl.config.plan import ARR, StepPlan
+from logicrl.config.plan import ARR, PhasePlan, StepPlan, swap_micro
 from logicrl.memory.footprint import lora_targets
+from logicrl.memory.lengths import TOKENIZER_FILES
 from logicrl.models.spec import ModelSpec, load_model_spec
+from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
-# Suggestion keys, by what they control.
+# The switches suggestions may set, by the PlanInputs field each stands for (reward_padding and
+# reward_max_length have none: they are only named in refusals).
 KNOBS = {
-    "actor_micro": f"{ARR}.actor.ppo_micro_batch_size_per_gpu",
-    "actor_budget": f"{ARR}.actor.ppo_max_token_len_per_gpu",
-    "log_prob_micro": f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu",
-    "log_prob_budget": f"{ARR}.rollout.log_prob_max_token_len_per_gpu",
-    "ref_micro": f"{ARR}.ref.log_prob_micro_batch_size_per_gpu",
-    "ref_budget": f"{ARR}.ref.log_prob_max_token_len_per_gpu",
-    "critic_micro": "critic.ppo_micro_batch_size_per_gpu",
-    "critic_budget": "critic.ppo_max_token_len_per_gpu",
-    "reward_micro": "reward_model.micro_batch_size_per_gpu",
-    "reward_budget": "reward_model.forward_max_token_len_per_gpu",
-    # use_dynamic_bsz: a phase splits by its token budget rather than by rows
-    "actor_dynamic": f"{ARR}.actor.use_dynamic_bsz",
-    "log_prob_dynamic": f"{ARR}.rollout.log_prob_use_dynamic_bsz",
-    "ref_dynamic": f"{ARR}.ref.log_prob_use_dynamic_bsz",
-    "critic_dynamic": "critic.use_dynamic_bsz",
-    "gen_micro": f"{ARR}.rollout.max_num_seqs",
     "gpu_memory_utilization": f"{ARR}.rollout.gpu_memory_utilization",
     "kv_cache_gb": f"{ARR}.rollout.kv_cache_gb",
     "actor_offload": f"{ARR}.actor.fsdp_config.param_offload",
     "ref_offload": f"{ARR}.ref.fsdp_config.param_offload",
     "critic_offload": "critic.fsdp_config.param_offload",
-    "reward_dynamic": "reward_model.use_dynamic_bsz",
     "reward_offload": "reward_model.model.fsdp_config.param_offload",
     "reward_padding": "reward_model.model.use_remove_padding",
     "reward_max_length": "reward_model.max_length",
@@ -65,32 +52,22 @@ class PlanInputs:
     prompt_len: int
     response_len: int
     responses_per_rank: int
+    # Every phase of the step plan: why it is skipped (None: it runs) and how it splits its rows. The reward
+    # model's is planned whenever reward_spec is given, whatever the config says (a what-if).
+    phases: tuple[PhasePlan, ...]
     # actor
-    actor_micro: int | None  # None: packed to actor_budget tokens (use_dynamic_bsz)
-    actor_budget: int | None  # None: split by actor_micro rows
     actor_per_rank_mini: int
     actor_ckpt: bool
     actor_offload: bool
     lora_rank: int
     lora_targets: tuple[str, ...]
-    skip_old_log_prob: str | None  # why the plan skips it (config/plan.py), or None
-    log_prob_micro: int | None
-    log_prob_budget: int | None
-    # reference
-    skip_ref: str | None
-    skip_critic: str | None  # why values / update_critic do not run (no critic), or None
-    ref_micro: int | None
-    ref_budget: int | None
     ref_offload: bool
     # critic
-    critic_micro: int  # also the values forward's rows
-    critic_budget: int | None
     critic_per_rank_mini: int
     critic_ckpt: bool
     critic_offload: bool
     # rollout
     engine: str  # "hf" or "vllm"
-    gen_micro: int  # hf: sequences decoded together (max_num_seqs); vllm: max_num_seqs
     gpu_memory_utilization: float
     kv_cache_gb: float | None
     free_cache_engine: bool
@@ -100,9 +77,6 @@ class PlanInputs:
     # the reward model (reward_model.enable): its shape, held like the reference; given as a what-if
     # (benchmarks/memory_cases.py) it runs whatever the config says, split as reward_model's keys say
     reward_spec: ModelSpec | None = None
-    skip_reward_model: str | None = "no reward model"
-    reward_micro: int | None = None  # None: packed to reward_budget tokens (use_dynamic_bsz)
-    reward_budget: int | None = None
     reward_offload: bool = False
     reward_packing: str | None = None
     # Re-rendered rows (its tokenizer differs from the actor's: models/rm_inputs.py) are the reward model's
@@ -127,6 +101,32 @@ class PlanInputs:
     # use_remove_padding: None (padded), "flash" (varlen, no mask) or "sdpa" (a packed [L, L] mask)
     packing: str | None = None  # the actor's and the reference's forwards
     critic_packing: str | None = None
+
+    def phase(self, name: str) -> PhasePlan:
+        return next(p for p in self.phases if p.name == name)
+
+    def skipped(self, name: str) -> str | None:
+        """Why the step plan skips `name` (config/plan.py), or None when it runs."""
+        return self.phase(name).skipped
+
+    def split(self, name: str) -> tuple[int | None, int | None]:
+        """(rows per micro-batch, None), or (None, token budget) when `name` splits by tokens."""
+        micro = self.phase(name).micro
+        return (None, micro.value) if micro.by_tokens else (micro.value, None)
+
+    def setting(self, key: str) -> int | None:
+        """The value of a micro-batch or token budget key; None when no phase splits by it."""
+        return next((p.micro.value for p in self.phases if p.micro is not None and p.micro.key == key), None)
+
+    def with_micro(self, values: dict[str, int]) -> "PlanInputs":
+        """The same inputs with micro-batches or token budgets set by config key, as StepPlan.with_micro
+        sets them (a budget key switches its phase to tokens); `auto_micro_batch`'s picks apply as they are."""
+        return replace(self, phases=swap_micro(self.phases, values))
+
+    @property
+    def gen_micro(self) -> int:
+        """Sequences the engine decodes together (rollout.max_num_seqs)."""
+        return self.phase("generate").micro.value
 
     @property
     def packed(self) -> bool:
@@ -159,11 +159,11 @@ class PlanInputs:
 
     @property
     def uses_ref(self) -> bool:
-        return self.skip_ref is None
+        return self.skipped("ref") is None
 
     @property
     def uses_reward_model(self) -> bool:
-        return self.reward_spec is not None and self.skip_reward_model is None
+        return self.reward_spec is not None and self.skipped("reward_model") is None
 
     @classmethod
     def from_plan(cls, plan: StepPlan, cfg: DictConfig, spec: ModelSpec, device: str,
@@ -171,11 +171,6 @@ class PlanInputs:
         arr, critic = cfg[ARR], cfg.critic
         dtype = arr.model.dtype
         dtype_bytes = DTYPE_BYTES[dtype] if dtype != "auto" else (2 if device == "cuda" else 4)
-        rows, tokens = _split(plan, "old_log_prob")
-        ref_rows, ref_tokens = _split(plan, "ref")
-        actor_rows, actor_tokens = _split(plan, "update_actor")
-        critic_tokens = _split(plan, "update_critic")[1] if plan.critic else None
-        rm_rows, rm_tokens = _split(plan, "reward_model")
         rm = cfg.reward_model
         # A reward_spec what-if plans the phase even where the config has no reward model.
         skip_rm = None if what_if.get("reward_spec") is not None else plan.phase("reward_model").skipped
@@ -189,18 +184,15 @@ class PlanInputs:
             dtype_bytes=dtype_bytes, world=plan.ranks,
             prompt_len=cfg.data.max_prompt_length, response_len=cfg.data.max_response_length,
             responses_per_rank=plan.per_rank_responses,
-            actor_micro=actor_rows, actor_budget=actor_tokens, actor_per_rank_mini=plan.actor.per_rank_mini,
+            phases=tuple(replace(p, skipped=skip_rm) if p.name == "reward_model" else p for p in plan.phases),
+            actor_per_rank_mini=plan.actor.per_rank_mini,
             actor_ckpt=arr.model.enable_gradient_checkpointing, actor_offload=arr.actor.fsdp_config.param_offload,
             lora_rank=arr.model.lora_rank,
             lora_targets=lora_targets(arr.model.target_modules) if arr.model.lora_rank else (),
-            skip_old_log_prob=plan.phase("old_log_prob").skipped, log_prob_micro=rows, log_prob_budget=tokens,
-            skip_ref=plan.phase("ref").skipped, ref_micro=ref_rows, ref_budget=ref_tokens,
-            skip_critic=plan.phase("values").skipped,
             ref_offload=arr.ref.fsdp_config.param_offload,
-            critic_micro=plan.micro("values").value, critic_budget=critic_tokens,
             critic_per_rank_mini=plan.critic.per_rank_mini if plan.critic else 1,
             critic_ckpt=critic.model.enable_gradient_checkpointing, critic_offload=critic.fsdp_config.param_offload,
-            engine=arr.rollout.name, gen_micro=plan.micro("generate").value,
+            engine=arr.rollout.name,
             gpu_memory_utilization=arr.rollout.gpu_memory_utilization, kv_cache_gb=arr.rollout.kv_cache_gb,
             free_cache_engine=arr.rollout.free_cache_engine,
             max_num_batched_tokens=arr.rollout.max_num_batched_tokens,
@@ -213,7 +205,6 @@ class PlanInputs:
             critic_grad_accum=plan.critic.grad_accumulation if plan.critic else "unsharded",
             packing=packing_kernel(arr.model.use_remove_padding, device, dtype_bytes),
             critic_packing=packing_kernel(critic.model.use_remove_padding, device, dtype_bytes),
-            skip_reward_model=skip_rm, reward_micro=rm_rows, reward_budget=rm_tokens,
             reward_offload=rm.model.fsdp_config.param_offload,
             reward_packing=packing_kernel(rm.model.use_remove_padding, device, dtype_bytes),
             **what_if)
@@ -231,10 +222,10 @@ def rerenders(cfg: DictConfig) -> bool:
 
 @functools.lru_cache(maxsize=8)  # auto_micro_batch and a sweep plan the same pair many times
 def _tokenizers_differ(source: str, path: str) -> bool:
-    from logicrl.memory.lengths import TOKENIZER_FILES
+    # Here, not at the top: loading and rm_inputs import torch, which a plan without a re-rendering
+    # reward model never needs.
     from logicrl.models.loading import checkpoint_dir, load_tokenizer
     from logicrl.models.rm_inputs import same_tokenizer
-    from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
 
     # The embedded reward model is saved with the tiny tokenizer; reading it there does not build (train) it.
     source, path = (EMBEDDED_TINY if p == EMBEDDED_TINY_RM else p for p in (source, path))
@@ -255,9 +246,3 @@ def packing_kernel(remove_padding: bool, device: str, dtype_bytes: int) -> str |
     if device == "cuda" and dtype_bytes == 2 and importlib.util.find_spec("flash_attn") is not None:
         return "flash"
     return "sdpa"
-
-
-def _split(plan: StepPlan, phase: str) -> tuple[int | None, int | None]:
-    """(rows per micro-batch, None) or (None, token budget) of a phase of the plan."""
-    micro = plan.micro(phase)
-    return (None, micro.value) if micro.by_tokens else (micro.value, None)
