@@ -3,9 +3,9 @@ that loads, fits the vocabulary and ends a response where the chat template ends
 
     tokenizer = check_models(cfg, dry_run)   # None in a dry run: it imports no transformers
 
-Each problem is one line naming the config key, the directory, what is wrong and the fix: without
-these checks a directory without weights died inside a Ray actor with a long traceback, and a
-tokenizer without an eos token generated past the end of the chat turn. A dry run only warns
+Each problem is one line naming the config key, the directory, what is wrong and the fix; found
+later, a directory without weights would end inside a Ray actor with a long traceback, and a
+tokenizer without an eos token would generate past the end of the chat turn. A dry run only warns
 about missing weights: it may plan from a config-only directory (logicrl/memory/shapes/).
 """
 
