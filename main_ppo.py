@@ -31,9 +31,8 @@ from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
 from logicrl.errors import BadInput
 from logicrl.launch.sweep import register_resolver
-from logicrl.memory.disk import create_directories
 from logicrl.memory.fit import DoesNotFit
-from logicrl.memory.preflight import check_inputs, planned_peaks_gb, preflight
+from logicrl.preflight import preflight
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
@@ -104,33 +103,21 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
         curriculum = has_stages(cfg)
         runs = build_stages(cfg, list(hydra_cfg.overrides.task)) if curriculum else [Stage(0, "", *validate(cfg))]
-        # The memory plan of every phase, before anything loads: refuse what cannot fit, or with
-        # trainer.auto_micro_batch pick the largest micro-batches that do (a new plan).
-        tables = []
-        for stage in runs:
-            table, stage.plan = preflight(stage.cfg, stage.spec, stage.plan)
-            tables.append(table)
-        # Data, model directories, device, directories and disk: every stage's, before any starts.
-        for stage in runs:
-            check_inputs(stage.cfg, stage.spec, stage.plan)
-        # Only now that every stage passed: a refused run leaves no empty checkpoint directory behind.
-        for stage in runs:
-            create_directories(stage.cfg)
+        # Memory plans, device, data, directories and disk, model directories: every stage's,
+        # before any starts; directories are made only once all passed (logicrl/preflight/).
+        plans = preflight(runs)
     except BadInput as err:
         fail(err)
-    planned: dict[str, float] = {}
-    for stage in runs:
-        for phase, gb in planned_peaks_gb(stage.cfg, stage.spec, stage.plan).items():
-            planned[phase] = max(planned.get(phase, 0.0), gb)
     dry_run = runs[0].cfg.trainer.dry_run
-    for stage, table in zip(runs, tables):
+    for stage, planned in zip(runs, plans.stages):
+        stage.plan = planned.plan  # with trainer.auto_micro_batch's picks and the resolved grad_accumulation
         if curriculum:
             print(f"==== stage {stage.index + 1}/{len(runs)}: {stage.name}")
         if dry_run:
             print(OmegaConf.to_yaml(stage.cfg))
-        print(summarize(stage.cfg, stage.spec, stage.plan, table))
+        print(summarize(stage.cfg, stage.spec, stage.plan, planned.table))
     if dry_run:
-        return planned
+        return plans.peaks_gb
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
     from logicrl.logs import pin_ray_auth
 
@@ -182,7 +169,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         # Multirun jobs share this process: each must start its own Ray cluster from scratch. Also
         # after a signal in the middle of ray.init, when Ray has processes but is not initialised.
         stop_ray()
-    return planned
+    return plans.peaks_gb
 
 
 def stopped_code(err: BaseException) -> int:

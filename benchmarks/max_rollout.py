@@ -52,18 +52,16 @@ def overrides(args, path: str, packed: str, n: int, data: list[str]) -> list[str
 
 
 def plan(over: list[str]):
-    """(the step plan preflight returns, its memory plan) or None when it does not fit."""
+    """(the step plan the preflight returns, its memory plan) or None when it does not fit."""
     from logicrl.config import ConfigError, compose, validate
-    from logicrl.memory.planner import plan_inputs
-    from logicrl.memory.preflight import plan_for, preflight
+    from logicrl.preflight.memory import check_memory
 
     cfg, spec, step_plan = validate(compose(over))
     try:
-        _, step_plan = preflight(cfg, spec, step_plan)
+        planned = check_memory(cfg, spec, step_plan)
     except ConfigError:
         return None
-    x, cap, _ = plan_for(cfg, spec, step_plan)
-    return step_plan, plan_inputs(x, cap)
+    return planned.plan, planned.memory
 
 
 def largest_n(fits, top: int) -> int:

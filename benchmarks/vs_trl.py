@@ -89,7 +89,7 @@ def _rows(path: str, count: int) -> list[dict]:
 # ---------------------------------------------------------------- logicrl's side (this process)
 def logicrl_trainer(model_dir: Path, data: Path, steps: int, engine: str, root: Path, prompts: int, length: int):
     from logicrl.config import compose, validate
-    from logicrl.memory.preflight import preflight
+    from logicrl.preflight.memory import check_memory
     from logicrl.trainer.ppo import PPOTrainer
     from tests.gpu.local_group import LocalGroup
 
@@ -102,7 +102,7 @@ def logicrl_trainer(model_dir: Path, data: Path, steps: int, engine: str, root: 
         "algorithm.use_kl_in_reward=false", f"trainer.total_training_steps={steps}", "trainer.device=cpu",
         "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1",
         "trainer.logger=[jsonl]", f"trainer.default_local_dir={root / 'ckpt'}"]))
-    _table, plan = preflight(cfg, spec, plan)
+    plan = check_memory(cfg, spec, plan).plan
     return PPOTrainer(cfg, plan, root / "run", group_cls=LocalGroup)
 
 

@@ -1,6 +1,6 @@
 """DESIGN.md's layering, checked on the source: no package imports one above it, and none import in a cycle.
 
-    algos, data  <-  models, reward  <-  config  <-  memory  <-  workers, controller  <-  trainer, launch  <-  main_ppo
+    algos, data  <-  models, reward  <-  config  <-  memory  <-  preflight  <-  workers, controller  <-  trainer, launch  <-  main_ppo
 
 Every module under logicrl/ is parsed with `ast` (not imported, so this runs in a fraction of a
 second and sees every import: module level, inside functions, under `if TYPE_CHECKING`). A module
@@ -34,6 +34,7 @@ LAYERS = [
     ("models", "reward"),
     ("config",),
     ("memory",),
+    ("preflight",),  # may import memory: it runs the planner
     ("workers", "controller"),
     ("trainer", "launch"),
     ("main_ppo",),  # main_ppo.py at the repository root: nothing in logicrl/ imports it

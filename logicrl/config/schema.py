@@ -307,7 +307,7 @@ class TrainerConfig:
     save_merged_lora: bool = key()
     seed: int = key()
     dry_run: bool = key()
-    gpu_memory_gb: Optional[float] = key(gt=0)  # null: detect (logicrl/memory/preflight.py)
+    gpu_memory_gb: Optional[float] = key(gt=0)  # null: detect (logicrl/preflight/device.py)
     auto_micro_batch: bool = key()
     memory_plan: str = key(choices=("worst_case", "expected"))  # logicrl/memory/lengths.py
     expected_response_length: Optional[int] = key(ge=1)  # <= data.max_response_length (validate.py)

@@ -56,7 +56,7 @@ def _steps(plan: StepPlan) -> str:
 
 
 def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> str:
-    """The dry-run summary; `memory` is the preflight's table (logicrl.memory.preflight)."""
+    """The dry-run summary; `memory` is the preflight's table (logicrl.preflight.memory)."""
     data, trainer = cfg.data, cfg.trainer
     val_rows = dataset_rows(data.val_files)
     lines = [

@@ -29,6 +29,9 @@ from logicrl.errors import BadInput
 log = logging.getLogger("logicrl.data")
 
 TRUNCATION_MODES = ("error", "filter", "left", "right")
+# Rows per file read before a run starts (the preflight's row check, the planner's prompt lengths):
+# rendering and tokenizing that many prompts takes about a second.
+SAMPLE_ROWS = 2_000
 _SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows (they are counted)"
 
 

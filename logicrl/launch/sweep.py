@@ -102,12 +102,12 @@ def check_job(cfg: DictConfig, task: list[str]) -> BadInput | None:
     to the job: they are the same for every job of most sweeps, and slower to read."""
     from logicrl.config import validate
     from logicrl.config.stages import Stage, build_stages, has_stages
-    from logicrl.memory.preflight import preflight
+    from logicrl.preflight.memory import check_memory
 
     try:
         stages = build_stages(cfg, task) if has_stages(cfg) else [Stage(0, "", *validate(cfg))]
         for stage in stages:
-            preflight(stage.cfg, stage.spec, stage.plan)
+            check_memory(stage.cfg, stage.spec, stage.plan)
     except BadInput as err:
         return err
     return None

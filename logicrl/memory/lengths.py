@@ -9,7 +9,7 @@ one 80 GB H100 at 128 prompts per step, planned at 512 + 1024 tokens: update_act
 62.4 GB at this repository's measured prompt lengths). `expected` plans for:
 
   prompts    measured: the model's tokenizer on a sample of data.train_files (the rows the
-             preflight samples, config/inputs.py SAMPLE_ROWS). Which statistic depends on how a
+             preflight samples, data/dataset.py SAMPLE_ROWS). Which statistic depends on how a
              micro-batch is laid out. Padded (use_remove_padding=false), every row of a step is
              left-padded to the step's longest prompt, and a step holds hundreds of prompts, so
              the sample's longest is what a step sees. Packed, a micro-batch holds the sum of its
@@ -118,8 +118,7 @@ def measured_prompt_lengths(cfg: DictConfig) -> list[int]:
 @functools.lru_cache(maxsize=4)  # a curriculum's stages often share model and data
 def _measured(path: str, files: tuple[str, ...], prompt_key: str, max_prompt_length: int, truncation: str,
               skip_bad_rows: bool) -> tuple[int, ...]:
-    from logicrl.config.inputs import SAMPLE_ROWS
-    from logicrl.data.dataset import load_prompts
+    from logicrl.data.dataset import SAMPLE_ROWS, load_prompts
     from logicrl.models.loading import checkpoint_dir, load_tokenizer
 
     fix = "copy the checkpoint's tokenizer files there, or use trainer.memory_plan=worst_case"

@@ -97,10 +97,10 @@ def _write_tiny_weights(directory: Path) -> None:
 def load_tokenizer(path: str, quiet: bool = False):
     """The checkpoint's tokenizer; without a pad token it pads with eos (said once, unless `quiet`:
     every process loads it, the preflight says it for all of them). Its eos, or generation_config's
-    first eos_token_id when it has none, is checked by models/checks.py before a run starts."""
+    first eos_token_id when it has none, is checked by preflight/models.py before a run starts."""
     from transformers import AutoTokenizer
 
-    from logicrl.models.checks import eos_ids
+    from logicrl.models.eos import eos_ids
 
     directory = checkpoint_dir(path)
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)

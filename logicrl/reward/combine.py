@@ -7,7 +7,7 @@ Every mode is a pair of weights (model, rule): `model` is (1, 0), verl's behavio
 manager returns the reward model's scores and skips the rule function); `rule` is (0, 1); `weighted`
 is reward.combine.weights. `by_data_source` gives some sources another mode or their own weights, so
 one run can score K&K puzzles by rule and chat prompts by the model. A term weighted 0 is never
-needed: `needs_rule(source)` tells the row check (config/inputs.py `reward_check`) that a data_source
+needed: `needs_rule(source)` tells the row check (config/rewards.py `reward_check`) that a data_source
 with no rule reward can be scored by the model alone. Where a rule exists the reward phase scores it
 even at weight 0, for the report (accuracy), never for the reward.
 """

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
-from logicrl.config.inputs import combine_rule, reward_check
+from logicrl.config.rewards import combine_rule, reward_check
 from logicrl.config.plan import ARR, StepPlan
 from logicrl.data.dataset import load_prompts
 from logicrl.faults import Faults
@@ -68,7 +68,7 @@ class PPOTrainer:
         self.faults = (faults or Faults()).in_stage(stage)
         data, arr = cfg.data, cfg[ARR]
         self.tokenizer = load_tokenizer(arr.model.path, quiet=True)  # the preflight said what it substituted
-        # The preflight checked a sample of the rows (config/inputs.py); this load checks them all,
+        # The preflight checked a sample of the rows (preflight/data.py); this load checks them all,
         # rewards included, with the same one-line errors.
         load = dict(prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                     truncation=data.truncation, skip_bad_rows=data.skip_bad_rows, row_check=reward_check(cfg))

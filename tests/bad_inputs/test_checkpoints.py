@@ -48,8 +48,8 @@ def test_a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the
     # spec is the saved model's own config: the embedded model's built-in spec counts its config's
     # 2048-token vocabulary, the built model the tokenizer's 763.
     from logicrl.config import compose, validate
-    from logicrl.memory.disk import checkpoint_bytes
-    from logicrl.memory.preflight import plan_for
+    from logicrl.preflight.disk import checkpoint_bytes
+    from logicrl.preflight.memory import plan_for
     from logicrl.models.spec import load_model_spec
 
     cfg, _, plan = validate(compose(RUN))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from logicrl.memory.preflight import device_problem, unusable_gpus_problem
+from logicrl.preflight.device import device_problem, unusable_gpus_problem
 from tests.bad_inputs.conftest import refused, small_run, timed_main
 
 # What an H100 box on a driver too old for PyPI's CUDA 13 torch shows: nvidia-smi lists the GPUs,

@@ -15,8 +15,8 @@ import pytest
 
 from logicrl.config import compose, validate
 from logicrl.config.errors import ConfigError
-from logicrl.memory import disk
-from logicrl.memory.preflight import plan_for
+from logicrl.preflight import disk
+from logicrl.preflight.memory import plan_for
 from tests.bad_inputs.conftest import ARR, ROOT, refused, small_run, timed_main
 
 
@@ -78,14 +78,14 @@ def test_too_little_disk_for_one_checkpoint_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * need, 9 * need, need - 1))
     with pytest.raises(ConfigError, match=rf"trainer.default_local_dir={tmp_path}/ckpt: 0.0 GB free, one checkpoint "
                                           r"needs about 0.0 GB"):
-        disk.check_directories(cfg, spec, plan)
+        disk.check_directories(cfg, plan, need)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * need, 0, 2 * need))
-    disk.check_directories(cfg, spec, plan)  # room for one: the new one commits before the old is pruned
+    disk.check_directories(cfg, plan, need)  # room for one: the new one commits before the old is pruned
 
 
 def test_the_checks_make_nothing_and_create_directories_makes_the_checkpoint_root(tmp_path):
     cfg, spec, plan = config(f"trainer.default_local_dir={tmp_path}/ckpt/run")
-    disk.check_directories(cfg, spec, plan)
+    disk.check_directories(cfg, plan, disk.checkpoint_bytes(plan_for(cfg, spec, plan)[0], cfg.trainer.save_hf_model))
     assert list(tmp_path.iterdir()) == []  # not even the probe file
     disk.create_directories(cfg)
     assert (tmp_path / "ckpt/run").is_dir()

@@ -10,8 +10,9 @@ import json
 import pytest
 
 from logicrl.config import compose, validate
-from logicrl.config.inputs import check_data, reward_check
+from logicrl.config.rewards import reward_check
 from logicrl.data.dataset import DatasetError
+from logicrl.preflight.data import check_data
 from tests.config.test_reward_model_config import write_checkpoint
 
 KK_ROLE = {"prompt": [{"role": "user", "content": "Zoey is a knight. What is Zoey?"}], "data_source": "kk_role",

@@ -44,7 +44,7 @@ def train(overrides: list[str], root: Path) -> list[dict]:
     """Train with `overrides` (on top of a small jsonl data set and BASE_BATCH) under `root`; returns
     the rows of metrics.jsonl, one per step."""
     from logicrl.config import compose, validate
-    from logicrl.memory.preflight import preflight
+    from logicrl.preflight.memory import check_memory
     from logicrl.trainer.ppo import PPOTrainer
 
     train_file = write_jsonl(root / "data" / "train.jsonl", 16)
@@ -52,7 +52,7 @@ def train(overrides: list[str], root: Path) -> list[dict]:
     cfg, spec, plan = validate(compose([f"data.train_files={train_file}", f"data.val_files={val_file}", *BASE_BATCH,
                                         f"trainer.default_local_dir={root / 'ckpt'}", "trainer.logger=[console]",
                                         *overrides]))
-    _table, plan = preflight(cfg, spec, plan)
+    plan = check_memory(cfg, spec, plan).plan
     run_dir = root / "run"
     PPOTrainer(cfg, plan, run_dir, group_cls=LocalGroup).fit()
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

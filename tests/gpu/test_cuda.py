@@ -16,9 +16,9 @@ def test_a_matmul_on_the_gpu_gives_the_hand_computed_sums():
 
 
 def test_the_preflight_sees_usable_gpus():
-    """The run-time refusal (memory/preflight.check_gpus_usable) must not fire where CUDA works."""
+    """The run-time refusal (preflight/device.check_gpus_usable) must not fire where CUDA works."""
     pytest.importorskip("omegaconf", reason="the preflight needs the full install (omegaconf)")
-    from logicrl.memory.preflight import _gpus_torch_cannot_use, visible_gpus
+    from logicrl.preflight.device import _gpus_torch_cannot_use, visible_gpus
 
     _gpus_torch_cannot_use.cache_clear()
     assert _gpus_torch_cannot_use() is None

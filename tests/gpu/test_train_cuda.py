@@ -42,7 +42,7 @@ def test_two_grpo_steps_in_bf16_train_and_report_their_memory(tmp_path):
 
 def test_the_plan_matches_max_memory_allocated_per_phase(tmp_path):
     from logicrl.config import compose, validate
-    from logicrl.memory.preflight import planned_peaks_gb
+    from logicrl.preflight.memory import check_memory
     from logicrl.models.tiny import cache_root
     from tests.conftest import BASE_BATCH
 
@@ -51,7 +51,7 @@ def test_the_plan_matches_max_memory_allocated_per_phase(tmp_path):
     rows = train(run, tmp_path)
     cfg, spec, plan = validate(compose([f"data.train_files={tmp_path / 'data' / 'train.jsonl'}",
                                         f"data.val_files={tmp_path / 'data' / 'test.jsonl'}", *BASE_BATCH, *run]))
-    planned = planned_peaks_gb(cfg, spec, plan)
+    planned = check_memory(cfg, spec, plan).peaks_gb
     measured = {phase: max(r.get(f"perf/memory/{phase}/peak_gb", 0.0) for r in rows) for phase in planned}
     off = {phase: (measured[phase], planned[phase]) for phase in planned
            if measured[phase] and abs(measured[phase] - planned[phase]) > PLAN_TOLERANCE * planned[phase]}

@@ -21,9 +21,11 @@ SEVEN_B = ["actor_rollout_ref.model.path=logicrl/memory/shapes/qwen2.5-7b", "tra
 
 def planned_generate_gb() -> float:
     from logicrl.config import compose, validate
-    from logicrl.memory.preflight import planned_peaks_gb
+    from logicrl.memory.planner import plan_inputs
+    from logicrl.preflight.memory import peaks_gb, plan_for
 
-    return planned_peaks_gb(*validate(compose(SEVEN_B)))["generate"]
+    x, cap, _ = plan_for(*validate(compose(SEVEN_B)))  # refused as it is: the planner's peaks, not check_memory's
+    return peaks_gb(plan_inputs(x, cap))["generate"]
 
 
 def test_hydra_group_overrides_pass_the_override_check():

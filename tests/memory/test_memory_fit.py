@@ -10,7 +10,7 @@ from logicrl.memory.fit import auto_micro_batch, check_fit
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import format_table, plan_inputs
 from logicrl.memory.planner_inputs import PlanInputs
-from logicrl.memory.preflight import preflight
+from logicrl.preflight.memory import check_memory
 from tests.conftest import ROOT, run_main, write_jsonl
 
 ARR = "actor_rollout_ref"
@@ -94,7 +94,8 @@ def test_auto_micro_batch_picks_the_largest_that_fits(data):
 
 def test_preflight_applies_auto_micro_batch_and_refuses_what_cannot_fit(data):
     cfg, spec, plan = step_plan(data, "trainer.gpu_memory_gb=80", "trainer.auto_micro_batch=true")
-    table, fitted = preflight(cfg, spec, plan)
+    planned = check_memory(cfg, spec, plan)
+    table, fitted = planned.table, planned.plan
     assert "auto_micro_batch:" in table
     # A new plan, the config untouched: the actor's micro-batch is the one auto_micro_batch picked.
     key = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
@@ -103,7 +104,7 @@ def test_preflight_applies_auto_micro_batch_and_refuses_what_cannot_fit(data):
     assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == plan.micro("update_actor").value
     cfg, spec, plan = step_plan(data, "trainer.gpu_memory_gb=12")  # the 7B's own weights do not fit
     with pytest.raises(ConfigError, match=r"needs .* GB > 11.0 GB usable per device"):
-        preflight(cfg, spec, plan)
+        check_memory(cfg, spec, plan)
 
 
 @pytest.mark.integration

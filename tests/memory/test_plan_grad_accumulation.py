@@ -7,7 +7,7 @@ import pytest
 
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import plan_inputs
-from logicrl.memory.preflight import preflight
+from logicrl.preflight.memory import check_memory
 from tests.memory.test_memory_fit import ARR, data, inputs, step_plan  # noqa: F401 (data: the fixture)
 
 # Qwen2.5-7B's parameters; the actor's fp32 gradients are 4 bytes each, sharded over 4 ranks.
@@ -52,9 +52,9 @@ def test_preflight_hands_the_resolved_mode_to_the_workers(data):
     for gpu_gb, mode in ((between, "sharded"), (1000, "unsharded")):
         cfg, spec, plan = step_plan(data, ONE_PER_MICRO, f"trainer.gpu_memory_gb={gpu_gb}")
         assert plan.actor.grad_accumulation == "auto" and not plan.actor.sharded_grads
-        _, planned = preflight(cfg, spec, plan)
+        planned = check_memory(cfg, spec, plan).plan
         assert planned.actor.grad_accumulation == mode and planned.actor.sharded_grads == (mode == "sharded")
     # Named in the config, it is kept even where unsharded would fit.
     cfg, spec, plan = step_plan(data, ONE_PER_MICRO, "trainer.gpu_memory_gb=1000",
                                 f"{ARR}.actor.fsdp_config.grad_accumulation=sharded")
-    assert preflight(cfg, spec, plan)[1].actor.grad_accumulation == "sharded"
+    assert check_memory(cfg, spec, plan).plan.actor.grad_accumulation == "sharded"

@@ -9,7 +9,7 @@ import pytest
 from logicrl.config import compose, validate
 from logicrl.memory.footprint import ModelBytes
 from logicrl.memory.planner import plan_inputs
-from logicrl.memory.preflight import plan_for
+from logicrl.preflight.memory import plan_for
 from logicrl.models.spec import load_model_spec
 from tests.conftest import ROOT, write_jsonl
 from tests.workers.conftest import write_tiny_reward_model

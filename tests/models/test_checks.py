@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from logicrl.models.checks import end_of_turn, eos_ids, tokenizer_problem, weights_problem
+from logicrl.models.eos import end_of_turn, eos_ids
 from logicrl.models.spec import load_model_spec
+from logicrl.preflight.models import tokenizer_problem, weights_problem
 
 
 def test_weights_by_name_or_by_index(tmp_path):

@@ -31,8 +31,8 @@ def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, ma
 
 def stop_ids(cfg: DictConfig, tokenizer) -> list[int]:
     """The tokens that end a response: the tokenizer's eos and generation_config.json's (where chat
-    models list their end-of-turn token), checked by the preflight (models/checks.py)."""
-    from logicrl.models.checks import eos_ids
+    models list their end-of-turn token), checked by the preflight (preflight/models.py)."""
+    from logicrl.models.eos import eos_ids
     from logicrl.models.loading import checkpoint_dir
 
     return eos_ids(tokenizer, checkpoint_dir(cfg.actor_rollout_ref.model.path))

@@ -1,20 +1,18 @@
-"""The preflight's checks of what a run writes: its directories writable, disk for a checkpoint.
+"""What a run writes: its directories writable, and disk for its checkpoints.
 
-    need = checkpoint_bytes(x, save_hf)        # one global_step_N/, from the planner's inputs
-    check_directories(cfg, spec, plan)         # raises ConfigError (exit 2); creates nothing
-    create_directories(cfg)                    # once every check of every stage passed
+    need = checkpoint_bytes(planned.memory.inputs, save_hf)   # one global_step_N/, from the memory plan
+    check_directories(cfg, plan, need)   # raises ConfigError (exit 2); creates nothing
+    create_directories(cfg)              # once every check of every stage passed
 
-Without them, an unwritable trainer.default_local_dir was found at the first save: with the
-default save_freq=-1 that is after the whole run had trained, and the run was lost. The checks
-write a probe file in the nearest directory that exists and make nothing, so a run refused later
-in the preflight (a model directory without weights, say) leaves no empty checkpoint directory
-behind; main_ppo creates the directories only when all of them passed.
+An unwritable trainer.default_local_dir would otherwise be found at the first save, which with
+save_freq=-1 is after the whole run trained. The checks write a probe file in the nearest
+directory that exists and make nothing, so a run refused later in the preflight (a model
+directory without weights, say) leaves no empty checkpoint directory behind.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,9 +23,8 @@ from logicrl.config.errors import ConfigError
 from logicrl.config.plan import StepPlan
 from logicrl.memory.footprint import FP32, ModelBytes
 from logicrl.memory.planner_inputs import PlanInputs
-from logicrl.models.spec import ModelSpec
 
-log = logging.getLogger("logicrl.memory")
+log = logging.getLogger("logicrl.preflight")
 GB = 1e9
 MARGIN = 1.1  # a real tiny checkpoint is 9% above the bare bytes (tests/bad_inputs/test_directories.py)
 
@@ -71,9 +68,10 @@ def writable_problem(directory: Path, key: str, create: bool) -> str | None:
     return None
 
 
-def check_directories(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
-    """The checkpoint root and the run's output directory writable; room for one more checkpoint.
-    Creates nothing (create_directories does, after every check); a dry run only warns about disk."""
+def check_directories(cfg: DictConfig, plan: StepPlan, need: int) -> None:
+    """The checkpoint root and the run's output directory writable; room for one more checkpoint of
+    `need` bytes (checkpoint_bytes). Creates nothing (create_directories does, after every check); a
+    dry run only warns about disk."""
     t = cfg.trainer
     root = Path(t.default_local_dir)
     targets = [(root, "trainer.default_local_dir")]
@@ -83,10 +81,6 @@ def check_directories(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
     for directory, key in targets:
         if problem := writable_problem(directory, key, create=False):
             raise ConfigError(problem)
-    from logicrl.memory.preflight import plan_for  # the planner's own inputs, so one estimate serves both
-
-    x, _, _ = plan_for(cfg, spec, plan)
-    need = checkpoint_bytes(x, t.save_hf_model)
     existing = root
     while not existing.exists():
         existing = existing.parent

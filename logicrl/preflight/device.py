@@ -1,33 +1,26 @@
-"""The preflight entry point: the device's capacity, the plan's table, auto micro-batches, refusal.
+"""The device a run asks for: the driver, the GPUs torch can use, and the memory each rank has.
 
-    table, plan = preflight(cfg, spec, plan)   # raises ConfigError (main_ppo: exit 2) when it cannot fit
+    check_gpus_usable(cfg)            # GPUs nvidia-smi lists but torch cannot use: one line, no CPU fallback
+    check_device(cfg, plan)           # trainer.device, n_gpus and nnodes against this machine
+    device, gb, source = capacity(cfg)  # what the memory plan is made for
 
-Runs after validation and before anything loads, so it imports no torch unless a GPU may be
-present (nvidia-smi on PATH) and the capacity must be detected.
+Nothing here imports torch unless nvidia-smi is on PATH, so a dry run on a CPU machine stays fast;
+what needs torch is cached, since a curriculum asks once per stage.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import shutil
 import subprocess
 import warnings
-from dataclasses import replace
 
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config.errors import ConfigError
-from logicrl.config.inputs import check_data, check_models
-from logicrl.config.plan import ARR, StepPlan, token_key
-from logicrl.memory.disk import check_directories
-from logicrl.memory.fit import auto_micro_batch, check_fit, stop_lengths, worst_phase
-from logicrl.memory.lengths import EXPECTED, plan_lengths
+from logicrl.config.plan import StepPlan
 from logicrl.memory.phases import GB
-from logicrl.memory.planner import HEADROOM_GB, format_table, plan_inputs
-from logicrl.memory.planner_inputs import PlanInputs
-from logicrl.models.spec import ModelSpec, load_model_spec
 
 
 @functools.lru_cache(maxsize=1)
@@ -175,97 +168,3 @@ def capacity(cfg: DictConfig) -> tuple[str, float, str]:
 
     free = psutil.virtual_memory().available / GB
     return "cpu", free / t.n_gpus, f"CPU: {free:.1f} GB of available RAM / {t.n_gpus} rank(s)"
-
-
-def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
-    """The memory plan's inputs for a validated config and its step plan on this machine (or on
-    trainer.gpu_memory_gb GPUs), the capacity in bytes, and where that number comes from."""
-    device, cap_gb, source = capacity(cfg)
-    critic_spec = None
-    if plan.critic and cfg.critic.model.path != cfg[ARR].model.path:
-        critic_spec = load_model_spec(cfg.critic.model.path)
-    x = PlanInputs.from_plan(plan, cfg, spec, device, critic_spec, **what_if)
-    lengths = plan_lengths(cfg, x.packed)
-    x = replace(x, prompt_len=min(lengths.prompt, x.prompt_len), response_len=lengths.response,
-                plan_mode=cfg.trainer.memory_plan, lengths_note=lengths.note)
-    if x.engine == "vllm" and importlib.util.find_spec("vllm") is None:
-        x = replace(x, engine="hf")  # engines.build_engine falls back the same way
-    return x, int(cap_gb * GB), source
-
-
-def preflight(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> tuple[str, StepPlan]:
-    """(the table to print, the step plan to run); raises ConfigError when a phase cannot fit, or
-    when nvidia-smi lists GPUs that torch cannot use (check_gpus_usable).
-
-    `cfg` is validated (logicrl.config.validate), `spec` its actor's ModelSpec and `plan` its step
-    plan. With trainer.auto_micro_batch=true the returned plan has every micro-batch / token budget
-    at the largest value that fits, and the table shows the plan with them; otherwise it is `plan`.
-    """
-    check_gpus_usable(cfg)
-    x, cap, source = plan_for(cfg, spec, plan)
-    picked: dict[str, int] = {}
-    if cfg.trainer.auto_micro_batch:
-        picked = auto_micro_batch(x, cap)
-        x = x.with_micro(picked)
-    by_rows = {token_key(p.micro.key) for p in plan.phases if p.micro is not None and not p.micro.by_tokens}
-    memory = plan_inputs(x, cap)
-    table = _table(memory, source, picked, by_rows)
-    check_fit(memory)
-    # The workers run the grad_accumulation the plan resolved ("auto": unsharded unless it does not fit).
-    chosen = memory.inputs
-    return table, plan.with_micro(picked).with_grad_accumulation(chosen.actor_grad_accum, chosen.critic_grad_accum)
-
-
-def check_inputs(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> None:
-    """Everything a run reads or writes, checked before Ray or a model starts; raises BadInput.
-
-    The device, the model directories and data files (config/inputs.py: a dry run skips what needs the
-    tokenizer), and the directories the run writes, with room for a checkpoint (memory/disk.py).
-    """
-    # What needs no transformers import first (a second or so), then the tokenizer's checks.
-    check_device(cfg, plan)
-    check_data(cfg, None)
-    check_directories(cfg, spec, plan)
-    tokenizer = check_models(cfg, dry_run=cfg.trainer.dry_run)
-    if tokenizer is not None:
-        check_data(cfg, tokenizer)
-
-
-def _table(plan, source: str, picked: dict[str, int], by_rows: set[str] = frozenset()) -> str:
-    """The plan as printed: its mode and lengths first, then the table, then what was chosen and,
-    in expected mode, where each phase stops fitting."""
-    x = plan.inputs
-    headroom = HEADROOM_GB[x.device]
-    note = f", {source}" + (f"; {headroom:.0f} GB kept free" if headroom else "")
-    lines = [f"memory plan: trainer.memory_plan={x.plan_mode}, {x.lengths_note}", format_table(plan, note)]
-    if picked:
-        # A budget key for a phase that split by rows switches it to tokens (StepPlan.with_micro).
-        lines.append("auto_micro_batch: " + " ".join(
-            f"{k}={v}" + (" (use_dynamic_bsz: packed, a budget bounds memory at any length)" if k in by_rows else "")
-            for k, v in picked.items()))
-    if x.plan_mode == EXPECTED and worst_phase(plan) is None:
-        lines.append(_stop_line(plan))
-    return "\n".join(lines)
-
-
-def _stop_line(plan) -> str:
-    """Where the expected plan stops holding, per phase, and what covers the run past it."""
-    x = plan.inputs
-    top = x.max_response_len or x.response_len
-    if not x.packed:
-        return (f"expected lengths: responses are padded to data.max_response_length={top} columns (no packing), "
-                "so the plan holds at any response length")
-    stops = stop_lengths(plan)
-    failing = [f"{name} at {length}" for name, length in stops.items() if length is not None]
-    if not failing:
-        return f"expected lengths: every phase fits up to data.max_response_length={top} as planned"
-    holding = [name for name, length in stops.items() if length is None]
-    return (f"expected lengths: stops fitting at response length {', '.join(failing)} tokens"
-            + (f" ({', '.join(holding)} fit up to {top})" if holding else "")
-            + "; past that the run relies on token budgets and OOM recovery (workers/oom.py halves the micro-batch)")
-
-
-def planned_peaks_gb(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> dict[str, float]:
-    """Each running phase's planned peak per device in GB (a sweep's summary reports them)."""
-    x, cap, _ = plan_for(cfg, spec, plan)
-    return {p.name: round(p.total / GB, 3) for p in plan_inputs(x, cap).running()}

@@ -1,0 +1,65 @@
+"""Can this run start? Everything checked before Ray or any model, for all of a run's stages at once.
+
+    plans = preflight(stages)   # raises BadInput: main_ppo prints its one line and exits 2
+    plans.stages[i].table, plans.stages[i].plan, plans.peaks_gb
+
+The cheap and decisive checks come first: every stage's memory plan (memory.py), then every
+stage's inputs (device.py, data.py and disk.py, then models.py, whose tokenizer lets data.py
+tokenize the sampled prompts), so a later stage's bad data file stops the first from starting.
+The directories are made (disk.py) only once every stage passed: a refused run leaves nothing on
+disk. Each stage is planned once; its StagePlan carries the numbers the later checks need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from omegaconf import DictConfig
+
+from logicrl.config.stages import Stage
+from logicrl.preflight.data import check_data
+from logicrl.preflight.device import check_device
+from logicrl.preflight.disk import check_directories, checkpoint_bytes, create_directories
+from logicrl.preflight.memory import StagePlan, check_memory
+from logicrl.preflight.models import check_models
+
+
+@dataclass(frozen=True)
+class Plans:
+    """What the preflight decided: one StagePlan per stage, in the stages' order."""
+
+    stages: tuple[StagePlan, ...]
+
+    @property
+    def peaks_gb(self) -> dict[str, float]:
+        """Each phase's planned peak per device in GB, the largest over the stages."""
+        peaks: dict[str, float] = {}
+        for stage in self.stages:
+            for phase, gb in stage.peaks_gb.items():
+                peaks[phase] = max(peaks.get(phase, 0.0), gb)
+        return peaks
+
+
+def preflight(stages: Sequence[Stage]) -> Plans:
+    """Every check of every stage, in the order above; raises BadInput at the first that fails.
+    Each stage's `cfg` is validated, `spec` its actor's ModelSpec and `plan` its step plan; the
+    plans to run are in the result (trainer.auto_micro_batch may have changed them)."""
+    plans = Plans(tuple(check_memory(stage.cfg, stage.spec, stage.plan) for stage in stages))
+    for stage, planned in zip(stages, plans.stages):
+        check_inputs(stage.cfg, planned)
+    for stage in stages:
+        create_directories(stage.cfg)
+    return plans
+
+
+def check_inputs(cfg: DictConfig, planned: StagePlan) -> None:
+    """What one stage reads and writes: the device, data files, directories and disk, model
+    directories. A dry run skips what needs the tokenizer."""
+    # What needs no transformers import first (a second or so), then the tokenizer's checks.
+    check_device(cfg, planned.plan)
+    check_data(cfg, None)
+    check_directories(cfg, planned.plan, checkpoint_bytes(planned.memory.inputs, cfg.trainer.save_hf_model))
+    tokenizer = check_models(cfg, dry_run=cfg.trainer.dry_run)
+    if tokenizer is not None:
+        check_data(cfg, tokenizer)

@@ -1,0 +1,117 @@
+"""The memory preflight of one stage: its plan on this device, the table printed, refusal.
+
+    planned = check_memory(cfg, spec, plan)   # raises DoesNotFit (main_ppo: exit 2) when a phase cannot fit
+    planned.table, planned.plan, planned.peaks_gb
+
+The plan is made once per stage and everything that needs its numbers reads this result: the
+printed table, the step plan the workers run (trainer.auto_micro_batch's picks, the resolved
+grad_accumulation), the checkpoint size the disk check needs, and the peaks a sweep reports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, replace
+
+from omegaconf import DictConfig
+
+from logicrl.config.plan import ARR, StepPlan, token_key
+from logicrl.memory.fit import auto_micro_batch, check_fit, stop_lengths, worst_phase
+from logicrl.memory.lengths import EXPECTED, plan_lengths
+from logicrl.memory.phases import GB
+from logicrl.memory.planner import HEADROOM_GB, MemoryPlan, format_table, plan_inputs
+from logicrl.memory.planner_inputs import PlanInputs
+from logicrl.models.spec import ModelSpec, load_model_spec
+from logicrl.preflight.device import capacity, check_gpus_usable
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage's memory plan, as decided before anything loads."""
+
+    table: str  # the plan as printed: mode and lengths, the table, auto_micro_batch's picks
+    plan: StepPlan  # the step plan to run: picked micro-batches, resolved grad_accumulation
+    memory: MemoryPlan  # the planner's result the table shows (inputs, peak bytes per phase)
+
+    @property
+    def peaks_gb(self) -> dict[str, float]:
+        return peaks_gb(self.memory)
+
+
+def peaks_gb(memory: MemoryPlan) -> dict[str, float]:
+    """Each running phase's planned peak per device in GB (a sweep's summary reports them)."""
+    return {p.name: round(p.total / GB, 3) for p in memory.running()}
+
+
+def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
+    """The memory plan's inputs for a validated config and its step plan on this machine (or on
+    trainer.gpu_memory_gb GPUs), the capacity in bytes, and where that number comes from."""
+    device, cap_gb, source = capacity(cfg)
+    critic_spec = None
+    if plan.critic and cfg.critic.model.path != cfg[ARR].model.path:
+        critic_spec = load_model_spec(cfg.critic.model.path)
+    x = PlanInputs.from_plan(plan, cfg, spec, device, critic_spec, **what_if)
+    lengths = plan_lengths(cfg, x.packed)
+    x = replace(x, prompt_len=min(lengths.prompt, x.prompt_len), response_len=lengths.response,
+                plan_mode=cfg.trainer.memory_plan, lengths_note=lengths.note)
+    if x.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        x = replace(x, engine="hf")  # engines.build_engine falls back the same way
+    return x, int(cap_gb * GB), source
+
+
+def check_memory(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> StagePlan:
+    """The stage's memory plan; raises ConfigError when a phase cannot fit, or when nvidia-smi lists
+    GPUs that torch cannot use (check_gpus_usable).
+
+    `cfg` is validated (logicrl.config.validate), `spec` its actor's ModelSpec and `plan` its step
+    plan. With trainer.auto_micro_batch=true the returned plan has every micro-batch / token budget
+    at the largest value that fits, and the table shows the plan with them; otherwise it is `plan`.
+    """
+    check_gpus_usable(cfg)
+    x, cap, source = plan_for(cfg, spec, plan)
+    picked: dict[str, int] = {}
+    if cfg.trainer.auto_micro_batch:
+        picked = auto_micro_batch(x, cap)
+        x = x.with_micro(picked)
+    by_rows = {token_key(p.micro.key) for p in plan.phases if p.micro is not None and not p.micro.by_tokens}
+    memory = plan_inputs(x, cap)
+    table = _table(memory, source, picked, by_rows)
+    check_fit(memory)
+    # The workers run the grad_accumulation the plan resolved ("auto": unsharded unless it does not fit).
+    chosen = memory.inputs
+    step_plan = plan.with_micro(picked).with_grad_accumulation(chosen.actor_grad_accum, chosen.critic_grad_accum)
+    return StagePlan(table, step_plan, memory)
+
+
+def _table(plan, source: str, picked: dict[str, int], by_rows: set[str] = frozenset()) -> str:
+    """The plan as printed: its mode and lengths first, then the table, then what was chosen and,
+    in expected mode, where each phase stops fitting."""
+    x = plan.inputs
+    headroom = HEADROOM_GB[x.device]
+    note = f", {source}" + (f"; {headroom:.0f} GB kept free" if headroom else "")
+    lines = [f"memory plan: trainer.memory_plan={x.plan_mode}, {x.lengths_note}", format_table(plan, note)]
+    if picked:
+        # A budget key for a phase that split by rows switches it to tokens (StepPlan.with_micro).
+        lines.append("auto_micro_batch: " + " ".join(
+            f"{k}={v}" + (" (use_dynamic_bsz: packed, a budget bounds memory at any length)" if k in by_rows else "")
+            for k, v in picked.items()))
+    if x.plan_mode == EXPECTED and worst_phase(plan) is None:
+        lines.append(_stop_line(plan))
+    return "\n".join(lines)
+
+
+def _stop_line(plan) -> str:
+    """Where the expected plan stops holding, per phase, and what covers the run past it."""
+    x = plan.inputs
+    top = x.max_response_len or x.response_len
+    if not x.packed:
+        return (f"expected lengths: responses are padded to data.max_response_length={top} columns (no packing), "
+                "so the plan holds at any response length")
+    stops = stop_lengths(plan)
+    failing = [f"{name} at {length}" for name, length in stops.items() if length is not None]
+    if not failing:
+        return f"expected lengths: every phase fits up to data.max_response_length={top} as planned"
+    holding = [name for name, length in stops.items() if length is None]
+    return (f"expected lengths: stops fitting at response length {', '.join(failing)} tokens"
+            + (f" ({', '.join(holding)} fit up to {top})" if holding else "")
+            + "; past that the run relies on token budgets and OOM recovery (workers/oom.py halves the micro-batch)")

@@ -1,0 +1,133 @@
+"""The model directories a run reads: weights present, a model_type transformers knows, a tokenizer
+that loads, fits the vocabulary and ends a response where the chat template ends the turn.
+
+    tokenizer = check_models(cfg, dry_run)   # None in a dry run: it imports no transformers
+
+Each problem is one line naming the config key, the directory, what is wrong and the fix; found
+later, a directory without weights would end inside a Ray actor with a long traceback, and a
+tokenizer without an eos token would generate past the end of the chat turn. A dry run only warns
+about missing weights: it may plan from a config-only directory (logicrl/memory/shapes/).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from logicrl.config.errors import ConfigError
+from logicrl.config.plan import ARR, uses_critic
+from logicrl.models.eos import end_of_turn, eos_ids
+from logicrl.models.spec import ModelSpec, load_model_spec
+from logicrl.models.tiny import EMBEDDED_CONFIGS
+
+log = logging.getLogger("logicrl.preflight")
+INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
+def model_paths(cfg: DictConfig) -> list[tuple[str, str]]:
+    paths = [(f"{ARR}.model.path", cfg[ARR].model.path)]
+    if uses_critic(cfg) and cfg.critic.model.path != cfg[ARR].model.path:
+        paths.append(("critic.model.path", cfg.critic.model.path))
+    rm = cfg.reward_model
+    # Its tokenizer is read only to re-render rows (reward_model.model.input_tokenizer set): then it must load.
+    if rm.enable and rm.model.input_tokenizer and rm.model.path != cfg[ARR].model.path:
+        paths.append(("reward_model.model.path", rm.model.path))
+    return paths
+
+
+def check_models(cfg: DictConfig, dry_run: bool):
+    """Each model directory's weights; outside a dry run also its model_type and tokenizer.
+    Returns the actor's tokenizer (None in a dry run); raises ConfigError."""
+    tokenizer = None
+    for key, path in model_paths(cfg):
+        if path not in EMBEDDED_CONFIGS and (problem := weights_problem(Path(path))):
+            if not dry_run:
+                raise ConfigError(f"{key}: {problem}")
+            # A dry run may plan from a config-only directory (logicrl/memory/shapes/): say it, go on.
+            log.warning(f"{key}: {problem} (a dry run plans without them; training needs them)")
+        if not dry_run:
+            loaded = _checked_tokenizer(key, path)
+            tokenizer = tokenizer or loaded
+    return tokenizer
+
+
+@functools.lru_cache(maxsize=4)  # a curriculum's stages share their model
+def _checked_tokenizer(key: str, path: str):
+    from logicrl.models.loading import checkpoint_dir, load_tokenizer  # torch and transformers: the real run only
+
+    spec = load_model_spec(path)
+    if problem := model_type_problem(spec):
+        raise ConfigError(f"{key}: {problem}")
+    try:
+        tokenizer = load_tokenizer(path)
+    except Exception as err:  # noqa: BLE001 - transformers raises many kinds for a broken tokenizer
+        raise ConfigError(f"{key}={path}: the tokenizer does not load ({type(err).__name__}: "
+                          f"{' '.join(str(err).split())[:200]}): copy the checkpoint's tokenizer files") from None
+    if problem := tokenizer_problem(tokenizer, checkpoint_dir(path), spec):
+        raise ConfigError(f"{key}: {problem}")
+    if not getattr(tokenizer, "chat_template", None):
+        log.info(f"{key}={path}: the tokenizer has no chat template: chat-list prompts become 'Role: content' lines "
+                 "(logicrl/data/prompts.py)")
+    return tokenizer
+
+
+def weights_problem(directory: Path) -> str | None:
+    """Why `directory` holds no loadable weights, or None: safetensors or .bin files, and every
+    shard an index lists."""
+    for name in INDEX_FILES:
+        index = directory / name
+        if index.is_file():
+            try:
+                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            except (json.JSONDecodeError, KeyError, AttributeError) as err:
+                return f"{index} is not a weight index ({type(err).__name__}): re-export the checkpoint"
+            missing = [s for s in shards if not (directory / s).is_file()]
+            if missing:
+                return (f"{directory} lacks {missing[0]}" + (f" and {len(missing) - 1} more shard(s)" if len(missing) > 1
+                        else "") + f", listed in {name}: copy the whole checkpoint")
+            return None
+    if any(p.is_file() for pattern in WEIGHT_PATTERNS for p in directory.glob(pattern)):
+        return None
+    return (f"{directory} has config.json but no weights (*.safetensors or pytorch_model*.bin): copy the "
+            "checkpoint's weight files there")
+
+
+def model_type_problem(spec: ModelSpec) -> str | None:
+    """Why transformers cannot build `spec`'s model_type, or None."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if spec.model_type in CONFIG_MAPPING_NAMES:
+        return None
+    close = difflib.get_close_matches(spec.model_type, list(CONFIG_MAPPING_NAMES), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    import transformers
+
+    return (f"{spec.name}/config.json has model_type={spec.model_type!r}, which transformers "
+            f"{transformers.__version__} does not know: {hint}fix config.json or use a transformers that has it")
+
+
+def tokenizer_problem(tokenizer: Any, directory: Path, spec: ModelSpec) -> str | None:
+    """Why `tokenizer` (loaded from `directory`) cannot drive generation for `spec`, or None."""
+    size = len(tokenizer)
+    if size < 2:
+        return f"{directory}: the tokenizer has {size} token(s): copy the checkpoint's tokenizer files"
+    if size > spec.vocab_size:
+        return (f"{directory}: the tokenizer has {size} tokens but the model's vocab_size is {spec.vocab_size}: "
+                "token ids past the embedding would crash; the tokenizer belongs to another model")
+    stops = eos_ids(tokenizer, directory)
+    if not stops:
+        return (f"{directory}: the tokenizer has no eos token and generation_config.json lists no eos_token_id, "
+                "so responses would never end: set eos_token in tokenizer_config.json")
+    turn_end = end_of_turn(tokenizer)
+    if turn_end is not None and tokenizer.convert_tokens_to_ids(turn_end) not in stops:
+        return (f"{directory}: the chat template ends a turn with {turn_end!r} but the eos token is "
+                f"{tokenizer.eos_token!r}, so responses would run past the end of the turn: set eos_token to "
+                f"{turn_end!r} in tokenizer_config.json, or list its id in generation_config.json's eos_token_id")
+    return None
