@@ -5,16 +5,10 @@
     python main_ppo.py trainer.dry_run=true              # validate and print the plan, load nothing
     python main_ppo.py +recipe=logic_rl                  # a staged curriculum (3 to 7 people), resumable
 
-A bad input (logicrl/errors.py: config, data, model directory, device, directories, the cluster's
-size) is one line on stderr and exit code 2, before Ray or any model is touched; so is a config
-whose memory plan (logicrl/memory/) does not fit the device. A rank that fails is one line naming
-it and its phase (exit 1, the traceback in the run's log), Ctrl-C exit 130, an OOM at a micro-batch
-of one exit 3. An OOM on one rank inside an FSDP2 phase (with several ranks) exits 4 at once, naming
-the rank and the phase: the halved micro-batch is saved beside the checkpoints, and running the same
-command resumes with it (logicrl/workers/oom.py). SIGUSR1 or SIGTERM (a scheduler's preemption
-notice) lets the step in flight finish and be saved, then exits 75, which slurm/train.sbatch
-requeues; a second SIGTERM stops at once (143). HYDRA_FULL_ERROR=1 or trainer.verbose=true also
-print the traceback. Checkpoints stay intact in every case.
+A bad input, or a memory plan that does not fit, is one line on stderr and exit code 2 before Ray or
+any model is touched (logicrl/preflight/). Every later failure also ends in one line and an exit code
+of its own (the EXIT_* constants below; docs/faults.md has the table), with the checkpoints intact.
+HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the traceback.
 """
 
 import os

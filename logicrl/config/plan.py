@@ -2,19 +2,15 @@
 
     plan = build_plan(cfg, train_rows)    # cfg typed, migrated and normalised (config/validate.py)
 
-verl's batch meanings:
-  data.train_batch_size                 prompts per step (global)
-  rollout.n                             responses per prompt
-  *.ppo_mini_batch_size                 prompts per optimizer step (global)
-  *.ppo_micro_batch_size_per_gpu        responses per forward/backward on one rank
-  *.log_prob_micro_batch_size_per_gpu   responses per forward-only pass on one rank
-  *_max_token_len_per_gpu               a micro-batch's token budget, with use_dynamic_bsz
+verl's batch meanings: data.train_batch_size prompts per step (global), rollout.n responses per
+prompt, *.ppo_mini_batch_size prompts per optimizer step (global), *_micro_batch_size_per_gpu
+responses per pass on one rank, *_max_token_len_per_gpu a pass's token budget with use_dynamic_bsz.
 
-This module is the only reader of those keys. The dry-run summary, the memory planner (and its
-auto_micro_batch), the trainer and the workers read the plan: how many prompts, responses and
-ranks; how many steps (`count_steps`); which phases run and why the others are skipped; and
-each phase's micro-batch or token budget with the key that sets it. `with_micro` gives a new
-plan with other micro-batch values (auto_micro_batch, OOM-halved values are per-rank state).
+This module is the only reader of those keys (config/phases.py names, per phase, which ones). The
+dry-run summary, the memory planner, the trainer and the workers read the plan: prompts, responses,
+ranks, steps (`count_steps`), which phases run and why the others are skipped, and each phase's
+split with the key that sets it. `with_micro` gives a new plan with other values (auto_micro_batch's
+picks; OOM-halved values are per-rank state).
 """
 
 from __future__ import annotations

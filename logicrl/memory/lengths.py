@@ -2,27 +2,15 @@
 
     lengths = plan_lengths(cfg, packed)    # Lengths(prompt, response, note)
 
-worst_case (trainer.memory_plan's default) plans every prompt at data.max_prompt_length and every
-response at data.max_response_length: a plan that fits then fits at step 500, when responses have
-grown. It refuses configurations that run for real, though (verl's Qwen2.5-7B LoRA GRPO tuning on
-one 80 GB H100 at 128 prompts per step, planned at 512 + 1024 tokens: update_actor needs 87.3 GB,
-62.4 GB at this repository's measured prompt lengths). `expected` plans for:
-
-  prompts    measured: the model's tokenizer on a sample of data.train_files (the rows the
-             preflight samples, data/dataset.py SAMPLE_ROWS). Which statistic depends on how a
-             micro-batch is laid out. Padded (use_remove_padding=false), every row of a step is
-             left-padded to the step's longest prompt, and a step holds hundreds of prompts, so
-             the sample's longest is what a step sees. Packed, a micro-batch holds the sum of its
-             rows' real tokens, so the mean is what k rows add up to.
-  responses  trainer.expected_response_length; else, resuming, the largest response_length/mean
-             the checkpoint's step history recorded (responses grow during RL training: the
-             largest seen is the one to plan for); else data.max_response_length. Padded, the
-             rollout returns every response at data.max_response_length columns
-             (workers/rollout/), so the response length changes nothing and the full one is used.
-
-Past the response length the plan names for each phase (fit.stop_lengths), a run relies on token
-budgets (which bound a packed micro-batch whatever its rows' lengths) and OOM recovery
-(workers/oom.py).
+worst_case (trainer.memory_plan's default) plans every prompt and response at its configured maximum:
+a plan that fits then fits at step 500, when responses have grown. `expected` plans prompts as
+measured by the model's tokenizer on the rows the preflight samples (the longest when rows are
+padded, since a step pads to its longest; the mean when packed, since a micro-batch holds the sum
+of its rows' real tokens) and responses at trainer.expected_response_length, else the largest
+response_length/mean a resumed checkpoint recorded, else the maximum. Padded responses always take
+data.max_response_length columns, so there the full length is used. Past the length where a phase
+stops fitting (fit.stop_lengths) a run relies on token budgets and OOM recovery. docs/memory.md
+("Planning modes") has the worked example.
 """
 
 from __future__ import annotations

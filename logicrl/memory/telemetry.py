@@ -4,28 +4,12 @@
         ...
     # metrics["timing_s/update_actor"], metrics["perf/memory/update_actor/peak_gb"], ...
 
-On CUDA the peak is torch's own: max_memory_allocated (live tensors) and max_memory_reserved
-(what the caching allocator holds), reset at the start of each phase, with the rollout engine's
-share taken apart. vLLM's weights and KV cache live in its CuMemAllocator pool, which torch's
-allocator serves and counts; sleep unmaps the pool's pages but its tensors stay alive, so torch
-still counts them, about gpu_memory_utilization x the device, in every phase. Per phase:
-  trainer_peak_gb  max_memory_allocated less the pool's bytes: the trainer's own peak
-  engine_pool_gb   the pool's bytes on the device in the phase: all of it while the engine is awake
-                   (generate, or always without free_cache_engine), what is mapped at the phase's
-                   start or end otherwise (the weights woken for update_weights), 0 while it sleeps
-  peak_gb          their sum: the phase's peak on the device, the number the memory plan predicts
-  reserved_gb      max_memory_reserved, the asleep pool taken out the same way
-  device_used_gb   total - free from cudaMemGetInfo at the phase's end: what the driver sees,
-                   including what torch never counts (CUDA context, NCCL and cuBLAS buffers)
-The pool's bytes are its segments (cuMem allocations): a tensor inside them may leave a few MB of a
-segment unused, so trainer_peak_gb can come out low by that much.
-
-On CPU torch keeps no such counter, so the substitute is the process's resident set size (RSS),
-sampled every few milliseconds by a background thread during the phase: `peak_gb` is the highest
-RSS seen, `rss_start_gb` what it was when the phase began. It measures the whole process (Python,
-libraries, the allocator's free lists, copies outside torch), so it is an upper bound on tensor
-memory, and a spike shorter than the sampling interval can be missed. It is what an operator
-watching the machine sees; issue 8's allocation tracker gives live tensor bytes for the planner.
+On CUDA the peak is torch's own counter, reset at each phase's start, with the rollout engine's pool
+taken apart: vLLM's CuMemAllocator pool stays counted by torch while it sleeps, so each phase reports
+the trainer's own peak, the pool's mapped bytes and their sum (`peak_gb`, what the plan predicts).
+On CPU torch keeps no counter: `peak_gb` is the process's RSS sampled by a background thread, an
+upper bound on tensor memory (memory/tracker.py measures live tensor bytes for the planner's
+benchmarks). Every key and its meaning: docs/memory.md ("Measured in a run").
 """
 
 from __future__ import annotations

@@ -5,20 +5,12 @@
     t.peak_bytes   # live tensor bytes at the highest point, tensors alive before the block included
     t.start_bytes  # live tensor bytes when the block began
 
-CUDA: torch's own counter, `max_memory_allocated` (live tensors, not what the caching allocator
-reserves), reset at the start of the block.
-
-CPU: torch keeps no such counter, and the process RSS (telemetry.py) mixes in Python, libraries
-and the allocator's free lists. The profiler's memory events are exact instead: with
-`profile_memory=True` c10's CPU allocator reports every allocation and free made while profiling,
-each with the running total of the bytes still live among them (`total_allocated`), in the order
-they happened. The peak is then
-    live bytes at the start   every tensor storage reachable from Python (gc), deduplicated
-  + the highest total of bytes allocated in the block and not yet freed.
-Frees of storages that predate the block are left out of that total, so the figure can only
-overstate the peak, and only by memory the block frees of what it did not allocate, which none of the trainer's phases do. Storage resizes
-(FSDP2 frees and re-gathers unsharded parameters with `storage.resize_`) go through the same
-allocator and are counted.
+CUDA: torch's `max_memory_allocated`, reset at the block's start. CPU: torch keeps no counter and the
+RSS mixes in Python and the allocator's free lists, so the profiler's memory events are used: every
+allocation and free in the block with the running total still live, added to the storages reachable
+from Python at the start. Frees of storages that predate the block are left out, so the figure can
+only overstate the peak (no trainer phase frees what it did not allocate); FSDP2's `storage.resize_`
+goes through the same allocator and is counted.
 """
 
 from __future__ import annotations
