@@ -23,7 +23,10 @@ from pathlib import Path
 
 import torch
 
-from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
+from logicrl.models.checks import eos_ids
+from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, tiny_checkpoint_dir
+from logicrl.models.tiny_pretrain import pretrain
+from logicrl.models.tiny_rm import tiny_rm_checkpoint_dir
 
 log = logging.getLogger("logicrl.models")
 TINY_WEIGHTS_SEED = 0
@@ -59,13 +62,9 @@ def _quiet_transformers() -> None:
 def checkpoint_dir(path: str) -> Path:
     """The directory to load from: `path` itself, or an embedded model's cache (built once)."""
     if path == EMBEDDED_TINY_RM:
-        from logicrl.models.tiny_rm import tiny_rm_checkpoint_dir
-
         return tiny_rm_checkpoint_dir()
     if path != EMBEDDED_TINY:
         return Path(path)
-    from logicrl.models.tiny import tiny_checkpoint_dir
-
     directory = tiny_checkpoint_dir()
     if not (directory / WEIGHTS_FILE).is_file():
         _write_tiny_weights(directory)
@@ -75,8 +74,6 @@ def checkpoint_dir(path: str) -> Path:
 def _write_tiny_weights(directory: Path) -> None:
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from logicrl.models.tiny_pretrain import pretrain
 
     print(f"logicrl: building the embedded tiny model in {directory} (first run only: ~20 s of pre-training)",
           flush=True)
@@ -99,8 +96,6 @@ def load_tokenizer(path: str, quiet: bool = False):
     every process loads it, the preflight says it for all of them). Its eos, or generation_config's
     first eos_token_id when it has none, is checked by models/checks.py before a run starts."""
     from transformers import AutoTokenizer
-
-    from logicrl.models.checks import eos_ids
 
     directory = checkpoint_dir(path)
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
