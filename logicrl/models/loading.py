@@ -4,7 +4,7 @@ Two dtypes: the compute dtype (`actor_rollout_ref.model.dtype`, `resolve_dtype`)
 and backward run in, what the reference and the rollout engine hold; the master dtype
 (`master_dtype`) is what the trained actor and critic store and AdamW updates: fp32 whenever the
 compute dtype is narrower, since at Logic-RL's lr 4e-7 a bf16 weight rounds almost every update
-away (gpu-audit.md P1-1). FSDP2 casts the masters to the compute dtype per layer (workers/fsdp.py).
+away. FSDP2 casts the masters to the compute dtype per layer (workers/fsdp.py).
 
 With several ranks only rank 0 reads the checkpoint; every rank builds the model on the meta
 device (`on_meta`) and receives its shards (workers/sharded_load.py). The
@@ -165,7 +165,7 @@ def _prepare(model: torch.nn.Module, gradient_checkpointing: bool, lora: LoraSpe
         from peft import LoraConfig, get_peft_model
 
         targets = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
-        # autocast_adapter_dtype=True (peft's default, named because issue 16 asked for False): the
+        # autocast_adapter_dtype=True (peft's default, named so that nobody turns it off): the
         # adapters are stored fp32 under a bf16 base. They are the trained weights, so they are the
         # fp32 masters of models/loading.py master_dtype; the actor's FSDP2 policy gathers them in
         # the compute dtype (workers/hybrid.py), so they do not compute in fp32. Stored in bf16,

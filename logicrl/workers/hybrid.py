@@ -157,7 +157,8 @@ class HybridWorker:
         # With LoRA only the adapters train: the frozen base is stored in self.dtype (fp32 would double
         # its memory for nothing to update) and the adapters are the fp32 masters (peft's autocast,
         # models/loading.py); the same policy gathers them in self.dtype, so they compute in bf16
-        # inside a bf16 model, as the base does, while AdamW still updates fp32 (issue 15's reason).
+        # inside a bf16 model, as the base does, while AdamW still updates fp32 (at Logic-RL's lr a bf16
+        # weight rounds almost every update away).
         master = master_dtype(self.dtype)
         mixed = self.dtype if master != self.dtype else None
         path, ckpt = model_cfg.path, model_cfg.enable_gradient_checkpointing
