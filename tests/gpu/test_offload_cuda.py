@@ -133,8 +133,9 @@ def _update_path(rank: int, port: int, out: str):
         net = shard(model(), mesh, device, param_offload=False)
         optimizer, scheduler = build_optimizer(net, 1e-3, 0.0, 10, 0.0, "constant")
         micro = Micro("ppo_micro_batch_size_per_gpu", 8, False)
-        role = Trained(name="actor", model=net, optimizer=optimizer, scheduler=scheduler, plan=Update(16, 16, micro, 1, 1),
-                       loss_agg_mode="token-mean", grad_clip=1.0, world_size=1, device=device, optimizer_offload=offload)
+        role = Trained(name="actor", model=net, optimizer=optimizer, scheduler=scheduler,
+                       plan=Update(16, 16, micro, 1, 1), loss_agg_mode="token-mean", grad_clip=1.0, world_size=1,
+                       device=device, optimizer_offload=offload)
         batch = TensorDict({"x": torch.randn(16, 512, device=device),
                             "response_mask": torch.ones(16, 1, device=device)}, batch_size=[16])
         size = MicroSize("update_actor", micro.key, 8)
