@@ -88,12 +88,14 @@ def _rank(rank: int, world: int, port: int, args, out: str):
     times: dict[str, list[float]] = {"unsharded": [], "sharded": []}
     for i in range(2 * args.rounds + 2):  # the first two rounds warm up, one per mode
         mode = ("unsharded", "sharded")[i % 2]
-        role = Trained("actor", model, optimizer, scheduler, update, MicroSize("update_actor", key, rows),
-                       "token-mean", 1e9, world, device, sharded_grads=mode == "sharded")
+        role = Trained(name="actor", model=model, optimizer=optimizer, scheduler=scheduler, plan=update,
+                       loss_agg_mode="token-mean", grad_clip=1e9, world_size=world, device=device,
+                       sharded_grads=mode == "sharded")
         calls = [0]
         torch.distributed.barrier()
         start = time.perf_counter()
-        run_update(role, batch, loss_fn, lambda attempt, reset=None: attempt(rows))
+        size = MicroSize("update_actor", key, rows)
+        run_update(role, batch, loss_fn, lambda attempt, reset=None: attempt(size))
         torch.distributed.barrier()
         if i >= 2:
             times[mode].append(time.perf_counter() - start)

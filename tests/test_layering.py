@@ -1,4 +1,5 @@
-"""DESIGN.md's layering, checked on the source: no package imports one above it, and none import in a cycle.
+"""DESIGN.md's layering, checked on the source: no package imports one above it, and neither packages nor
+files import in a cycle.
 
     algos, data  <-  models, reward  <-  config  <-  memory  <-  preflight  <-  workers, controller  <-  trainer, launch  <-  main_ppo
 
@@ -13,6 +14,10 @@ same layer do not import each other either (models/reward, workers/controller, a
 trainer/launch): they are separate rooms, and the layer above wires them together (the trainer
 hands the workers to the controller). None needs the other today, and allowing it would let two
 packages grow into one with two names. A new package under logicrl/ must be given its layer in LAYERS below.
+
+Inside a package no two files import each other, directly or round a longer cycle, lazily or not: a
+cycle means a name lives in the wrong file. Importing a name from a package's __init__ is an import of
+the file that defines it, so __init__ files take no edges in.
 """
 
 from __future__ import annotations
@@ -47,8 +52,8 @@ class Import:
     file: Path
     line: int
     source: str  # the import statement as written
-    importer: str  # package of the importing module
-    imported: str  # package of the imported module
+    importer: str  # package of the importing module (for file_imports: the module itself)
+    imported: str  # package of the imported module (for file_imports: the module itself)
 
     def __str__(self) -> str:
         return f"{self.file.relative_to(ROOT)}:{self.line}: {self.source}  ({self.importer} -> {self.imported})"
@@ -73,17 +78,51 @@ def _package_of(module: str) -> str | None:
     return parts[1]
 
 
-def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
-    """The modules an import statement names, relative imports resolved against `module`."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
+def _from_base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The module a `from X import ...` names, a relative X resolved against `module`."""
     base = node.module or ""
     if node.level:
         here = module.split(".") if is_package else module.split(".")[:-1]
         anchor = here[: len(here) - (node.level - 1)]
         base = ".".join(anchor + ([base] if base else []))
+    return base
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """The modules an import statement names, relative imports resolved against `module`."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = _from_base(node, module, is_package)
     # `from logicrl import rng`: the name may be a module; deeper, the package is already known.
     return [f"{base}.{alias.name}" for alias in node.names] if base == "logicrl" else [base]
+
+
+def _file_targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: set[str]) -> list[str]:
+    """The modules (files) an import statement reaches: `from a import b` reaches a.b where b is a
+    module, else the file of a (a.py, or a/__init__.py); `import a.b.c` reaches a.b.c."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = _from_base(node, module, is_package)
+    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+
+
+def file_imports() -> list[Import]:
+    """Every import of one logicrl module by another, at any depth (lazy ones too), except of a
+    package's __init__ (importing a name from a package is importing it from the file that defines it)."""
+    paths = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    found = []
+    for module, path in sorted(paths.items()):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            source = " ".join(ast.get_source_segment(text, node).split())
+            for target in _file_targets(node, module, path.name == "__init__.py", set(paths)):
+                while target not in paths and "." in target:  # `import a.b.name`: the file is a.b
+                    target = target.rsplit(".", 1)[0]
+                if target in paths and target != module and paths[target].name != "__init__.py":
+                    found.append(Import(path, node.lineno, source, module, target))
+    return found
 
 
 def logicrl_imports() -> list[Import]:
@@ -120,8 +159,16 @@ def test_no_import_goes_up_or_sideways():
 
 
 def test_no_import_cycles_between_packages():
+    _fail_on_cycles(logicrl_imports(), "packages")
+
+
+def test_no_import_cycles_between_files():
+    _fail_on_cycles(file_imports(), "files")
+
+
+def _fail_on_cycles(imports: list[Import], what: str) -> None:
     edges: dict[str, dict[str, Import]] = {}
-    for imp in logicrl_imports():
+    for imp in imports:
         edges.setdefault(imp.importer, {}).setdefault(imp.imported, imp)  # first import names the edge
     cycles = _cycles({a: set(bs) for a, bs in edges.items()})
     lines = []
@@ -129,7 +176,8 @@ def test_no_import_cycles_between_packages():
         lines.append("  " + " -> ".join([*cycle, cycle[0]]))
         lines += [f"      {edges[a][b]}" for a, b in zip(cycle, [*cycle[1:], cycle[0]])]
     if cycles:
-        pytest.fail("packages that import each other in a cycle:\n" + "\n".join(lines), pytrace=False)
+        pytest.fail(f"{what} that import each other in a cycle (move the name one of them needs; a lazy import "
+                    "hides a cycle, it does not remove it):\n" + "\n".join(lines), pytrace=False)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -194,3 +242,15 @@ def test_the_checker_sees_what_it_must():
     assert sorted(found) == [(2, "trainer"), (3, "workers"), (4, "memory"), (5, "config"), (5, TOP_LEVEL)]
     assert _cycles({"a": {"b"}, "b": {"c", "a"}, "c": {"a"}, "d": {"a"}}) == [["a", "b"]]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_file_checker_sees_what_it_must():
+    """`from package import module`, `from module import name`, relative and lazy imports each reach a file."""
+    modules = {"logicrl.workers", "logicrl.workers.oom", "logicrl.workers.fsdp", "logicrl.memory.fit"}
+    tree = ast.parse("def f():\n    from logicrl.workers.oom import MicroSize\n"
+                     "from logicrl.workers import fsdp, hybrid\nfrom ..memory.fit import X\n"
+                     "import logicrl.workers.fsdp\n")
+    found = sorted((n.lineno, t) for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                   for t in _file_targets(n, "logicrl.workers.micro", False, modules))
+    assert found == [(2, "logicrl.workers.oom"), (3, "logicrl.workers"), (3, "logicrl.workers.fsdp"),
+                     (4, "logicrl.memory.fit"), (5, "logicrl.workers.fsdp")]

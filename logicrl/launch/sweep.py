@@ -30,9 +30,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from logicrl.errors import BadInput
+from logicrl.launch.sweep_summary import RESULT, write_summary
 
 SWEPT_ENV = "LOGICRL_SWEPT_KEYS"
-RESULT = "result.json"
 MAX_NAME = 100  # a directory name; long data paths are cut and made unique by a hash
 
 
@@ -151,8 +151,6 @@ class SweepCallback(Callback):
         return bad
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from logicrl.launch.sweep_summary import write_summary
-
         global NOT_DONE
         NOT_DONE = write_summary(Path(config.hydra.sweep.dir))
 

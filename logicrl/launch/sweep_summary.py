@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from logicrl.launch.sweep import RESULT
-
+RESULT = "result.json"  # each job's outcome, in its directory (launch/sweep.py write_result)
 PEAK = "perf/memory/"  # perf/memory/<phase>/peak_gb
 
 

@@ -4,7 +4,7 @@ Two dtypes: the compute dtype (`actor_rollout_ref.model.dtype`, `resolve_dtype`)
 and backward run in, what the reference and the rollout engine hold; the master dtype
 (`master_dtype`) is what the trained actor and critic store and AdamW updates: fp32 whenever the
 compute dtype is narrower, since at Logic-RL's lr 4e-7 a bf16 weight rounds almost every update
-away (gpu-audit.md P1-1). FSDP2 casts the masters to the compute dtype per layer (workers/fsdp.py).
+away. FSDP2 casts the masters to the compute dtype per layer (workers/fsdp.py).
 
 With several ranks only rank 0 reads the checkpoint; every rank builds the model on the meta
 device (`on_meta`) and receives its shards (workers/sharded_load.py). The
@@ -23,7 +23,10 @@ from pathlib import Path
 
 import torch
 
-from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
+from logicrl.models.eos import eos_ids
+from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, tiny_checkpoint_dir
+from logicrl.models.tiny_pretrain import pretrain
+from logicrl.models.tiny_rm import tiny_rm_checkpoint_dir
 
 log = logging.getLogger("logicrl.models")
 TINY_WEIGHTS_SEED = 0
@@ -59,13 +62,9 @@ def _quiet_transformers() -> None:
 def checkpoint_dir(path: str) -> Path:
     """The directory to load from: `path` itself, or an embedded model's cache (built once)."""
     if path == EMBEDDED_TINY_RM:
-        from logicrl.models.tiny_rm import tiny_rm_checkpoint_dir
-
         return tiny_rm_checkpoint_dir()
     if path != EMBEDDED_TINY:
         return Path(path)
-    from logicrl.models.tiny import tiny_checkpoint_dir
-
     directory = tiny_checkpoint_dir()
     if not (directory / WEIGHTS_FILE).is_file():
         _write_tiny_weights(directory)
@@ -75,8 +74,6 @@ def checkpoint_dir(path: str) -> Path:
 def _write_tiny_weights(directory: Path) -> None:
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from logicrl.models.tiny_pretrain import pretrain
 
     print(f"logicrl: building the embedded tiny model in {directory} (first run only: ~20 s of pre-training)",
           flush=True)
@@ -99,8 +96,6 @@ def load_tokenizer(path: str, quiet: bool = False):
     every process loads it, the preflight says it for all of them). Its eos, or generation_config's
     first eos_token_id when it has none, is checked by preflight/models.py before a run starts."""
     from transformers import AutoTokenizer
-
-    from logicrl.models.eos import eos_ids
 
     directory = checkpoint_dir(path)
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
@@ -170,7 +165,7 @@ def _prepare(model: torch.nn.Module, gradient_checkpointing: bool, lora: LoraSpe
         from peft import LoraConfig, get_peft_model
 
         targets = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
-        # autocast_adapter_dtype=True (peft's default, named because issue 16 asked for False): the
+        # autocast_adapter_dtype=True (peft's default, named so that nobody turns it off): the
         # adapters are stored fp32 under a bf16 base. They are the trained weights, so they are the
         # fp32 masters of models/loading.py master_dtype; the actor's FSDP2 policy gathers them in
         # the compute dtype (workers/hybrid.py), so they do not compute in fp32. Stored in bf16,

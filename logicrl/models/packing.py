@@ -77,3 +77,9 @@ def pack_last(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     keep = real.nonzero().squeeze(1)  # [L]
     last = attention_mask.sum(-1).cumsum(0) - 1  # [B] rows follow each other in the packed row
     return input_ids.reshape(-1)[keep][None], position_ids.reshape(-1)[keep][None], last
+
+
+def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B] column of each row's last real token, whatever side the row is padded on."""
+    columns = torch.arange(1, attention_mask.shape[1] + 1, device=attention_mask.device)
+    return (attention_mask * columns).argmax(-1)

@@ -3,17 +3,14 @@
     model = load_reward_model(path, dtype)
     scores = score_rows(model, input_ids, attention_mask, position_ids, micro_batch_size=8)   # [B] fp32
 
-Every kind of reward model (models/reward_head.py) loads as one class, transformers'
-AutoModelForTokenClassification with one label, as verl's worker loads it and as logicrl's critic
-is built (models/loading.py load_value_model): the decoder and its one-output `score` head give a
-score at every token, and a row's score is the one at its last real token. A sequence classifier's
-`score` weight loads into it unchanged (the token classifier is told it has no bias, as the sequence
-classifier has none); OpenRLHF's `value_head` is renamed to `score` on load. The same class as the
-critic means the workers shard, offload and load it on meta as they do the critic.
+Every kind of reward model (models/reward_head.py) loads as transformers' AutoModelForTokenClassification
+with one label, as verl's worker loads it and as the critic is built (models/loading.py load_value_model),
+so the workers shard, offload and load it on meta as they do the critic. A sequence classifier's `score`
+weight loads into it unchanged (told it has no bias); OpenRLHF's `value_head` is renamed to `score`.
 
-transformers' own sequence classifier is not used to pick the token: it finds the last token that is
-not the pad id, which is wrong when pad is eos and the response ends with eos, and it gives one score
-per row, which a packed row of several sequences cannot use.
+A row's score is its token score at its last real token (models/packing.py last_token_index), not what
+transformers' sequence classifier picks: that finds the last token that is not the pad id, wrong when pad
+is eos and the response ends with eos, and gives one score per row, which a packed row cannot use.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from logicrl.models.loading import _quiet_transformers, checkpoint_dir
-from logicrl.models.packing import pack_last
+from logicrl.models.packing import last_token_index, pack_last
 from logicrl.models.reward_head import reward_head
 
 
@@ -63,12 +60,6 @@ def load_reward_model(path: str, dtype: torch.dtype, trust_remote_code: bool = F
     model.config.use_cache = False
     model.requires_grad_(False)
     return model.eval()
-
-
-def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
-    """[B, T] -> [B] column of each row's last real token, whatever side the row is padded on."""
-    columns = torch.arange(1, attention_mask.shape[1] + 1, device=attention_mask.device)
-    return (attention_mask * columns).argmax(-1)
 
 
 @torch.no_grad()

@@ -190,7 +190,8 @@ def train(model, items: list[Example], pad_id: int, steps: int = STEPS) -> list[
 def _forward(model, input_ids, attention_mask, position_ids):
     import torch
 
-    from logicrl.models.reward_model import last_token_index
+    # Here, not at the top: importing this module stays free of torch, as every function's import does.
+    from logicrl.models.packing import last_token_index
 
     # The decoder and the `score` head, read at the last real token: what the reward worker's token
     # classifier computes from the same weights (models/reward_model.py), not transformers' sequence

@@ -11,7 +11,7 @@ from tensordict import TensorDict
 
 from logicrl.algos import agg_loss, masked_mean, value_clip_metrics, value_loss
 from logicrl.models.packing import pack
-from logicrl.workers.micro import split_fixed
+from logicrl.workers.oom import MicroSize
 from logicrl.workers.update import Trained, run_update
 
 
@@ -35,10 +35,13 @@ class Critic:
         self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
 
     @torch.no_grad()
-    def compute_values(self, batch: TensorDict, micro: int) -> torch.Tensor:
+    def compute_values(self, batch: TensorDict, size: MicroSize) -> torch.Tensor:
+        """[N, R] values of a rank's batch, split as `size` says, rows back in the batch's order
+        (as workers/actor.py forward_logprobs)."""
         self.model.eval()
-        return torch.cat([response_values(self.model, mb, self.remove_padding)
-                          for mb in split_fixed(batch, micro)])
+        parts, order = size.split(batch, batch.device, with_index=True)
+        out = torch.cat([response_values(self.model, mb, self.remove_padding) for mb in parts])
+        return out if order is None else out[torch.argsort(order)]
 
     def update(self, batch: TensorDict, retry) -> dict[str, float]:
         def loss_fn(micro: TensorDict, normalizer: float):

@@ -4,29 +4,32 @@ This is the hybrid engine of DESIGN.md: every rank generates for its own shard o
 its engine, trains its shard of the actor, and after each update streams the new weights into
 its engine. A plain class: tests build it directly; Ray only places it (controller/).
 
-The phase contract: every phase of a step goes through `run(batch, phase, step)`, which takes the
-rank's TensorDict shard (None for update_weights) and returns `(TensorDict of what the phase adds,
-or None; metrics)`. `run` is the one wrapper that times the phase, measures its memory
-(`perf/memory/<phase>/...`), hands the phase its OOM retry (`retry`: halve the micro-batch and
-re-run, or in an FSDP2 phase on several ranks end the run with the halved value saved; see
-workers/oom.py) and fires test-injected faults (logicrl/faults.py). Micro-batch sizes come from the step
-plan (config/plan.py) and stay, once an OOM halved them, for the rest of the run.
-
-Tensors cross the Ray boundary on CPU; `run` moves the shard to the rank's device and back.
+Every phase is one method with one declaration above it (`@worker_phase`): the model it runs and
+whether it is forward-only come from its row in config/phases.py; the declaration adds whether an
+OOM retries it. `run(batch, phase, step)` reads only the declarations: it times the phase, measures
+its memory (`perf/memory/<phase>/...`), hands it its OOM retry (workers/oom.py) with the phase's
+micro-batch from the step plan (halved by an OOM for the rest of the run), reshards after a forward
+without a backward, and fires test-injected faults (logicrl/faults.py). A phase takes the rank's
+TensorDict shard (None for update_weights) and returns `(what it adds or None, metrics)`; tensors
+cross the Ray boundary on CPU and `run` moves them to the rank's device and back.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
-from logicrl.config.plan import WORKER_PHASES, StepPlan
+from logicrl.config.phases import WORKER_PHASES
+from logicrl.config.phases import phase as phase_row
+from logicrl.config.plan import StepPlan
 from logicrl.faults import Faults
 from logicrl.logs import quiet_worker
 from logicrl.memory.telemetry import measure
@@ -53,8 +56,41 @@ from logicrl.workers.update import Trained
 from logicrl.workers.weight_sync import iter_engine_weights
 
 
-# The FSDP2 phases without a backward: FSDP2 leaves their root unit gathered (fsdp.py reshard).
-FORWARD_ONLY = ("reward_model", "old_log_prob", "ref", "values")
+@dataclass(frozen=True)
+class WorkerPhase:
+    """What `HybridWorker.run` needs to run one phase: its method, and the rest from config/phases.py."""
+
+    name: str  # a row of config/phases.py that runs on a worker
+    method: Callable  # (worker, batch on the rank's device or None, retry or None, **kwargs) -> (out, metrics)
+    # An OOM halves the phase's micro-batch (its row's rows_key, or budget_key with use_dynamic_bsz, as
+    # the step plan set it) and re-runs it: the method's `retry` hands each attempt that MicroSize.
+    retried: bool
+
+    @property
+    def model(self) -> str:
+        """The model it runs: "actor", "ref", "critic", "reward_model" (FSDP2) or "engine" (its own copy)."""
+        return phase_row(self.name).model
+
+    @property
+    def resharded(self) -> bool:
+        """A forward without a backward leaves FSDP2's root unit gathered (workers/fsdp.py reshard):
+        `run` reshards after it, so that between phases every FSDP2 model holds only its shards."""
+        return phase_row(self.name).forward_only
+
+
+DECLARED: dict[str, WorkerPhase] = {}  # filled by @worker_phase on HybridWorker's methods
+
+
+def worker_phase(name: str, *, retried: bool):
+    """Declare the method below as the worker's phase `name` (config/phases.py must give it a model)."""
+    if not phase_row(name).on_worker:
+        raise ValueError(f"{name} runs on the controller (config/phases.py gives it no model), not on a worker")
+
+    def declare(method: Callable) -> Callable:
+        DECLARED[name] = WorkerPhase(name, method, retried)
+        return method
+
+    return declare
 
 
 def pick_device(kind: str, rank: int) -> torch.device:
@@ -112,7 +148,7 @@ class HybridWorker:
         tokenizer = load_tokenizer(model_cfg.path, quiet=True)
         self.lora = model_cfg.lora_rank > 0
         # Each phase's micro-batch as it stands: the plan's, halved by an OOM for the rest of the run.
-        self.sizes = {p.name: MicroSize(p.name, p.micro.key, p.micro.value, p.micro.by_tokens)
+        self.sizes = {p.name: MicroSize(p.name, p.micro.key, p.micro.value, by_tokens=p.micro.by_tokens)
                       for p in plan.phases if p.micro is not None}
 
         lora = LoraSpec(model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.target_modules) if self.lora else None
@@ -121,7 +157,8 @@ class HybridWorker:
         # With LoRA only the adapters train: the frozen base is stored in self.dtype (fp32 would double
         # its memory for nothing to update) and the adapters are the fp32 masters (peft's autocast,
         # models/loading.py); the same policy gathers them in self.dtype, so they compute in bf16
-        # inside a bf16 model, as the base does, while AdamW still updates fp32 (issue 15's reason).
+        # inside a bf16 model, as the base does, while AdamW still updates fp32 (at Logic-RL's lr a bf16
+        # weight rounds almost every update away).
         master = master_dtype(self.dtype)
         mixed = self.dtype if master != self.dtype else None
         path, ckpt = model_cfg.path, model_cfg.enable_gradient_checkpointing
@@ -187,8 +224,9 @@ class HybridWorker:
         o = role_cfg.optim
         optimizer, scheduler = build_optimizer(model, o.lr, o.weight_decay, self.plan.total_steps,
                                                o.lr_warmup_steps_ratio, o.lr_scheduler_type)
-        return Trained(name, model, optimizer, scheduler, update, self.sizes[f"update_{name}"], loss_agg_mode,
-                       role_cfg.grad_clip, self.world_size, self.device, role_cfg.fsdp_config.optimizer_offload,
+        return Trained(name=name, model=model, optimizer=optimizer, scheduler=scheduler, plan=update,
+                       loss_agg_mode=loss_agg_mode, grad_clip=role_cfg.grad_clip, world_size=self.world_size,
+                       device=self.device, optimizer_offload=role_cfg.fsdp_config.optimizer_offload,
                        sharded_grads=update.sharded_grads)
 
     def _park_optimizers(self) -> None:
@@ -202,39 +240,41 @@ class HybridWorker:
     def run(self, batch: TensorDict | None, phase: str, step: int | None = None,
             **kwargs) -> tuple[TensorDict | None, dict]:
         """Run one phase on this rank's shard; `step` labels test faults (None: none fire)."""
-        if phase not in WORKER_PHASES:
+        declared = DECLARED.get(phase)
+        if declared is None:
             raise ValueError(f"no worker phase {phase!r}; they are {', '.join(WORKER_PHASES)}")
         self.faults.fail_worker_if_due(phase, step, self.rank)  # test-injected failures; a no-op unless asked
         metrics: dict = {}
-        body = getattr(self, f"_{phase}")
+        model = self._sharded(declared.model)
+        size = self.sizes[phase] if declared.retried else None
         # Only generate wakes the whole engine; other phases see it asleep (or only its weights, for the sync).
         with measure(phase, metrics, self.device, engine_awake=phase == "generate"):
             # The sharded model tells the retry that the phase runs FSDP2 collectives: there an OOM
             # on several ranks ends the run instead of retrying in place (workers/oom.py).
-            retry = phase_retry(self.sizes[phase], self.device, self.faults, step, self.rank,
-                                self._sharded(phase)) if phase in self.sizes else None
-            out, phase_metrics = body(None if batch is None else batch.to(self.device), retry, **kwargs)
-            if phase in FORWARD_ONLY:  # between phases every FSDP2 model holds only its shards
-                reshard(self._sharded(phase))
+            retry = None if size is None else phase_retry(size, self.device, self.faults, step, self.rank, model)
+            out, phase_metrics = declared.method(self, None if batch is None else batch.to(self.device), retry,
+                                                 **kwargs)
+            if declared.resharded:
+                reshard(model)
         metrics.update(phase_metrics)
-        if phase in self.sizes:  # the micro-batch as it stands, and how often an OOM halved it (0 normally)
-            metrics[f"perf/oom_retries/{phase}"] = self.sizes[phase].retries
-            metrics[f"perf/micro_size/{phase}"] = self.sizes[phase].value
+        if size is not None:  # the micro-batch as it stands, and how often an OOM halved it (0 normally)
+            metrics[f"perf/oom_retries/{phase}"] = size.retries
+            metrics[f"perf/micro_size/{phase}"] = size.value
         return (None if out is None else out.cpu()), metrics
 
-    def _sharded(self, phase: str) -> torch.nn.Module | None:
-        """The FSDP2 model a phase runs; None for generate (the engine's own full copy)."""
-        if phase in ("old_log_prob", "update_actor") or (phase == "ref" and self.ref_model is None):
-            return self.actor.model
-        if phase == "ref":
-            return self.ref_model
-        if phase == "reward_model":
-            return self.reward_model
-        if phase in ("values", "update_critic"):
+    def _sharded(self, model: str) -> torch.nn.Module | None:
+        """The FSDP2 model behind a phase's `model` (config/phases.py); None for the engine, which
+        holds its own full copy and runs no collectives with the other ranks."""
+        if model == "engine":
+            return None
+        if model == "ref" and self.ref_model is None:
+            model = "actor"  # with LoRA the reference is the actor with its adapter off
+        if model == "critic":
             return self.critic.model
-        return None
+        return {"actor": self.actor.model, "ref": self.ref_model, "reward_model": self.reward_model}[model]
 
     # ---------------------------------------------------------------- phases
+    @worker_phase("generate", retried=True)  # where the engine decodes in micro-batches (hf)
     def _generate(self, batch: TensorDict, retry, params: dict):
         """One response per row of the left-padded prompts; adds the full sequences and masks."""
         sampling = SamplingParams(**{**params, "seed": params.get("seed", 0) * 1009 + self.rank})
@@ -243,11 +283,13 @@ class HybridWorker:
             # A level-2 sleep discarded the engine's weights and no update_weights ran since (the
             # critic warm-up steps skip it): stream the actor's (unchanged) weights back in first.
             self._update_weights(None, None)
-        if hasattr(self.engine, "micro_batch_size"):
-            # hf decodes in micro-batches; rows are seeded one by one, so a halved retry gives the same responses.
-            out = retry(lambda size: self.engine.generate(prompts, prompt_mask, sampling, micro_batch_size=size))
+        if self.engine.micro_batch_size is None:
+            # vLLM schedules its own batches: no micro-batch to halve, so its OOM is not retried.
+            out = self.engine.generate(prompts, prompt_mask, sampling)
         else:
-            out = self.engine.generate(prompts, prompt_mask, sampling)  # vLLM schedules its own batches
+            # hf decodes in micro-batches; rows are seeded one by one, so a halved retry gives the same responses.
+            out = retry(lambda size: self.engine.generate(prompts, prompt_mask, sampling,
+                                                          micro_batch_size=size.value))
         if self.cfg.actor_rollout_ref.rollout.free_cache_engine:
             # Training gets the engine's memory back until the next generate (vLLM sleep mode on
             # CUDA; on CPU only the prefix cache is dropped, see rollout/vllm.py).
@@ -264,25 +306,27 @@ class HybridWorker:
             "rollout_log_probs": out.log_probs.to(self.device),
         }, batch_size=[len(responses)]), {}
 
+    @worker_phase("old_log_prob", retried=True)
     def _old_log_prob(self, batch: TensorDict, retry):
-        size = self.sizes["old_log_prob"]
-        log_probs = retry(lambda _: forward_logprobs(self.actor.model, batch, size, self.temperature,
-                                                         self.remove_padding))
+        log_probs = retry(lambda size: forward_logprobs(self.actor.model, batch, size, self.temperature,
+                                                        self.remove_padding))
         return TensorDict({"old_log_probs": log_probs}, batch_size=batch.batch_size), \
             logprob_diff_metrics(log_probs, batch)
 
+    @worker_phase("ref", retried=True)
     def _ref(self, batch: TensorDict, retry):
-        size = self.sizes["ref"]
+        model = self._sharded("ref")
         # With LoRA the reference is the actor with its adapter off.
-        model = self.actor.model if self.ref_model is None else self.ref_model
         with self.actor.model.disable_adapter() if self.ref_model is None else nullcontext():
-            out = retry(lambda _: forward_logprobs(model, batch, size, self.temperature, self.remove_padding))
+            out = retry(lambda size: forward_logprobs(model, batch, size, self.temperature, self.remove_padding))
         return TensorDict({"ref_log_probs": out}, batch_size=batch.batch_size), {}
 
+    @worker_phase("values", retried=True)
     def _values(self, batch: TensorDict, retry):
         out = retry(lambda size: self.critic.compute_values(batch, size))
         return TensorDict({"values": out}, batch_size=batch.batch_size), {}
 
+    @worker_phase("reward_model", retried=True)
     def _reward_model(self, batch: TensorDict, retry):
         """The learned score of each row, read at its last real token: `rm_scores` [N] fp32.
 
@@ -297,8 +341,7 @@ class HybridWorker:
             rows = TensorDict({"input_ids": inputs.input_ids, "attention_mask": inputs.attention_mask,
                                "position_ids": inputs.position_ids}, batch_size=batch.batch_size)
             metrics["reward_model/truncated"] = float(inputs.truncated)
-        size = self.sizes["reward_model"]
-        scores = retry(lambda _: self._rm_scores(rows, size))
+        scores = retry(lambda size: self._rm_scores(rows, size))
         return TensorDict({"rm_scores": scores}, batch_size=batch.batch_size), metrics
 
     @torch.no_grad()
@@ -309,12 +352,15 @@ class HybridWorker:
                                          mb["position_ids"], self.rm_remove_padding) for mb in parts])
         return out if order is None else out[torch.argsort(order)]
 
+    @worker_phase("update_actor", retried=True)
     def _update_actor(self, batch: TensorDict, retry):
         return None, self.actor.update(batch, retry)
 
+    @worker_phase("update_critic", retried=True)
     def _update_critic(self, batch: TensorDict, retry):
         return None, self.critic.update(batch, retry)
 
+    @worker_phase("update_weights", retried=False)  # streamed in buckets of a fixed size: nothing to halve
     def _update_weights(self, _batch: None, _retry):
         stream: dict = {}
         bucket_mb = self.cfg.actor_rollout_ref.rollout.update_weights_bucket_mb

@@ -100,16 +100,18 @@ def _multi_rank() -> bool:
     return torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
 
 
-def retry_on_oom(size: MicroSize, attempt: Callable[[int], T], device: torch.device,
+def retry_on_oom(size: MicroSize, attempt: Callable[[MicroSize], T], device: torch.device,
                  reset: Callable[[], None] | None = None, collectives: bool = False,
                  injected_oom: Callable[[], bool] | None = None) -> T:
-    """attempt(size.value), halving size.value and re-running after an OOM on any rank; with
+    """attempt(size), halving size.value and re-running after an OOM on any rank; with
     `collectives` on several ranks, an OOM inside the attempt raises RankOutOfMemory instead.
+    The attempt is handed the size itself, not its value, so it splits as the size says (rows, or
+    packed to a token budget) with whatever value this try has.
     `injected_oom()`, asked once an attempt has returned, says whether a test's OOM fires there."""
     while True:
         result, failed = None, False
         try:
-            result = attempt(size.value)
+            result = attempt(size)
         except RuntimeError as err:  # torch.OutOfMemoryError is one
             if not is_oom(err):
                 raise
@@ -155,12 +157,12 @@ def _oom_in_first_layer(model: torch.nn.Module, message: str):
 def phase_retry(size: MicroSize, device: torch.device, faults=None, step: int | None = None,
                 rank: int | None = None, sharded: torch.nn.Module | None = None):
     """The retry a phase is handed by the worker's phase wrapper: `retry(attempt, reset=None)` runs
-    retry_on_oom on the phase's size. `sharded` is the FSDP2 model the phase runs, None for a phase
+    retry_on_oom on the phase's size, handing `attempt` that size. `sharded` is the FSDP2 model the phase runs, None for a phase
     without collectives. A test-injected OOM (logicrl/faults.py) fires at the end of a successful
     attempt on every rank, so the retry must undo everything the attempt did; or, aimed at one
     rank, inside `sharded`'s forward on that rank."""
 
-    def retry(attempt: Callable[[int], T], reset: Callable[[], None] | None = None) -> T:
+    def retry(attempt: Callable[[MicroSize], T], reset: Callable[[], None] | None = None) -> T:
         fault = faults.oom_due(size.phase, step, rank) if faults is not None else None
         message = f"injected at {size.phase}:{step} (LOGICRL_INJECT_FAULT)"
         mid_forward = fault is not None and fault.rank is not None and sharded is not None

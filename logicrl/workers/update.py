@@ -1,20 +1,17 @@
 """The one PPO-style update loop, shared by the actor and the critic.
 
-    metrics = run_update(role, batch, retry)
+    metrics = run_update(role, batch, loss_fn, retry)
 
 ppo_epochs passes over a rank's batch in mini-batches of `per_rank_mini` rows, one optimizer step
 each; every mini-batch runs as micro-batches (a fixed count of rows, or packed to a token budget)
 whose gradients accumulate. The loss normaliser is fixed per mini-batch across ranks
-(algos/aggregation.py), so micro-batch losses add up to the mini-batch's loss exactly however
-it was split, and FSDP2's gradient averaging over ranks is undone by the world-size factor.
+(algos/aggregation.py), so micro-batch losses add up to the mini-batch's loss however it was split,
+and FSDP2's gradient averaging over ranks is undone by the world-size factor. A mini-batch is the
+unit of OOM retry (workers/oom.py): a failed attempt's gradients are dropped and the mini-batch re-runs
+with the halved micro-batch it is handed; the optimizer has not stepped, so nothing counts twice.
 
-A mini-batch is the unit of OOM retry (`retry`, from the worker's phase wrapper): a failed
-attempt's gradients are dropped and the mini-batch re-runs with half the micro-batch; the
-optimizer has not stepped yet, so nothing is counted twice.
-
-One rule for metrics: within a mini-batch, `<role>/loss` is the sum over its micro-batches (the
-mini-batch's loss) and every other value the mean over them; across mini-batches and epochs,
-each is the mean.
+Metrics: within a mini-batch `<role>/loss` is the sum over its micro-batches (the mini-batch's loss)
+and every other value the mean over them; across mini-batches and epochs, each is the mean.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ from logicrl.workers.oom import MicroSize
 LossFn = Callable[[TensorDict, float], tuple[torch.Tensor, dict[str, float]]]
 
 
-@dataclass
+@dataclass(kw_only=True)  # nine fields: built by name
 class Trained:
     """A trained role: its sharded model, optimizer and schedule, and how it splits its batch."""
 
@@ -50,8 +47,7 @@ class Trained:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: object
-    plan: Update  # mini-batches and epochs (config/plan.py)
-    size: MicroSize  # the micro-batch as it stands (an OOM halves it)
+    plan: Update  # mini-batches and epochs (config/plan.py); the micro-batch comes with each retry
     loss_agg_mode: str
     grad_clip: float
     world_size: int
@@ -81,7 +77,7 @@ def run_update(role: Trained, batch: TensorDict, loss_fn: LossFn, retry) -> dict
 
 def _step(role: Trained, mini: TensorDict, loss_fn: LossFn, retry) -> dict[str, float]:
     normalizer = all_reduce_sum(float(loss_normalizer(mini["response_mask"], role.loss_agg_mode)), role.device)
-    stats = retry(lambda _: _accumulate(role, mini, normalizer, loss_fn),
+    stats = retry(lambda size: _accumulate(role, mini, size, normalizer, loss_fn),
                   reset=lambda: drop_unreduced_grads(role.model))
     grad_norm = clip_grad_norm(role.model, role.grad_clip, role.device)
     if math.isfinite(grad_norm):
@@ -91,9 +87,11 @@ def _step(role: Trained, mini: TensorDict, loss_fn: LossFn, retry) -> dict[str, 
     return stats
 
 
-def _accumulate(role: Trained, mini: TensorDict, normalizer: float, loss_fn: LossFn) -> dict[str, float]:
-    """Forward + backward of every micro-batch of `mini` (gradients add up); the mini-batch's metrics."""
-    micro_batches = role.size.split(mini, role.device)
+def _accumulate(role: Trained, mini: TensorDict, size: MicroSize, normalizer: float,
+                loss_fn: LossFn) -> dict[str, float]:
+    """Forward + backward of every micro-batch of `mini`, split as `size` says (gradients add up);
+    the mini-batch's metrics."""
+    micro_batches = size.split(mini, role.device)
     sums: dict[str, torch.Tensor] = {}
     for i, micro in enumerate(micro_batches):
         # Unsharded (verl never turns sync off; this is the faster path): gradients are reduced

@@ -133,11 +133,13 @@ def _update_path(rank: int, port: int, out: str):
         net = shard(model(), mesh, device, param_offload=False)
         optimizer, scheduler = build_optimizer(net, 1e-3, 0.0, 10, 0.0, "constant")
         micro = Micro("ppo_micro_batch_size_per_gpu", 8, False)
-        role = Trained("actor", net, optimizer, scheduler, Update(16, 16, micro, 1, 1), MicroSize("update_actor",
-                       micro.key, 8, False), "token-mean", 1.0, 1, device, offload)
+        role = Trained(name="actor", model=net, optimizer=optimizer, scheduler=scheduler,
+                       plan=Update(16, 16, micro, 1, 1), loss_agg_mode="token-mean", grad_clip=1.0, world_size=1,
+                       device=device, optimizer_offload=offload)
         batch = TensorDict({"x": torch.randn(16, 512, device=device),
                             "response_mask": torch.ones(16, 1, device=device)}, batch_size=[16])
-        run_update(role, batch, lambda mb, n: (net(mb["x"]).pow(2).sum() / n, {}), lambda fn, reset=None: fn(None))
+        size = MicroSize("update_actor", micro.key, 8)
+        run_update(role, batch, lambda mb, n: (net(mb["x"]).pow(2).sum() / n, {}), lambda fn, reset=None: fn(size))
         torch.cuda.synchronize()
         after[offload] = torch.cuda.memory_allocated(device)
         del net, optimizer, scheduler, role

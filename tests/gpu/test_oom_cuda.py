@@ -19,7 +19,8 @@ def test_a_real_cuda_oom_is_retried_with_half_and_its_memory_freed():
     base = torch.cuda.memory_allocated()
     size, errors = MicroSize("update_actor", "micro", 8), []
 
-    def attempt(rows: int) -> int:
+    def attempt(given: MicroSize) -> int:
+        rows = given.value
         try:
             held = [torch.empty(unit, dtype=torch.uint8, device=device) for _ in range(rows)]
         except RuntimeError as err:

@@ -8,9 +8,9 @@ import torch
 import transformers
 from safetensors.torch import save_file
 
+from logicrl.models.packing import last_token_index
 from logicrl.models.reward_head import reward_head
-from logicrl.models.reward_model import (RewardModelLoadError, last_token_index, load_reward_model, score_rows,
-                                         token_level_scores)
+from logicrl.models.reward_model import RewardModelLoadError, load_reward_model, score_rows, token_level_scores
 from logicrl.models.spec import ModelSpecError
 
 VOCAB, PAD = 300, 0

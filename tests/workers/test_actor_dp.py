@@ -56,7 +56,8 @@ def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = N
     micro = Micro(key, cfg[key], cfg.use_dynamic_bsz)
     size = MicroSize("update_actor", key, micro.value, micro.by_tokens)
     update = Update(mini_prompts=len(shard), per_rank_mini=len(shard), micro=micro, ppo_epochs=1, num_mini=1)
-    role = Trained("actor", model, optimizer, scheduler, update, size, cfg.loss_agg_mode, cfg.grad_clip, world, device,
+    role = Trained(name="actor", model=model, optimizer=optimizer, scheduler=scheduler, plan=update,
+                   loss_agg_mode=cfg.loss_agg_mode, grad_clip=cfg.grad_clip, world_size=world, device=device,
                    sharded_grads=sharded_grads)
     retry = phase_retry(size, device, Faults(parse(fault or "")), step=1, rank=rank, sharded=model)
     metrics = Actor(role, cfg, 1.0, remove_padding=cfg.get("remove_padding", False)).update(shard, retry)

@@ -55,8 +55,8 @@ def test_oom_at_a_micro_batch_of_one_is_a_clear_error():
     size = MicroSize("update_actor", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 2)
     calls = []
 
-    def always_oom(value):
-        calls.append(value)
+    def always_oom(given):
+        calls.append(given.value)
         raise torch.OutOfMemoryError("CUDA out of memory")
 
     with pytest.raises(OutOfMemoryAtMinimum, match=r"ppo_micro_batch_size_per_gpu=1, the smallest split"):

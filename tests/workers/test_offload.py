@@ -118,7 +118,6 @@ def test_load_brings_states_to_their_parameters_device_and_leaves_step():
 
 def _trained(mesh, optimizer_offload: bool):
     from logicrl.config.plan import Micro, Update
-    from logicrl.workers.oom import MicroSize
     from logicrl.workers.update import Trained
 
     torch.manual_seed(0)
@@ -127,12 +126,13 @@ def _trained(mesh, optimizer_offload: bool):
     optimizer, scheduler = fsdp.build_optimizer(model, 1e-2, 0.0, 10, 0.0, "constant")
     micro = Micro("ppo_micro_batch_size_per_gpu", 2, False)
     update = Update(mini_prompts=4, per_rank_mini=4, micro=micro, ppo_epochs=1, num_mini=1)
-    size = MicroSize("update_actor", micro.key, 2, False)
-    return Trained("actor", model, optimizer, scheduler, update, size, "token-mean", 1.0, 1, torch.device("cpu"),
-                   optimizer_offload)
+    return Trained(name="actor", model=model, optimizer=optimizer, scheduler=scheduler, plan=update,
+                   loss_agg_mode="token-mean", grad_clip=1.0, world_size=1, device=torch.device("cpu"),
+                   optimizer_offload=optimizer_offload)
 
 
 def _update(role, events: list | None = None):
+    from logicrl.workers.oom import MicroSize
     from logicrl.workers.update import run_update
 
     batch = TensorDict({"x": torch.arange(16.0).reshape(4, 4) / 16, "response_mask": torch.ones(4, 1)},
@@ -143,7 +143,8 @@ def _update(role, events: list | None = None):
             events.append("forward")
         return role.model(micro["x"]).pow(2).sum() / normalizer, {}
 
-    return run_update(role, batch, loss_fn, lambda fn, reset=None: fn(None))
+    size = MicroSize("update_actor", role.plan.micro.key, role.plan.micro.value)
+    return run_update(role, batch, loss_fn, lambda attempt, reset=None: attempt(size))
 
 
 @pytest.mark.parametrize("offload", [True, False])

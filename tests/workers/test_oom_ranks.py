@@ -35,7 +35,7 @@ def _rank(rank: int, world: int, port: int, path: str):
     # both ranks retry with half, as an OOM on every rank would.
     size = MicroSize("generate", "actor_rollout_ref.rollout.max_num_seqs", 4)
     seen = []
-    got = phase_retry(size, device, faults, step=1, rank=rank)(lambda value: seen.append(value) or rank)
+    got = phase_retry(size, device, faults, step=1, rank=rank)(lambda given: seen.append(given.value) or rank)
     record["generate"] = (got, seen, size.value, size.retries)
 
     # 2. Inside FSDP2's forward: rank 1 raises in its first decoder layer's forward while rank 0 goes
@@ -46,7 +46,7 @@ def _rank(rank: int, world: int, port: int, path: str):
     retry = phase_retry(size, device, faults, step=1, rank=rank, sharded=model)
     start = time.monotonic()
     try:
-        retry(lambda _: forward_logprobs(model, batch, size, 1.0))
+        retry(lambda given: forward_logprobs(model, batch, given, 1.0))
         record["fsdp"] = "returned"
     except RankOutOfMemory as err:
         record["fsdp"] = (type(err).__name__, err.phase, err.key, err.old, err.value, time.monotonic() - start)
@@ -94,11 +94,11 @@ def test_cuda_oom_messages_count_as_oom():
 def test_a_cuda_oom_runtime_error_is_retried_with_half():
     size, calls = MicroSize("update_actor", "micro", 4), []
 
-    def attempt(value):
-        calls.append(value)
+    def attempt(given):
+        calls.append(given.value)
         if len(calls) == 1:
             raise RuntimeError("CUDA error: out of memory")
-        return value
+        return given.value
 
     assert retry_on_oom(size, attempt, torch.device("cpu"), collectives=True) == 2  # one rank: retried in place
     assert (calls, size.retries) == ([4, 2], 1)

@@ -24,15 +24,16 @@ class OneWeight(torch.nn.Linear):
 
 def test_loss_sums_and_stats_average_over_micro_batches():
     model = OneWeight()
-    role = Trained("actor", model, None, None, None, MicroSize("update_actor", "ppo_micro_batch_size_per_gpu", 2),
-                   "token-mean", 1.0, 1, torch.device("cpu"))
+    role = Trained(name="actor", model=model, optimizer=None, scheduler=None, plan=None, loss_agg_mode="token-mean",
+                   grad_clip=1.0, world_size=1, device=torch.device("cpu"))
+    size = MicroSize("update_actor", "ppo_micro_batch_size_per_gpu", 2)
     mini = TensorDict({"x": torch.tensor([[1.0], [2.0], [3.0], [4.0]])}, batch_size=[4])
 
     def loss_fn(micro, normalizer):
         loss = model(micro["x"]).sum() / normalizer  # 0.5 * sum(x) / 10
         return loss, {"actor/x_mean": micro["x"].mean(), "actor/rows": float(len(micro))}
 
-    out = _accumulate(role, mini, 10.0, loss_fn)
+    out = _accumulate(role, mini, size, 10.0, loss_fn)
     # Micro-batches [1, 2] and [3, 4]: losses 0.15 and 0.35, means of x 1.5 and 3.5.
     assert out["actor/loss"] == pytest.approx(0.15 + 0.35, rel=1e-6)
     assert out["actor/x_mean"] == pytest.approx((1.5 + 3.5) / 2, rel=1e-6)

@@ -79,9 +79,14 @@ class RolloutEngine(Protocol):
     # False after a sleep() that discarded the engine's weights (vLLM level 2 on CUDA), until the next
     # sync_weights(); generate() refuses while it is False, so the caller must sync first.
     weights_valid: bool
+    # The sequences decoded together, which the worker's OOM retry halves; None for an engine that
+    # schedules its own batches (vLLM), where there is nothing to halve and an OOM is not retried.
+    micro_batch_size: int | None
 
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams) -> RolloutOutput:
-        """Sample one response for each row of left-padded prompts input_ids / attention_mask [N, P]."""
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,
+                 micro_batch_size: int | None = None) -> RolloutOutput:
+        """Sample one response for each row of left-padded prompts input_ids / attention_mask [N, P],
+        `micro_batch_size` sequences at a time (None: the engine's own `micro_batch_size`)."""
         ...
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -84,6 +84,7 @@ class VLLMRolloutEngine:
         self.sleep_mode = free_cache_engine and cuda
         self.asleep = False
         self.weights_valid = True  # loaded from model_path; cleared by a level-2 sleep (docstring, point 4)
+        self.micro_batch_size = None  # RolloutEngine: vLLM schedules its own batches, nothing to halve
         if enforce_eager is None:  # docstring, point 5
             enforce_eager = not cuda
         # vLLM's CPU worker replaces torch.set_num_threads by a no-op for the whole process (it has
@@ -131,8 +132,10 @@ class VLLMRolloutEngine:
         return vllm.SamplingParams(temperature=params.temperature, top_p=params.top_p,
                                    top_k=params.top_k if params.top_k > 0 else 0, **common)
 
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams) -> RolloutOutput:
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,
+                 micro_batch_size: int | None = None) -> RolloutOutput:
         """One response per row of the left-padded prompts input_ids / attention_mask [N, P].
+        `micro_batch_size` is ignored: vLLM schedules its own batches (max_num_seqs, max_num_batched_tokens).
 
         The controller has already repeated each prompt rollout.n times (trainer/batch.py), so every
         row is its own request with n=1; vLLM's prefix cache shares the repeated prompts' KV.
