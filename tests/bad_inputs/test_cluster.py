@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.bad_inputs.conftest import refused, small_run, timed_main
+from tests.conftest import tail
 
 
 def free_port() -> int:
@@ -93,7 +94,7 @@ def test_a_cluster_already_running_here_is_left_alone(tmp_path):
             time.sleep(0.5)
         assert recorded.is_file(), "the test's Ray head did not start"
         result, _ = timed_main(*small_run(tmp_path), env={"RAY_TMPDIR": temp, "RAY_AUTH_MODE": "disabled"})
-        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.returncode == 0, tail(result)
         assert head.poll() is None  # the other cluster still runs
     finally:
         head.send_signal(signal.SIGTERM)

@@ -10,6 +10,7 @@ import pytest
 
 from logicrl.memory.preflight import device_problem, unusable_gpus_problem
 from tests.bad_inputs.conftest import refused, small_run, timed_main
+from tests.conftest import tail
 
 # What an H100 box on a driver too old for PyPI's CUDA 13 torch shows: nvidia-smi lists the GPUs,
 # torch.cuda.is_available() is False (as it is for this machine's CPU torch).
@@ -41,7 +42,7 @@ def test_cuda_asked_for_on_a_machine_without_it_is_one_line(tmp_path):
 def test_a_dry_run_may_plan_for_gpus_this_machine_lacks(tmp_path):
     result, _ = timed_main(*small_run(tmp_path), "trainer.device=cuda", "trainer.gpu_memory_gb=80",
                            "trainer.dry_run=true")
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == 0, tail(result)
 
 
 @pytest.mark.parametrize("device, ranks, nnodes, gpus, says", [
@@ -85,7 +86,7 @@ def test_gpus_torch_cannot_use_stop_the_run_with_one_line(tmp_path, device):
 def test_the_cpu_on_purpose_is_not_refused(tmp_path):
     result, _ = timed_main(*small_run(tmp_path), "trainer.device=cpu", "trainer.dry_run=true",
                            env=fake_gpu_path(tmp_path))
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == 0, tail(result)
 
 
 @pytest.mark.parametrize("driver, cuda, visible, says", [

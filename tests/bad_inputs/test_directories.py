@@ -15,9 +15,11 @@ import pytest
 
 from logicrl.config import compose, validate
 from logicrl.config.errors import ConfigError
+from logicrl.config.phases import ARR
 from logicrl.memory import disk
 from logicrl.memory.preflight import plan_for
-from tests.bad_inputs.conftest import ARR, ROOT, refused, small_run, timed_main
+from tests.bad_inputs.conftest import refused, small_run, timed_main
+from tests.conftest import ROOT
 
 
 def test_a_checkpoint_directory_under_a_file_is_one_line(tmp_path):

@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from tests.bad_inputs.conftest import ARR, refused, small_run, timed_main
+from logicrl.config.phases import ARR
+from tests.bad_inputs.conftest import refused, small_run, timed_main
 
 
 def no_weights(d):

@@ -2,11 +2,11 @@
 
 import pytest
 
+from logicrl.config.phases import ARR
 from tests.conftest import BASE_BATCH, run_main, write_jsonl
 
 pytestmark = pytest.mark.integration
 
-ARR = "actor_rollout_ref"
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import logging
 import pytest
 
 from logicrl.config import ConfigError, check_overrides, compose, validate
+from logicrl.config.phases import ARR
 from logicrl.config.summary import summarize
 from tests.conftest import ROOT
 
-ARR = "actor_rollout_ref"
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 
 

@@ -3,10 +3,9 @@
 import pytest
 
 from logicrl.config import ConfigError, compose
+from logicrl.config.phases import ARR
 from logicrl.config.stages import build_stages, has_stages
 from tests.conftest import run_main, write_jsonl
-
-ARR = "actor_rollout_ref"
 
 
 @pytest.fixture

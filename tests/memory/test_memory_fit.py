@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from logicrl.config import ConfigError, compose, validate
+from logicrl.config.phases import ARR
 from logicrl.memory.fit import auto_micro_batch, check_fit, usable_bytes
 from logicrl.memory.inputs import PlanInputs
 from logicrl.memory.phases import GB
@@ -13,7 +14,6 @@ from logicrl.memory.planner import format_table, plan_inputs
 from logicrl.memory.preflight import preflight
 from tests.conftest import ROOT, run_main, write_jsonl
 
-ARR = "actor_rollout_ref"
 QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"
 # GRPO with a KL loss on 4 GPUs: 8 prompts x 16 = 128 responses, 32 per rank; per-rank mini-batch 16.
 GRPO_7B = [f"{ARR}.model.path={QWEN7B}", "algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true",

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from logicrl.config import ConfigError, compose, validate
+from logicrl.config.phases import ARR
 from logicrl.memory.fit import (
     any_length_budget,
     apply_to_inputs,
@@ -28,9 +29,8 @@ from logicrl.memory.lengths import last_run_response_length, plan_lengths
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import plan_inputs
 from logicrl.models.tiny import tiny_checkpoint_dir
-from tests.conftest import ROOT, run_main
+from tests.conftest import ROOT, run_main, tail
 
-ARR = "actor_rollout_ref"
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 CAP = 80 * GB
 BUDGET = f"{ARR}.actor.ppo_max_token_len_per_gpu"
@@ -179,7 +179,7 @@ def test_refused_at_worst_case_runs_at_expected_lengths(qwen7b, tmp_path):
     assert last.startswith("error: update_actor needs 87.3 GB > 79.0 GB usable per device"), last
     assert f"{ARR}.actor.use_dynamic_bsz=true {BUDGET}=" in last
     fits = run_main(*args, "trainer.memory_plan=expected", cwd=tmp_path)
-    assert fits.returncode == 0, fits.stderr[-2000:]
+    assert fits.returncode == 0, tail(fits)
     lines = fits.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("memory plan: "))
     assert lines[first].startswith("memory plan: trainer.memory_plan=expected, prompts 44 tokens, the longest")
@@ -195,7 +195,7 @@ def test_packed_expected_plan_names_the_response_length_it_stops_at(qwen7b, tmp_
             f"{ARR}.actor.ppo_micro_batch_size_per_gpu=250",
             "trainer.dry_run=true", "trainer.memory_plan=expected", "trainer.expected_response_length=300"]
     fits = run_main(*args, cwd=tmp_path)
-    assert fits.returncode == 0, fits.stderr[-2000:]
+    assert fits.returncode == 0, tail(fits)
     assert "responses 300 tokens (trainer.expected_response_length)" in fits.stdout
     assert "expected lengths: stops fitting at response length update_actor at " in fits.stdout
 

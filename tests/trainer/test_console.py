@@ -9,11 +9,10 @@ import sys
 
 import pytest
 
+from logicrl.config.phases import ARR
 from logicrl.logs import lines_above, quiet_driver, run_log_file
 from logicrl.trainer.tracking import Tracker
-from tests.conftest import ROOT, run_main
-
-ARR = "actor_rollout_ref"
+from tests.conftest import ROOT, run_main, tail
 
 
 def tracker(tmp_path, total_steps):
@@ -130,7 +129,7 @@ def test_default_run_console_is_readable(tmp_path, monkeypatch):
         "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
         f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4", "trainer.total_training_steps=3", "trainer.test_freq=-1",
         f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     console = result.stdout + result.stderr
     assert "memory plan per device" in result.stdout  # the plan
     assert re.findall(r"^step (\d+):", result.stdout, re.M) == ["0", "1", "2", "3"]

@@ -11,10 +11,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import ROOT, run_main
+from logicrl.config.phases import ARR
+from tests.conftest import ROOT, run_main, tail
 
 pytestmark = pytest.mark.integration
-ARR = "actor_rollout_ref"
 RUN = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet",
        "data.train_batch_size=4", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4",
        f"{ARR}.actor.ppo_micro_batch_size_per_gpu=8", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=8",
@@ -53,9 +53,9 @@ def rows(run_dir):
 
 def test_injected_ooms_are_recovered_with_identical_results(tmp_path):
     clean = train(tmp_path, "clean")
-    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert clean.returncode == 0, tail(clean)
     faulty = train(tmp_path, "faulty", fault=FAULTS)
-    assert faulty.returncode == 0, faulty.stderr[-3000:]
+    assert faulty.returncode == 0, tail(faulty)
     assert "update_actor ran out of memory: actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu 8 -> 4" in \
         faulty.stdout + faulty.stderr
 
@@ -82,7 +82,7 @@ def test_injected_ooms_are_recovered_with_identical_results(tmp_path):
 def test_oom_at_a_micro_batch_of_one_exits_cleanly_with_the_checkpoint_intact(tmp_path):
     result = train(tmp_path, "tiny", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1", "trainer.save_freq=1",
                    fault="oom@update_actor:2")
-    assert result.returncode == 3, result.stderr[-3000:]
+    assert result.returncode == 3, tail(result)
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: update_actor ran out of memory with "
                            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"), last

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from logicrl.trainer.curves import curve_points
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tail
 
 pytestmark = pytest.mark.slow
 STEPS = 60  # the recipe's; it takes off around step 25-30
@@ -33,7 +33,7 @@ def run(tmp_path, name, *overrides):
                              *overrides, f"hydra.run.dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt"],
                             cwd=ROOT, capture_output=True, text=True, timeout=1200,
                             env={**os.environ, "HYDRA_FULL_ERROR": "0"})
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     points = curve_points(run_dir)  # what curves.png draws
     train = [acc for _, acc in points["train accuracy"]]
     val = dict(points["validation accuracy"])

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from logicrl.config.phases import ARR
 from logicrl.config.plan import PHASES
-from tests.conftest import ROOT, run_main, write_jsonl
+from tests.conftest import ROOT, run_main, tail, write_jsonl
 
 pytestmark = pytest.mark.integration
-ARR = "actor_rollout_ref"
 ROLE_DATA = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet"]
 SMALL = ["data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
          f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2", "data.max_response_length=4", "trainer.total_training_steps=2",
@@ -29,7 +29,7 @@ def role_data():
 def train(tmp_path: Path, *overrides: str) -> list[dict]:
     run_dir = tmp_path / "run"
     result = run_main(*ROLE_DATA, *SMALL, *overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -55,14 +55,14 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     args = [f"data.train_files={data}", f"data.val_files={data}", *SMALL, "trainer.total_training_steps=50",
             "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.actor.ppo_epochs=2"]
     dry = run_main(*args, "trainer.dry_run=true", cwd=tmp_path)
-    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert dry.returncode == 0, tail(dry)
     assert "5 steps per epoch, 5 steps in all" in dry.stdout
     table = dry.stdout[dry.stdout.index("memory plan per device"):]
     planned = {line.split()[0] for line in table.splitlines()[2:] if line and not line.startswith("note")}
 
     run_dir = tmp_path / "run"
     result = run_main(*args, f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     measured = {m.group(1) for key in rows[-1] if (m := re.fullmatch(r"perf/memory/(\w+)/peak_gb", key))}
@@ -102,7 +102,7 @@ def test_multirun_two_jobs(tmp_path):
     args = ["-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", f"{ARR}.rollout.n=2,4",
             f"hydra.sweep.dir={sweep}", f"trainer.default_local_dir={ckpt}"]
     result = run_main(*args, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     jobs = ["rollout.n=2", "rollout.n=4"]  # named by the swept value, run and checkpoint directories alike
     for job in jobs:
         assert (sweep / job / "metrics.jsonl").read_text().strip()
@@ -118,7 +118,7 @@ def test_multirun_two_jobs(tmp_path):
     # The same sweep again: each job finds its own finished checkpoint and trains nothing.
     again = run_main(*args[:-2], f"hydra.sweep.dir={tmp_path / 'again'}", f"trainer.default_local_dir={ckpt}",
                      cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode == 0, tail(again)
     for job in jobs:
         assert f"{ckpt / job} already holds step 1 of 1" in again.stdout
 

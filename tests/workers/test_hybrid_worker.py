@@ -5,6 +5,7 @@ import torch
 from omegaconf import OmegaConf
 
 from logicrl.config import compose, validate
+from logicrl.config.phases import ARR
 from logicrl.controller.ports import free_port
 from logicrl.data.dataset import load_prompts
 from logicrl.models.loading import load_tokenizer
@@ -13,7 +14,6 @@ from logicrl.workers.hybrid import HybridWorker
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
-ARR = "actor_rollout_ref"
 
 
 def make_worker(engine: str, *overrides: str):
