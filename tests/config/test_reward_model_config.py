@@ -154,12 +154,6 @@ def verl_rm_script(rm: str) -> list[str]:
     ]
 
 
-@pytest.fixture
-def kk_role():
-    if not TRAIN.is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
-
-
 def test_verl_ppo_script_with_a_reward_model_validates(kk_role, rm_path, caplog):
     with caplog.at_level(logging.WARNING, logger="logicrl.config"):
         check_overrides(verl_rm_script(rm_path))

@@ -21,15 +21,9 @@ from logicrl.config.cli import for_hydra
 from logicrl.config.phases import ARR
 from logicrl.config.schema import all_keys
 from logicrl.config.verl_keys import VERL_KEYS, take_verl_keys, verl_rule_key
-from tests.conftest import ROOT, run_main, tail
+from tests.conftest import ROOT, need_data, run_main, tail
 
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
-
-
-@pytest.fixture
-def kk_role():
-    if not TRAIN.is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
 
 
 def grpo_script() -> list[str]:
@@ -288,8 +282,7 @@ def llama3_rm_shape(path):
 
 @pytest.mark.integration
 def test_entry_point_dry_runs_verl_ppo_script_with_a_reward_model(kk_role, tmp_path):
-    if not (ROOT / "data/kk_role_5ppl/train.parquet").is_file():
-        pytest.skip("data/kk_role_5ppl is missing: run `make data`")
+    need_data("kk_role_5ppl")
     rm, ckpt = llama3_rm_shape(tmp_path / "rm"), tmp_path / "ckpt"
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHON": sys.executable, "LOGICRL": str(ROOT),
            "DATA": str(ROOT / "data"), "SHAPES": str(ROOT / "logicrl/memory/shapes"), "RM": str(rm)}

@@ -29,7 +29,7 @@ from logicrl.memory.lengths import last_run_response_length, plan_lengths
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import plan_inputs
 from logicrl.models.tiny import tiny_checkpoint_dir
-from tests.conftest import ROOT, run_main, tail
+from tests.conftest import ROOT, need_data, run_main, tail
 
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 CAP = 80 * GB
@@ -56,8 +56,7 @@ VERL_7B_LORA_128 = [o.replace("=100", "=128") if "=100" in o else o for o in VER
 @pytest.fixture(scope="module")
 def qwen7b(tmp_path_factory):
     """The 7B shape's config.json with a tokenizer beside it, so prompts can be measured."""
-    if not TRAIN.is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+    need_data("kk_role")
     path = tmp_path_factory.mktemp("qwen7b")
     shutil.copy(ROOT / "logicrl/memory/shapes/qwen2.5-7b/config.json", path)
     tiny = tiny_checkpoint_dir()
@@ -201,8 +200,7 @@ def test_packed_expected_plan_names_the_response_length_it_stops_at(qwen7b, tmp_
 
 
 def test_expected_needs_a_tokenizer_to_measure_prompts():
-    if not TRAIN.is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+    need_data("kk_role")
     cfg, _, _ = validate(compose([*VERL_7B_LORA, f"{ARR}.model.path={ROOT / 'logicrl/memory/shapes/qwen2.5-7b'}",
                                   "trainer.memory_plan=expected"]))
     # A config-only shape directory: one line naming the key and the fix, not prompts of 0 tokens.

@@ -20,7 +20,7 @@ from logicrl.models.reward_model import load_reward_model, score_rows
 from logicrl.models.spec import load_model_spec
 from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, TINY_RM_CONFIG
 from logicrl.reward import role
-from tests.conftest import ROOT, run_main, write_jsonl
+from tests.conftest import ROOT, need_data, run_main, write_jsonl
 
 DATA = ROOT / "data" / "kk_role"
 
@@ -80,8 +80,7 @@ def test_training_labels_are_the_rule_rewards_scores(tokenizer, held_out):
 
 def test_held_out_prompts_are_make_datas_test_split(held_out):
     splits, _ = held_out
-    if not (DATA / "test.parquet").is_file():
-        pytest.skip("data/kk_role is not built (make data)")
+    need_data("kk_role")
     assert pq.read_table(DATA / "test.parquet").to_pylist() == splits["test"]
     key = lambda r: r["prompt"][0]["content"]  # noqa: E731
     assert not {key(r) for r in splits["test"]} & {key(r) for r in splits["train"]}

@@ -8,22 +8,12 @@ import pytest
 
 from logicrl.config.phases import ARR
 from logicrl.config.plan import PHASES
-from tests.conftest import ROOT, run_main, tail, write_jsonl
+from tests.conftest import ROLE_DATA, TINY_RUN, run_main, tail, write_jsonl
 
-pytestmark = pytest.mark.integration
-ROLE_DATA = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet"]
-SMALL = ["data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
-         f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2", "data.max_response_length=4", "trainer.total_training_steps=2",
-         "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1",
-         # HF's engine unless a test is about vLLM's (it starts about 7 s faster per rank): these test the
-         # trainer; the vLLM tests below, LoRA's weight sync and tests/trainer/test_console.py run vLLM.
-         f"{ARR}.rollout.name=hf"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def role_data():
-    if not (ROOT / "data/kk_role/train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
+# The trainer with HF's engine (TINY_RUN); the vLLM tests below, LoRA's weight sync and
+# tests/trainer/test_console.py run vLLM.
+SMALL = [*TINY_RUN, f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2"]
 
 
 def train(tmp_path: Path, *overrides: str) -> list[dict]:
