@@ -68,6 +68,7 @@ def test_a_cluster_too_small_for_the_ranks_is_one_line(tmp_path, one_cpu_cluster
     refused(result, seconds, "trainer.n_gpus=2 needs 2 CPU but the Ray cluster has 1 CPU", bound=60)
 
 
+@pytest.mark.integration
 def test_an_address_where_no_cluster_answers_is_one_line(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     result, seconds = timed_main(*small_run(tmp_path), env={"RAY_ADDRESS": address})

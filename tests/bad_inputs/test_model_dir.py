@@ -10,6 +10,8 @@ import pytest
 from logicrl.config.phases import ARR
 from tests.bad_inputs.conftest import refused, small_run, timed_main
 
+pytestmark = pytest.mark.integration
+
 
 def no_weights(d):
     for p in d.glob("*.safetensors"):

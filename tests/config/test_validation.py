@@ -11,6 +11,8 @@ import pytest
 from logicrl.config.phases import ARR
 from tests.conftest import run_main, write_jsonl
 
+pytestmark = pytest.mark.integration
+
 
 def assert_config_error(result, *needles):
     assert result.returncode == 2, result.stdout + result.stderr

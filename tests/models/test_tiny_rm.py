@@ -22,6 +22,8 @@ from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, TINY_RM_CONFIG
 from logicrl.reward import role
 from tests.conftest import ROOT, need_data, run_main, write_jsonl
 
+# Builds the embedded reward model (83 s of training on 2 idle cores) on first use: not a unit test.
+pytestmark = pytest.mark.integration
 DATA = ROOT / "data" / "kk_role"
 
 
