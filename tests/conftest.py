@@ -66,6 +66,8 @@ def guard_unit_tier(request, monkeypatch):
                         "mark it integration (pytestmark = pytest.mark.integration)", pytrace=False)
         return real(args, executable_list, *rest)
 
+    # subprocess keeps its own reference; multiprocessing's spawn (torch's mp.spawn) reads the module's.
+    monkeypatch.setattr(subprocess, "_fork_exec", fork_exec)
     monkeypatch.setattr(_posixsubprocess, "fork_exec", fork_exec)
     yield
 

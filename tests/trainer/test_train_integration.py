@@ -40,10 +40,13 @@ def test_grpo_two_cpu_ranks(tmp_path):
 
 
 def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
+    """Also PPO with a critic, two mini-batches and gradient checkpointing (one run for both)."""
     # 20 usable rows in batches of 4: 5 steps per epoch, and total_training_steps=50 cannot add epochs.
     data = write_jsonl(tmp_path / "d" / "train.jsonl", 20)
     args = [f"data.train_files={data}", f"data.val_files={data}", *SMALL, "trainer.total_training_steps=50",
-            "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.actor.ppo_epochs=2"]
+            "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.actor.ppo_epochs=2",
+            f"{ARR}.actor.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
+            f"{ARR}.model.enable_gradient_checkpointing=true"]
     dry = run_main(*args, "trainer.dry_run=true", cwd=tmp_path)
     assert dry.returncode == 0, tail(dry)
     assert "5 steps per epoch, 5 steps in all" in dry.stdout
@@ -64,11 +67,7 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     assert timed - {"step", "save"} <= set(PHASES) and {"generate", "reward", "advantages"} <= timed
     # The engine's log-probs of its samples equal the trainer's before the update (weights in sync).
     assert rows[-1]["rollout/logprob_diff"] < 1e-3
-
-
-def test_ppo_with_critic_two_mini_batches_and_gradient_checkpointing(tmp_path):
-    rows = train(tmp_path, "algorithm.adv_estimator=gae", f"{ARR}.actor.ppo_mini_batch_size=2",
-                 "critic.ppo_micro_batch_size_per_gpu=2", f"{ARR}.model.enable_gradient_checkpointing=true")
+    # PPO with a critic, two mini-batches and gradient checkpointing.
     last = rows[-1]
     for key in ("critic/vf_loss", "timing_s/values", "timing_s/update_critic", "timing_s/old_log_prob"):
         assert key in last, key
@@ -79,12 +78,6 @@ def test_lora_with_kl_loss_uses_adapterless_reference(tmp_path):
     rows = train(tmp_path, f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8", f"{ARR}.actor.use_kl_loss=true",
                  f"{ARR}.model.target_modules=[q_proj,v_proj]", f"{ARR}.rollout.name=vllm")
     assert "actor/kl_loss" in rows[-1] and "timing_s/ref" in rows[-1]
-
-
-def test_validation_writes_accuracy_and_samples(tmp_path):
-    rows = train(tmp_path, "trainer.test_freq=2", "trainer.total_training_steps=2")
-    assert "val/acc" in rows[-1] and "val/kk_role/acc" in rows[-1]
-    assert (tmp_path / "run" / "val_generations" / "step_2.jsonl").is_file()
 
 
 def test_multirun_two_jobs(tmp_path):
@@ -113,12 +106,15 @@ def test_multirun_two_jobs(tmp_path):
         assert f"{ckpt / job} already holds step 1 of 1" in again.stdout
 
 
-def test_reinforce_plus_plus_with_separate_reference_and_old_log_probs(tmp_path):
+def test_reinforce_plus_plus_with_separate_reference_and_old_log_probs_and_validation(tmp_path):
     rows = train(tmp_path, "algorithm.adv_estimator=reinforce_plus_plus", f"{ARR}.actor.use_kl_loss=true",
-                 f"{ARR}.actor.ppo_epochs=2")
+                 f"{ARR}.actor.ppo_epochs=2", "trainer.test_freq=2", "trainer.total_training_steps=2")
     # two optimizer steps per step: the old-log-prob pass must run
     assert "timing_s/old_log_prob" in rows[-1] and "timing_s/ref" in rows[-1] and "actor/kl_loss" in rows[-1]
     assert rows[-1]["actor/ppo_kl"] != 0.0  # the second epoch sees a moved policy
+    # Validation at step 2 writes accuracy, per data source too, and its samples.
+    assert "val/acc" in rows[-1] and "val/kk_role/acc" in rows[-1]
+    assert (tmp_path / "run" / "val_generations" / "step_2.jsonl").is_file()
 
 
 @pytest.mark.parametrize("ranks, tp", [(1, 1), (2, 1), (2, 2)], ids=["1", "2", "2-tp2"])
