@@ -14,7 +14,7 @@ import torch
 
 from logicrl.data.role_task import DATA_SOURCE
 from logicrl.models import tiny_rm
-from logicrl.models.loading import checkpoint_dir, load_tokenizer
+from logicrl.models.loading import load_tokenizer
 from logicrl.models.reward_head import reward_head
 from logicrl.models.reward_model import load_reward_model, score_rows
 from logicrl.models.spec import load_model_spec
@@ -28,8 +28,8 @@ DATA = ROOT / "data" / "kk_role"
 
 
 @pytest.fixture(scope="module")
-def directory() -> Path:
-    return checkpoint_dir(EMBEDDED_TINY_RM)
+def directory(tiny_rm) -> Path:
+    return tiny_rm
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ def run(tmp_path, name, *overrides):
     return run_dir, statistics.mean(train[:10]), statistics.mean(train[-10:]), val
 
 
-def test_the_policy_learns_from_the_reward_model_only_with_its_update(kk_role, tmp_path):
+def test_the_policy_learns_from_the_reward_model_only_with_its_update(kk_role, tiny_rm, tmp_path):
     run_dir, first, last, val = run(tmp_path, "learn")
     _, frozen_first, frozen_last, frozen_val = run(tmp_path, "frozen", f"trainer.critic_warmup={STEPS + 1}")
     print(f"train acc {first:.3f} -> {last:.3f}, val acc {val[0]:.3f} -> {val[STEPS]:.3f}; update off: "
