@@ -49,27 +49,30 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def guard_unit_tier(request, monkeypatch):
     """Keeps the default tier honest: a test without a process tier's marker that starts a Python
-    process (main_ppo.py, a Ray node, torch's spawned ranks) fails, naming the marker to add. Short
-    helper processes (make, nvidia-smi, git) are not counted."""
+    process (main_ppo.py, a Ray node, torch's spawned ranks, vLLM's helpers) fails after it ran,
+    naming the marker to add. The process still starts (failing inside a library's start-up could
+    hang it); short helper processes (make, nvidia-smi, git) are not counted."""
     if any(request.node.get_closest_marker(tier) for tier in PROCESS_TIERS):
         yield
         return
     import _posixsubprocess
 
-    real = _posixsubprocess.fork_exec
+    real, started = _posixsubprocess.fork_exec, []
 
     def fork_exec(args, executable_list, *rest):
         # args is argv ([b"python", "main_ppo.py", ...]); executable_list the paths tried.
         names = [os.path.basename(os.fsdecode(a)) for a in [*(args or [])[:1], *(executable_list or [])]]
         if any(name.startswith("python") or name == "ray" for name in names):
-            pytest.fail(f"{request.node.nodeid} starts a process ({' '.join(map(os.fsdecode, args or []))[:200]}): "
-                        "mark it integration (pytestmark = pytest.mark.integration)", pytrace=False)
+            started.append(" ".join(map(os.fsdecode, args or []))[:200])
         return real(args, executable_list, *rest)
 
     # subprocess keeps its own reference; multiprocessing's spawn (torch's mp.spawn) reads the module's.
     monkeypatch.setattr(subprocess, "_fork_exec", fork_exec)
     monkeypatch.setattr(_posixsubprocess, "fork_exec", fork_exec)
     yield
+    if started:
+        pytest.fail(f"{request.node.nodeid} started {started[0]!r}: a unit test starts no process; mark it "
+                    "integration (pytestmark = pytest.mark.integration)", pytrace=False)
 
 
 @pytest.fixture(scope="module")

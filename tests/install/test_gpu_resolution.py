@@ -21,6 +21,8 @@ import pytest
 
 from tests.conftest import ROOT, tail
 
+pytestmark = pytest.mark.integration
+
 PINNED = {"vllm": "0.32.0", "torch": "2.13.0"}
 # pip's words for a registry it cannot reach (urllib3 and pip's own), as opposed to a failed resolution.
 UNREACHABLE = re.compile(r"NewConnectionError|Max retries exceeded|Temporary failure in name resolution|"

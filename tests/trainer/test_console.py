@@ -57,6 +57,7 @@ def test_lines_printed_while_the_bar_is_up_go_above_it(capsys):
     assert any(s.startswith("(HybridWorker pid=1) rank 0: update_actor") for s in segments), err
 
 
+@pytest.mark.integration
 def test_worker_output_goes_to_the_file_and_logicrl_lines_to_the_console(tmp_path):
     """In a fresh process, as in a Ray worker: everything on fds 1 and 2 moves to the file."""
     log_file = tmp_path / "main_ppo.log"
