@@ -73,13 +73,6 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
         assert key in last, key
 
 
-def test_lora_with_kl_loss_uses_adapterless_reference(tmp_path):
-    # vLLM: its weight sync merges the adapters into the engine's base weights.
-    rows = train(tmp_path, f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8", f"{ARR}.actor.use_kl_loss=true",
-                 f"{ARR}.model.target_modules=[q_proj,v_proj]", f"{ARR}.rollout.name=vllm")
-    assert "actor/kl_loss" in rows[-1] and "timing_s/ref" in rows[-1]
-
-
 def test_multirun_two_jobs(tmp_path):
     sweep, ckpt = tmp_path / "sweep", tmp_path / "ckpt"
     args = ["-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", f"{ARR}.rollout.n=2,4",
@@ -117,13 +110,21 @@ def test_reinforce_plus_plus_with_separate_reference_and_old_log_probs_and_valid
     assert (tmp_path / "run" / "val_generations" / "step_2.jsonl").is_file()
 
 
-@pytest.mark.parametrize("ranks, tp", [(1, 1), (2, 1), (2, 2)], ids=["1", "2", "2-tp2"])
-def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp):
+# On one rank, LoRA with a KL loss: the reference is the actor without its adapters, and vLLM's weight
+# sync merges the adapters into the engine's base weights.
+LORA = [f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8", f"{ARR}.actor.use_kl_loss=true",
+        f"{ARR}.model.target_modules=[q_proj,v_proj]"]
+
+
+@pytest.mark.parametrize("ranks, tp, extra", [(1, 1, LORA), (2, 1, []), (2, 2, [])], ids=["1-lora", "2", "2-tp2"])
+def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
     pytest.importorskip("vllm")
     rows = train(tmp_path, f"{ARR}.rollout.name=vllm", f"trainer.n_gpus={ranks}",
-                 f"{ARR}.rollout.tensor_model_parallel_size={tp}")
+                 f"{ARR}.rollout.tensor_model_parallel_size={tp}", *extra)
     assert [r["step"] for r in rows] == [1, 2]
     assert "timing_s/update_weights" in rows[-1] and rows[-1]["response_length/mean"] > 0
     # Step 2 samples from the weights step 1 synced (into both TP members with tp=2): the engine's
     # log-probs still match the trainer's (fp32 on CPU).
     assert rows[-1]["rollout/logprob_diff_max"] < 1e-3
+    if extra == LORA:  # the adapterless reference runs and the KL loss is reported
+        assert "actor/kl_loss" in rows[-1] and "timing_s/ref" in rows[-1]
