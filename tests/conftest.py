@@ -169,8 +169,3 @@ def tail(result, chars: int = 3000) -> str:
     """The end of a finished run's stderr (or of a string): what an assertion shows when a run failed."""
     text = result if isinstance(result, str) else result.stderr or ""
     return text[-chars:]
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    """The rows of a run's metrics.jsonl (trainer.logger=[jsonl]), one per step."""
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
