@@ -11,8 +11,8 @@ There is no accounting (`sacct` needs slurmdbd and a database): tests/slurm/bin/
 stand-in that answers from `scontrol show job`, put first on PATH for everything submitted here.
 
 Needs root (slurmd runs jobs as their users) and the Debian packages slurm-wlm and munge, which
-`make test` installs when it can; otherwise every test here skips and says why. The recipe, and
-each error it met, is /work/shared/notes/cluster-lab.md §3.
+`make test` installs when it can; otherwise every test here skips and says why. How to run them is
+in docs/testing.md (the SLURM fixture).
 """
 
 from __future__ import annotations
