@@ -1,7 +1,9 @@
 # logicrl: two commands set everything up.
 #   make train      build .venv and the data on first use, then train the embedded default (GRPO, tiny model, CPU)
-#   make test       build .venv on first use, then run the default test tiers (unit + integration)
+#   make test       build .venv and the data on first use, then the unit and integration tiers
+#   make test-all   those and the slow tier (learning runs)
 #   make test-gpu   the GPU tier (tests/gpu): needs CUDA, skips cleanly without it
+#   (a bare `pytest` is the unit tier alone: pyproject.toml's addopts)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -71,8 +73,9 @@ train: $(STAMP) data
 dry-run: $(STAMP)
 	$(PY) main_ppo.py trainer.dry_run=true $(ARGS)
 
+# Unit and integration: what CI runs (.ci/run), at most 15 minutes on 2 cores.
 test: $(STAMP) data slurm
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not gpu" $(PYTEST_ARGS)
 
 # The GPU tier: tests marked gpu under tests/gpu, each vLLM engine in its own process. Without CUDA
 # every one of them skips (tests/conftest.py), so this passes here too.

@@ -1,4 +1,11 @@
-"""Shared fixtures and the test tiers (unit by default; integration, slow and gpu markers)."""
+"""Shared set-up for every tier: the one launcher of the real entry point (`run_main`), the one tiny
+run (`TINY_RUN`), the K&K role data's fixture, and what a failed run shows (`tail`).
+
+Tiers (markers in pyproject.toml): a bare `pytest` runs unit tests only, in-process and fast;
+`integration` starts main_ppo.py, Ray or worker processes (make test); `slow` proves learning
+(make test-all); `gpu` needs CUDA and skips cleanly without it (make test-gpu). A test that starts
+a Python process without one of those markers fails and says so (`guard_unit_tier`).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,20 @@ from pathlib import Path
 
 import pytest
 
+from logicrl.config.phases import ARR
+
 ROOT = Path(__file__).resolve().parents[1]
+ROLE = ROOT / "data" / "kk_role"
+ROLE_DATA = [f"data.train_files={ROLE}/train.parquet", f"data.val_files={ROLE}/test.parquet"]
+# The tiny run most integration tests start from: 2 steps of 4 prompts x n=2 on the embedded tiny
+# model, 4-token responses, one mini-batch per step, the HF engine (vLLM's start-up costs ~7 s a
+# rank; tests about vLLM say rollout.name=vllm), metrics in metrics.jsonl and no validation. A test
+# adds what it is about after it: later overrides of the same key win.
+TINY_RUN = ["data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
+            "data.max_response_length=4", "trainer.total_training_steps=2", f"{ARR}.rollout.name=hf",
+            "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1"]
+# Tiers whose tests may start processes (the unit tier may not: see guard_unit_tier).
+PROCESS_TIERS = ("integration", "slow", "gpu")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,6 +46,35 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def guard_unit_tier(request, monkeypatch):
+    """Keeps the default tier honest: a test without a process tier's marker that starts a Python
+    process (main_ppo.py, a Ray node, torch's spawned ranks, vLLM's helpers) fails after it ran,
+    naming the marker to add. The process still starts (failing inside a library's start-up could
+    hang it); short helper processes (make, nvidia-smi, git) are not counted."""
+    if any(request.node.get_closest_marker(tier) for tier in PROCESS_TIERS):
+        yield
+        return
+    import _posixsubprocess
+
+    real, started = _posixsubprocess.fork_exec, []
+
+    def fork_exec(args, executable_list, *rest):
+        # args is argv ([b"python", "main_ppo.py", ...]); executable_list the paths tried.
+        names = [os.path.basename(os.fsdecode(a)) for a in [*(args or [])[:1], *(executable_list or [])]]
+        if any(name.startswith("python") or name == "ray" for name in names):
+            started.append(" ".join(map(os.fsdecode, args or []))[:200])
+        return real(args, executable_list, *rest)
+
+    # subprocess keeps its own reference; multiprocessing's spawn (torch's mp.spawn) reads the module's.
+    monkeypatch.setattr(subprocess, "_fork_exec", fork_exec)
+    monkeypatch.setattr(_posixsubprocess, "fork_exec", fork_exec)
+    yield
+    if started:
+        pytest.fail(f"{request.node.nodeid} started {started[0]!r}: a unit test starts no process; mark it "
+                    "integration (pytestmark = pytest.mark.integration)", pytrace=False)
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """A fresh tiny-model cache directory (tokenizer built from scratch) per test module."""
@@ -37,6 +86,31 @@ def tokenizer(cache):
     from logicrl.models.tiny import load_tiny_tokenizer
 
     return load_tiny_tokenizer(cache)
+
+
+def need_data(name: str = "kk_role") -> Path:
+    """data/<name>, or the test skips saying how to build it (the Makefile's `data` target)."""
+    if not (ROOT / "data" / name / "train.parquet").is_file():
+        pytest.skip(f"data/{name} is missing: run `make data`")
+    return ROOT / "data" / name
+
+
+@pytest.fixture(scope="session")
+def kk_role() -> list[str]:
+    """ROLE_DATA, the overrides that train and validate on data/kk_role; skips where it is not built."""
+    need_data("kk_role")
+    return ROLE_DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_rm() -> Path:
+    """The embedded reward model's checkpoint (embedded:tiny_rm), built once per test run: 83 s of
+    training on 2 idle cores the first time, then read from the cache root ($LOGICRL_CACHE or
+    ~/.cache/logicrl), where main_ppo.py and its workers find it too."""
+    from logicrl.models.loading import checkpoint_dir
+    from logicrl.models.tiny import EMBEDDED_TINY_RM
+
+    return checkpoint_dir(EMBEDDED_TINY_RM)
 
 
 def write_jsonl(path: Path, rows: int) -> Path:
@@ -65,12 +139,33 @@ def data_files(tmp_path) -> list[str]:
     return [f"data.train_files={train}", f"data.val_files={val}", *BASE_BATCH]
 
 
-def run_main(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the real entry point as a user would; Hydra's run dir goes under cwd (a tmp dir)."""
-    if not any(a.startswith("trainer.default_local_dir=") for a in args):
+def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd: Path | None = None,
+             env: dict | None = None, timeout: float = 900):
+    """Run the real entry point as a user would: `python main_ppo.py *overrides`, one-line errors
+    (HYDRA_FULL_ERROR=0), Hydra's run dir under `cwd` unless hydra.run.dir is given.
+
+    fault: LOGICRL_INJECT_FAULT for this run only (logicrl/faults.py; Ray's workers inherit it from the
+    driver); never inherited from the test's own environment. env: more variables for this run.
+    popen: return the running subprocess.Popen (stdout and stderr piped, text) instead of waiting.
+    The run is in its own session, so a test can signal its process group, and a SIGKILLed
+    controller's Ray processes are reaped by Ray, not by the test."""
+    if not any(a.startswith("trainer.default_local_dir=") for a in overrides):
         # Checkpoints are on by default and resume_mode=auto: a shared directory would make one
         # test resume from another's run.
-        args = (*args, f"trainer.default_local_dir={tempfile.mkdtemp(prefix='logicrl-ckpt-')}")
-    return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *args], cwd=cwd or ROOT,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+        overrides = (*overrides, f"trainer.default_local_dir={tempfile.mkdtemp(prefix='logicrl-ckpt-')}")
+    run_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}
+    run_env.pop("LOGICRL_INJECT_FAULT", None)
+    if fault:
+        run_env["LOGICRL_INJECT_FAULT"] = fault
+    argv = [sys.executable, str(ROOT / "main_ppo.py"), *overrides]
+    if popen:
+        return subprocess.Popen(argv, cwd=cwd or ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=run_env, start_new_session=True)
+    return subprocess.run(argv, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env=run_env,
+                          start_new_session=True)
+
+
+def tail(result, chars: int = 3000) -> str:
+    """The end of a finished run's stderr (or of a string): what an assertion shows when a run failed."""
+    text = result if isinstance(result, str) else result.stderr or ""
+    return text[-chars:]

@@ -8,15 +8,13 @@ what a user sees: the exit code, stderr as one line naming the culprit, and the 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_main
+from tests.conftest import TINY_RUN, need_data, run_main, tail
 
-ARR = "actor_rollout_ref"
 PREFLIGHT_S = 30  # the real preflight takes ~1 s (no tokenizer needed) to ~7 s (transformers' import)
 
 
@@ -34,32 +32,22 @@ def jsonl(path: Path, rows: list) -> Path:
 def small_run(tmp_path: Path) -> list[str]:
     """A one-step run on 20 good rows: each test swaps in its one bad part."""
     good = jsonl(tmp_path / "good.jsonl", [row(i) for i in range(20)])
-    return [f"data.train_files={good}", f"data.val_files={good}", "data.train_batch_size=4", f"{ARR}.rollout.n=2",
-            f"{ARR}.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=1", f"{ARR}.rollout.name=hf",
+    return [f"data.train_files={good}", f"data.val_files={good}", *TINY_RUN, "trainer.total_training_steps=1",
             f"hydra.run.dir={tmp_path / 'run'}"]
 
 
 def timed_main(*args: str, env: dict | None = None, cwd: Path | None = None):
-    """run_main, with the seconds it took; `env` adds to the environment."""
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
-    try:
-        start = time.monotonic()
-        result = run_main(*args, cwd=cwd)
-        return result, time.monotonic() - start
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """run_main, with the seconds it took; `env` adds to the run's environment."""
+    start = time.monotonic()
+    result = run_main(*args, cwd=cwd, env=env)
+    return result, time.monotonic() - start
 
 
 def refused(result, seconds: float, *names: str, bound: float = PREFLIGHT_S) -> str:
     """Exit 2, stderr exactly one `error:` line containing every one of `names`, within `bound` s."""
     lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert len(lines) == 1, result.stderr[-3000:]
+    assert result.returncode == 2, tail(result)
+    assert len(lines) == 1, tail(result)
     assert lines[0].startswith("error: "), lines
     for name in names:
         assert name in lines[0], (name, lines[0])
@@ -78,5 +66,4 @@ def tiny_dir() -> Path:
 
 @pytest.fixture(scope="module", autouse=True)
 def role_data():
-    if not (ROOT / "data/kk_role/train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+    need_data("kk_role")

@@ -9,11 +9,10 @@ import re
 import pytest
 
 from logicrl.trainer.checkpoint import MANIFEST_FILE, damage, manifest
-from tests.bad_inputs.conftest import ARR, ROOT, timed_main
+from tests.bad_inputs.conftest import timed_main
+from tests.conftest import ROLE_DATA, TINY_RUN, tail
 
-RUN = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet",
-       "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.rollout.name=hf",
-       "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=1", "trainer.logger=[jsonl]"]
+RUN = [*ROLE_DATA, *TINY_RUN, "trainer.save_freq=1"]
 
 
 @pytest.mark.integration
@@ -21,13 +20,13 @@ def test_a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the
     ckpt = tmp_path / "ckpt"
     first, _ = timed_main(*RUN, "trainer.total_training_steps=2", f"trainer.default_local_dir={ckpt}",
                           f"hydra.run.dir={tmp_path / 'run1'}")
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.returncode == 0, tail(first)
     shard = next((ckpt / "global_step_2" / "actor").glob("*.distcp"))
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # a copy that stopped halfway
 
     second, seconds = timed_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
                                  f"hydra.run.dir={tmp_path / 'run2'}")
-    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.returncode == 0, tail(second)
     out = second.stdout + second.stderr
     warnings = [line for line in out.splitlines() if "is damaged" in line]
     assert len(warnings) == 1 and f"{ckpt / 'global_step_2'} is damaged (actor/{shard.name} is" in warnings[0]

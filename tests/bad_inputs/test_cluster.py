@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.bad_inputs.conftest import refused, small_run, timed_main
+from tests.conftest import tail
 
 
 def free_port() -> int:
@@ -67,6 +68,7 @@ def test_a_cluster_too_small_for_the_ranks_is_one_line(tmp_path, one_cpu_cluster
     refused(result, seconds, "trainer.n_gpus=2 needs 2 CPU but the Ray cluster has 1 CPU", bound=60)
 
 
+@pytest.mark.integration
 def test_an_address_where_no_cluster_answers_is_one_line(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     result, seconds = timed_main(*small_run(tmp_path), env={"RAY_ADDRESS": address})
@@ -93,7 +95,7 @@ def test_a_cluster_already_running_here_is_left_alone(tmp_path):
             time.sleep(0.5)
         assert recorded.is_file(), "the test's Ray head did not start"
         result, _ = timed_main(*small_run(tmp_path), env={"RAY_TMPDIR": temp, "RAY_AUTH_MODE": "disabled"})
-        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.returncode == 0, tail(result)
         assert head.poll() is None  # the other cluster still runs
     finally:
         head.send_signal(signal.SIGTERM)

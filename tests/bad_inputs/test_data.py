@@ -6,6 +6,8 @@ import pytest
 
 from tests.bad_inputs.conftest import jsonl, refused, row, small_run, timed_main
 
+pytestmark = pytest.mark.integration
+
 BAD_ROWS = {
     # name: (the bad row, what the line must say)
     "row without a prompt": ({"data_source": "kk_role", "reward_model": {"ground_truth": {"role": "knave"}}},

@@ -15,11 +15,14 @@ import pytest
 
 from logicrl.config import compose, validate
 from logicrl.config.errors import ConfigError
+from logicrl.config.phases import ARR
 from logicrl.preflight import disk
 from logicrl.preflight.memory import plan_for
-from tests.bad_inputs.conftest import ARR, ROOT, refused, small_run, timed_main
+from tests.bad_inputs.conftest import refused, small_run, timed_main
+from tests.conftest import ROOT
 
 
+@pytest.mark.integration
 def test_a_checkpoint_directory_under_a_file_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("not a directory")
     target = tmp_path / "afile" / "ckpt"
@@ -28,6 +31,7 @@ def test_a_checkpoint_directory_under_a_file_is_one_line(tmp_path):
     assert seconds < 5  # before the tokenizer loads
 
 
+@pytest.mark.integration
 def test_a_checkpoint_directory_that_cannot_be_made_is_one_line(tmp_path):
     result, seconds = timed_main(*small_run(tmp_path), "trainer.default_local_dir=/proc/logicrl-ckpt")
     refused(result, seconds, "trainer.default_local_dir=/proc/logicrl-ckpt", "cannot write there", bound=10)
@@ -55,6 +59,7 @@ def reward_model_without_weights(tmp_path, tiny_dir) -> list[str]:
 
 @pytest.mark.parametrize("bad, key", [(actor_without_weights, f"{ARR}.model.path"),
                                       (reward_model_without_weights, "reward_model.model.path")])
+@pytest.mark.integration
 def test_a_refused_run_leaves_no_checkpoint_directory(tmp_path, tiny_dir, bad, key):
     # The directory checks come before the model checks (they need no tokenizer) and create nothing:
     # a run refused for its model must not leave an empty trainer.default_local_dir behind.

@@ -7,7 +7,10 @@ import shutil
 
 import pytest
 
-from tests.bad_inputs.conftest import ARR, refused, small_run, timed_main
+from logicrl.config.phases import ARR
+from tests.bad_inputs.conftest import refused, small_run, timed_main
+
+pytestmark = pytest.mark.integration
 
 
 def no_weights(d):

@@ -7,31 +7,23 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from logicrl.config.phases import ARR
 from logicrl.trainer.checkpoint import complete_checkpoints, damage
-from tests.bad_inputs.conftest import ARR, ROOT
+from tests.conftest import ROLE_DATA, TINY_RUN, run_main, tail
 
 pytestmark = pytest.mark.integration
-RUN = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet",
-       "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.rollout.name=hf",
-       "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=1", "trainer.logger=[jsonl]"]
+RUN = [*ROLE_DATA, *TINY_RUN, "trainer.save_freq=1"]
 
 
 def start(tmp_path: Path, *extra: str, fault: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    env.pop("LOGICRL_INJECT_FAULT", None)
-    if fault:
-        env["LOGICRL_INJECT_FAULT"] = fault
-    return subprocess.Popen([sys.executable, str(ROOT / "main_ppo.py"), *RUN, *extra,
-                             f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    return run_main(*RUN, *extra, f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                    f"hydra.run.dir={tmp_path / 'run'}", fault=fault, popen=True, cwd=tmp_path)
 
 
 def wait_for(what, timeout: float = 180) -> None:
@@ -53,8 +45,8 @@ def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str,
 
 def one_error_line(err: str) -> str:
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and err.rstrip().endswith(errors[0]), err[-3000:]
-    assert "Traceback" not in err, err[-3000:]
+    assert len(errors) == 1 and err.rstrip().endswith(errors[0]), tail(err)
+    assert "Traceback" not in err, tail(err)
     return errors[0]
 
 
@@ -91,7 +83,7 @@ def test_a_signal_mid_run_is_one_line_with_checkpoints_intact_and_ray_gone(tmp_p
         # a loaded machine: a repeat that arrives before it is the same pending signal (signals.py).
         time.sleep(1.5)
     returncode, _, err, seconds = finish(proc)
-    assert returncode == code and one_error_line(err).startswith(says), err[-3000:]
+    assert returncode == code and one_error_line(err).startswith(says), tail(err)
     assert seconds < 60
     assert intact(tmp_path / "ckpt")[0] == 1
     assert_gone(ray)
@@ -107,14 +99,14 @@ def test_a_stop_request_finishes_the_step_saves_it_and_exits_75(tmp_path, sig):
     ray = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(sig)
     returncode, _, err, seconds = finish(proc)
-    assert returncode == 75, err[-3000:]
+    assert returncode == 75, tail(err)
     assert seconds < 60 and "Traceback" not in err
     steps = intact(tmp_path / "ckpt")
     logged = (tmp_path / "run" / "metrics.jsonl").read_text().count("\n")
     assert steps == [logged] and logged < 200
     assert err.rstrip().endswith(f"logicrl: stopped by {sig.name} after step {logged}, with its checkpoint "
                                  f"{tmp_path / 'ckpt' / f'global_step_{logged}'}; run the same command (or requeue "
-                                 "the job) to resume"), err[-3000:]
+                                 "the job) to resume"), tail(err)
     assert_gone(ray)
 
 
@@ -124,7 +116,7 @@ def test_sigterm_while_ray_starts_leaves_nothing_behind(tmp_path):
     ray = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGTERM)
     returncode, _, err, seconds = finish(proc)
-    assert returncode == 143 and one_error_line(err).startswith("error: stop"), err[-3000:]
+    assert returncode == 143 and one_error_line(err).startswith("error: stop"), tail(err)
     assert seconds < 60
     assert_gone(ray + [c for c in ray if c.is_running()])
 
@@ -139,7 +131,7 @@ def test_a_rank_that_fails_is_named_with_its_phase_and_the_traceback_is_in_the_l
     returncode, _, err, seconds = finish(proc, timeout=240)
     line = one_error_line(err)
     ip = line.split(" on node ")[1].split()[0]  # this machine's address, as Ray sees it
-    assert returncode == 1 and line.startswith(says.format(ip=ip)), err[-3000:]
+    assert returncode == 1 and line.startswith(says.format(ip=ip)), tail(err)
     log = Path(line.rsplit("(traceback in ", 1)[1].rstrip(")"))
     assert "Traceback" in log.read_text()
     assert intact(tmp_path / "ckpt") == [1]
@@ -155,7 +147,7 @@ def test_a_rank_killed_from_outside_ends_the_run_within_60_s_naming_it_and_its_n
     ranks[1].kill()
     returncode, _, err, seconds = finish(proc)
     line = one_error_line(err)
-    assert returncode == 1 and seconds < 60, err[-3000:]
+    assert returncode == 1 and seconds < 60, tail(err)
     assert " on node " in line and " died in " in line, line
     assert intact(tmp_path / "ckpt")[0] == 1
     assert_gone(ray)

@@ -2,11 +2,11 @@
 
 import pytest
 
+from logicrl.config.phases import ARR
 from tests.conftest import BASE_BATCH, run_main, write_jsonl
 
 pytestmark = pytest.mark.integration
 
-ARR = "actor_rollout_ref"
 
 
 @pytest.fixture
@@ -54,15 +54,11 @@ def test_summary_with_reference_and_critic(dry_run):
     assert "2 steps per epoch, 2 steps in all (trainer.total_training_steps=7 is more than 1 epoch(s) hold)" in out
 
 
-def test_dry_run_prints_resolved_config_and_model(dry_run):
-    out = dry_run()
+def test_dry_run_prints_resolved_config_and_model_and_describes_dynamic_batching(dry_run):
+    out = dry_run(f"{ARR}.actor.use_dynamic_bsz=true")
     assert "actor_rollout_ref:" in out and "n_gpus: 1" in out
     assert "embedded:tiny (qwen2: 2 layers" in out
     assert "no model was loaded" in out
-
-
-def test_dynamic_batching_is_described(dry_run):
-    out = dry_run(f"{ARR}.actor.use_dynamic_bsz=true")
     assert "packed into micro-batches by token budget" in out
 
 

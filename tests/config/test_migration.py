@@ -5,8 +5,7 @@ import logging
 import pytest
 
 from logicrl.config import ConfigError, compose, validate
-
-ARR = "actor_rollout_ref"
+from logicrl.config.phases import ARR
 
 
 def logic_rl_overrides(train, val):

@@ -6,10 +6,9 @@ The data files hold 20 prompts; BASE_BATCH is 8 prompts x n=4, mini-batches of 4
 import pytest
 
 from logicrl.config import ConfigError, compose, validate
+from logicrl.config.phases import ARR
 from logicrl.config.plan import PHASES, WORKER_PHASES, count_steps
 from tests.conftest import BASE_BATCH, write_jsonl
-
-ARR = "actor_rollout_ref"
 
 
 @pytest.fixture(scope="module")

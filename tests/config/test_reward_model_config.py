@@ -10,10 +10,10 @@ import logging
 import pytest
 
 from logicrl.config import ConfigError, check_overrides, compose, validate
+from logicrl.config.phases import ARR
 from logicrl.config.summary import summarize
 from tests.conftest import ROOT
 
-ARR = "actor_rollout_ref"
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 
 
@@ -152,12 +152,6 @@ def verl_rm_script(rm: str) -> list[str]:
         "trainer.n_gpus_per_node=8", "trainer.nnodes=1",
         "trainer.save_freq=-1", "trainer.test_freq=10", "trainer.total_epochs=15",
     ]
-
-
-@pytest.fixture
-def kk_role():
-    if not TRAIN.is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
 
 
 def test_verl_ppo_script_with_a_reward_model_validates(kk_role, rm_path, caplog):

@@ -3,10 +3,9 @@
 import pytest
 
 from logicrl.config import ConfigError, compose
+from logicrl.config.phases import ARR
 from logicrl.config.stages import build_stages, has_stages
 from tests.conftest import run_main, write_jsonl
-
-ARR = "actor_rollout_ref"
 
 
 @pytest.fixture
@@ -81,6 +80,7 @@ def test_bad_stages_are_one_line_errors_naming_the_stage(stage_files, extra, nee
         assert needle in message, message
 
 
+@pytest.mark.integration
 def test_a_bad_last_stage_stops_the_entry_point_before_anything_runs(stage_files, tmp_path):
     result = run_main(*two_stages(stage_files, "+curriculum.stages.1.overrides.algorithm.adv_estimator=nope"),
                       cwd=tmp_path)

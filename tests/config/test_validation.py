@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+from logicrl.config.phases import ARR
 from tests.conftest import run_main, write_jsonl
 
-ARR = "actor_rollout_ref"
+pytestmark = pytest.mark.integration
 
 
 def assert_config_error(result, *needles):

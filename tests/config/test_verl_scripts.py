@@ -18,18 +18,12 @@ import pytest
 
 from logicrl.config import ConfigError, check_overrides, compose, validate
 from logicrl.config.cli import for_hydra
+from logicrl.config.phases import ARR
 from logicrl.config.schema import all_keys
 from logicrl.config.verl_keys import VERL_KEYS, take_verl_keys, verl_rule_key
-from tests.conftest import ROOT, run_main
+from tests.conftest import ROOT, need_data, run_main, tail
 
-ARR = "actor_rollout_ref"
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
-
-
-@pytest.fixture
-def kk_role():
-    if not TRAIN.is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
 
 
 def grpo_script() -> list[str]:
@@ -288,8 +282,7 @@ def llama3_rm_shape(path):
 
 @pytest.mark.integration
 def test_entry_point_dry_runs_verl_ppo_script_with_a_reward_model(kk_role, tmp_path):
-    if not (ROOT / "data/kk_role_5ppl/train.parquet").is_file():
-        pytest.skip("data/kk_role_5ppl is missing: run `make data`")
+    need_data("kk_role_5ppl")
     rm, ckpt = llama3_rm_shape(tmp_path / "rm"), tmp_path / "ckpt"
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHON": sys.executable, "LOGICRL": str(ROOT),
            "DATA": str(ROOT / "data"), "SHAPES": str(ROOT / "logicrl/memory/shapes"), "RM": str(rm)}
@@ -297,7 +290,7 @@ def test_entry_point_dry_runs_verl_ppo_script_with_a_reward_model(kk_role, tmp_p
     extra = ["trainer.dry_run=true", "trainer.gpu_memory_gb=80", f"trainer.default_local_dir={ckpt}"]
     result = subprocess.run(["bash", "-c", VERL_RM_SCRIPT, "run_qwen2-7b_rm.sh", *extra], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     out = result.stdout + result.stderr
     # verl's PPO with a reward model: a critic, no reference, the learned score as the reward.
     assert "algorithm  gae, rollout vllm, critic yes, reference no" in out

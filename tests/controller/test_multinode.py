@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import tail
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +29,7 @@ def probe(*mode: str) -> dict:
                              env=env, capture_output=True, text=True, timeout=240)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 0, tail(out)
     return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("PROBE "))[6:])
 
 

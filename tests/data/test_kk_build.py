@@ -109,6 +109,7 @@ def run_cli(*args):
     )
 
 
+@pytest.mark.integration
 def test_cli_writes_both_files(tmp_path):
     out = tmp_path / "instruct" / "3ppl"
     done = run_cli("--people", "3", "--train-size", "30", "--test-size", "10",
@@ -130,6 +131,7 @@ def test_cli_writes_both_files(tmp_path):
         ("2", "1000", "100", "base", "ask for fewer puzzles"),
     ],
 )
+@pytest.mark.integration
 def test_cli_bad_arguments_exit_2(tmp_path, people, train, test, template, message):
     done = run_cli("--people", people, "--train-size", train, "--test-size", test,
                    "--template", template, "--out", str(tmp_path / "out"))  # fmt: skip

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from logicrl.config.phases import ARR
 from tests.gpu.runs import QWEN25_05B, train, write_random_model
 
 pytestmark = pytest.mark.gpu
 
-ARR = "actor_rollout_ref"
 TWO_STEPS = ["trainer.total_training_steps=2", "trainer.device=cuda", f"{ARR}.rollout.name=hf",
              "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=2"]
 # The planner's target against measurement (benchmarks/memory_plan.py): every phase within 15%. On a

@@ -13,10 +13,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from logicrl.config.phases import ARR
+
 pytest.importorskip("vllm", reason="needs vLLM's CUDA build (make setup on a CUDA machine)")
 pytestmark = pytest.mark.gpu
 
-ARR = "actor_rollout_ref"
 GB = 2**30
 # bf16 trainer (HF SDPA) against bf16 vLLM (its own attention and fused kernels) on the same weights:
 # per-token gaps of ~1e-3..1e-2 are the known training-inference mismatch; a stale or missing layer

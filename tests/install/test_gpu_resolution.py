@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tail
+
+pytestmark = pytest.mark.integration
 
 PINNED = {"vllm": "0.32.0", "torch": "2.13.0"}
 # pip's words for a registry it cannot reach (urllib3 and pip's own), as opposed to a failed resolution.
@@ -70,7 +72,7 @@ def resolved(tmp_path_factory) -> dict[str, dict]:
     result = pip("install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
                  "--use-feature=fast-deps", *flags, "-e", f".[gpu,{extras}]", cwd=project, timeout=900)
     skip_if_unreachable(result)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     return {entry["metadata"]["name"].lower(): entry for entry in json.loads(report.read_text())["install"]}
 
 

@@ -104,3 +104,16 @@ def test_a_cpu_box_is_unchanged_cpu_extra_and_no_wheels_only(tmp_path):
 def test_test_gpu_runs_the_gpu_tier():
     result = make("-n", "test-gpu", "VENV=/nonexistent-venv")
     assert "/nonexistent-venv/bin/python -m pytest -m gpu tests/gpu" in lines(result.stdout)
+
+
+def test_the_tiers_a_bare_pytest_make_test_and_make_test_all_run():
+    # A bare `pytest` is the unit tier (pyproject's addopts); make test adds integration, make test-all
+    # slow too; each make target's own -m replaces the addopts' one.
+    import tomllib
+
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "-m 'not integration and not slow and not gpu'" in addopts
+    tiers = {"test": '-m "not slow and not gpu"', "test-all": '-m ""'}
+    for target, marks in tiers.items():
+        result = make("-n", target, "VENV=/nonexistent-venv")
+        assert f"/nonexistent-venv/bin/python -m pytest {marks}" in lines(result.stdout), result.stdout

@@ -12,7 +12,7 @@ from logicrl.config import check_overrides
 from logicrl.config.errors import ConfigError
 from logicrl.launch.sweep import job_name, short_names, swept_keys
 from logicrl.config.plan import ARR
-from tests.conftest import run_main
+from tests.conftest import run_main, tail
 
 ROOT = Path(__file__).resolve().parents[2]
 SEVEN_B = ["actor_rollout_ref.model.path=logicrl/memory/shapes/qwen2.5-7b", "trainer.n_gpus=4",
@@ -72,7 +72,7 @@ def summary_rows(sweep: Path) -> dict[str, str]:
 def test_a_bad_value_fails_only_its_own_job_and_is_said_before_the_first_starts(tmp_path):
     sweep = tmp_path / "sweep"
     result = run_main("-m", "trainer.dry_run=true", f"{ARR}.rollout.n=0,4", f"hydra.sweep.dir={sweep}", cwd=ROOT)
-    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.returncode == 1, tail(result)
     out = result.stdout
     said = out.index("logicrl sweep: 1 of 2 job(s) cannot run as given")
     assert "rollout.n=0: error: actor_rollout_ref.rollout.n=0 must be >= 1" in out[said:]
@@ -91,7 +91,7 @@ def test_a_dry_run_sweep_is_the_table_of_what_fits(tmp_path):
     sweep = tmp_path / "sweep"
     result = run_main("-m", "trainer.dry_run=true", *SEVEN_B, f"{ARR}.rollout.n=8,16",
                       f"{ARR}.model.enable_gradient_checkpointing=true,false", f"hydra.sweep.dir={sweep}", cwd=ROOT)
-    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.returncode == 1, tail(result)
     rows = summary_rows(sweep)
     generate_gb = planned_generate_gb()
     # In the sweep's order; Hydra writes booleans True/False in a job's overrides.

@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from logicrl.config import ConfigError, compose, validate
+from logicrl.config.phases import ARR
 from logicrl.memory.fit import auto_micro_batch, check_fit
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import format_table, plan_inputs
@@ -13,7 +14,6 @@ from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.preflight.memory import check_memory
 from tests.conftest import ROOT, run_main, write_jsonl
 
-ARR = "actor_rollout_ref"
 MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
 QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"
 # GRPO with a KL loss on 4 GPUs: 8 prompts x 16 = 128 responses, 32 per rank; per-rank mini-batch 16.

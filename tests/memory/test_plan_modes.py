@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from logicrl.config import ConfigError, compose, validate
+from logicrl.config.phases import ARR
 from logicrl.memory.fit import (
     any_length_budget,
     auto_micro_batch,
@@ -26,9 +27,8 @@ from logicrl.memory.phases import GB
 from logicrl.memory.planner import plan_inputs
 from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.tiny import tiny_checkpoint_dir
-from tests.conftest import ROOT, run_main
+from tests.conftest import ROOT, need_data, run_main, tail
 
-ARR = "actor_rollout_ref"
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 CAP = 80 * GB
 BUDGET = f"{ARR}.actor.ppo_max_token_len_per_gpu"
@@ -55,8 +55,7 @@ VERL_7B_LORA_128 = [o.replace("=100", "=128") if "=100" in o else o for o in VER
 @pytest.fixture(scope="module")
 def qwen7b(tmp_path_factory):
     """The 7B shape's config.json with a tokenizer beside it, so prompts can be measured."""
-    if not TRAIN.is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+    need_data("kk_role")
     path = tmp_path_factory.mktemp("qwen7b")
     shutil.copy(ROOT / "logicrl/memory/shapes/qwen2.5-7b/config.json", path)
     tiny = tiny_checkpoint_dir()
@@ -180,7 +179,7 @@ def test_refused_at_worst_case_runs_at_expected_lengths(qwen7b, tmp_path):
     assert last.startswith("error: update_actor needs 87.3 GB > 79.0 GB usable per device"), last
     assert f"{ARR}.actor.use_dynamic_bsz=true {BUDGET}=" in last
     fits = run_main(*args, "trainer.memory_plan=expected", cwd=tmp_path)
-    assert fits.returncode == 0, fits.stderr[-2000:]
+    assert fits.returncode == 0, tail(fits)
     lines = fits.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("memory plan: "))
     assert lines[first].startswith("memory plan: trainer.memory_plan=expected, prompts 44 tokens, the longest")
@@ -196,14 +195,13 @@ def test_packed_expected_plan_names_the_response_length_it_stops_at(qwen7b, tmp_
             f"{ARR}.actor.ppo_micro_batch_size_per_gpu=250",
             "trainer.dry_run=true", "trainer.memory_plan=expected", "trainer.expected_response_length=300"]
     fits = run_main(*args, cwd=tmp_path)
-    assert fits.returncode == 0, fits.stderr[-2000:]
+    assert fits.returncode == 0, tail(fits)
     assert "responses 300 tokens (trainer.expected_response_length)" in fits.stdout
     assert "expected lengths: stops fitting at response length update_actor at " in fits.stdout
 
 
 def test_expected_needs_a_tokenizer_to_measure_prompts():
-    if not TRAIN.is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+    need_data("kk_role")
     cfg, _, _ = validate(compose([*VERL_7B_LORA, f"{ARR}.model.path={ROOT / 'logicrl/memory/shapes/qwen2.5-7b'}",
                                   "trainer.memory_plan=expected"]))
     # A config-only shape directory: one line naming the key and the fix, not prompts of 0 tokens.

@@ -6,13 +6,13 @@ from dataclasses import replace
 import pytest
 
 from logicrl.config import compose, validate
+from logicrl.config.phases import ARR
 from logicrl.memory.fit import _flag_knobs
 from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import build_models, plan_inputs
 from tests.conftest import ROOT, write_jsonl
 
-ARR = "actor_rollout_ref"
 QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"
 # GAE on 4 GPUs (actor and critic both train), vLLM with a fixed KV cache.
 GAE_7B = [f"{ARR}.model.path={QWEN7B}", f"critic.model.path={QWEN7B}", "algorithm.adv_estimator=gae",

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from logicrl.config import compose, validate
+from logicrl.config.phases import ARR
 from logicrl.memory.footprint import ModelBytes
 from logicrl.memory.planner import plan_inputs
 from logicrl.preflight.memory import plan_for
@@ -14,7 +15,6 @@ from logicrl.models.spec import load_model_spec
 from tests.conftest import ROOT, write_jsonl
 from tests.workers.conftest import write_tiny_reward_model
 
-ARR = "actor_rollout_ref"
 QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"
 PPO_7B = [f"{ARR}.model.path={QWEN7B}", "algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true",
           "trainer.n_gpus=4", "trainer.device=cuda", "trainer.gpu_memory_gb=80", "data.train_batch_size=8",

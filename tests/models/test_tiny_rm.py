@@ -14,20 +14,22 @@ import torch
 
 from logicrl.data.role_task import DATA_SOURCE
 from logicrl.models import tiny_rm
-from logicrl.models.loading import checkpoint_dir, load_tokenizer
+from logicrl.models.loading import load_tokenizer
 from logicrl.models.reward_head import reward_head
 from logicrl.models.reward_model import load_reward_model, score_rows
 from logicrl.models.spec import load_model_spec
 from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, TINY_RM_CONFIG
 from logicrl.reward import role
-from tests.conftest import ROOT, run_main, write_jsonl
+from tests.conftest import ROOT, need_data, run_main, write_jsonl
 
+# Builds the embedded reward model (83 s of training on 2 idle cores) on first use: not a unit test.
+pytestmark = pytest.mark.integration
 DATA = ROOT / "data" / "kk_role"
 
 
 @pytest.fixture(scope="module")
-def directory() -> Path:
-    return checkpoint_dir(EMBEDDED_TINY_RM)
+def directory(tiny_rm) -> Path:
+    return tiny_rm
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +82,7 @@ def test_training_labels_are_the_rule_rewards_scores(tokenizer, held_out):
 
 def test_held_out_prompts_are_make_datas_test_split(held_out):
     splits, _ = held_out
-    if not (DATA / "test.parquet").is_file():
-        pytest.skip("data/kk_role is not built (make data)")
+    need_data("kk_role")
     assert pq.read_table(DATA / "test.parquet").to_pylist() == splits["test"]
     key = lambda r: r["prompt"][0]["content"]  # noqa: E731
     assert not {key(r) for r in splits["test"]} & {key(r) for r in splits["train"]}

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from logicrl.config import compose, validate
+from logicrl.config.phases import ARR
 from logicrl.config.stages import Stage
 from logicrl.preflight import Plans, preflight
 from logicrl.preflight import memory as memory_preflight
-
-ARR = "actor_rollout_ref"
 
 
 def stage(index: int, data_files: list[str], tmp_path, *overrides: str) -> Stage:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from logicrl.config.plan import ARR
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tail
 from tests.launch.test_sweep import summary_rows
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def test_a_submitit_sweep_is_one_array_and_a_bad_value_fails_only_its_task(slurm
         folders = (sweep / ".submitit").iterdir() if (sweep / ".submitit").is_dir() else []
         tasks = sorted(p.name for p in folders if re.fullmatch(r"\d+_\d+", p.name))  # <array id>_<task>
         slurm.jobs += sorted({t.split("_")[0] for t in tasks})
-    assert done.returncode == 1, done.stderr[-3000:]  # one job did not run
+    assert done.returncode == 1, tail(done)  # one job did not run
     assert "logicrl sweep: 1 of 2 job(s) cannot run as given" in done.stdout
     arrays = {t.split("_")[0] for t in tasks}
     assert len(arrays) == 1 and len(tasks) == 2, tasks  # one array of two tasks

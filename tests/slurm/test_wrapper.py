@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.bad_inputs.test_signals import RUN
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tail
 from tests.slurm.conftest import NODES, job_processes, output_of
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def assert_left_nothing(slurm, submit_dir: Path, job: str) -> None:
 def ray_line(out: str) -> tuple[str, list[str]]:
     """The address of the job's Ray and the nodes its driver saw."""
     match = re.search(r"logicrl.launch.slurm: Ray at (\S+), \d+ nodes: (.*)", out)
-    assert match, out[-3000:]
+    assert match, tail(out)
     return match.group(1), match.group(2).split()
 
 
@@ -57,12 +57,12 @@ def test_two_jobs_at_once_each_with_its_own_ray_and_shape(slurm, tmp_path):
     for how, job in jobs.items():
         state = slurm.wait(job, timeout=180)
         out = output_of(tmp_path / f"slurm-{job}.out")
-        assert state == "COMPLETED", out[-3000:]
+        assert state == "COMPLETED", tail(out)
         address, ips = ray_line(out)
         assert ips == sorted(NODES.values()), f"{how}: the driver saw {ips}"
         heads.add(address)
         assert f"ray_address: {address}" in out  # the driver was pointed at its own job's Ray
-        assert re.search(r"ranks\s+4 \(2 node\(s\) x 2\)", out), f"{how}: {out[-3000:]}"
+        assert re.search(r"ranks\s+4 \(2 node\(s\) x 2\)", out), f"{how}: {tail(out)}"
         assert (tmp_path / "outputs" / "logicrl" / "kk_tiny" / f"slurm-{job}").is_dir()
         assert_left_nothing(slurm, tmp_path, job)
         # The sacct stand-in (tests/slurm/bin/sacct) answers as submitit's poll expects.
@@ -164,7 +164,7 @@ def run_metrics(submit_dir: Path, job: str) -> list[dict]:
 def test_trains_across_two_nodes(slurm, two_runs):
     submit_dir, job = two_runs["plain"]
     out = output_of(submit_dir / f"slurm-{job}.out")
-    assert two_runs["seen"][job] == "COMPLETED", out[-3000:]
+    assert two_runs["seen"][job] == "COMPLETED", tail(out)
     assert two_runs["seen"]["rank_nodes"] == set(NODES), "FSDP's two ranks were not one on each node"
     assert [row["step"] for row in run_metrics(submit_dir, job)] == list(range(1, STEPS + 1))
     assert_left_nothing(slurm, submit_dir, job)
@@ -175,8 +175,8 @@ def test_preempted_job_checkpoints_requeues_and_resumes_where_it_stopped(slurm, 
     submit_dir, job = two_runs["preempted"]
     out = output_of(submit_dir / f"slurm-{job}.out")  # --open-mode=append: both runs of the job
     seen = two_runs["seen"]
-    assert seen[job] == "COMPLETED", out[-3000:]
-    assert "stopped at a checkpoint: requeued" in out and f"job {job} (restart 1)" in out, out[-3000:]
+    assert seen[job] == "COMPLETED", tail(out)
+    assert "stopped at a checkpoint: requeued" in out and f"job {job} (restart 1)" in out, tail(out)
     assert seen["requeued_s"] < 60  # a step, a checkpoint, Ray stopped, requeued
     stopped_at = seen["requeued_after_steps"]
     assert stopped_at and stopped_at[-1] < STEPS, f"the job finished before the signal: {stopped_at}"

@@ -73,6 +73,7 @@ def test_crash_between_rename_and_pointer_still_resumes_newest(tmp_path, monkeyp
     assert ckpt.find_resume_point(tmp_path, "auto") == tmp_path / "global_step_2"
 
 
+@pytest.mark.integration
 def test_sigkill_mid_save_keeps_previous(tmp_path):
     """A real SIGKILL while shards are being written: the next start resumes from the previous save."""
     save(tmp_path, 1)

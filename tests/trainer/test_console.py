@@ -9,11 +9,10 @@ import sys
 
 import pytest
 
+from logicrl.config.phases import ARR
 from logicrl.logs import lines_above, quiet_driver, run_log_file
 from logicrl.trainer.tracking import Tracker
-from tests.conftest import ROOT, run_main
-
-ARR = "actor_rollout_ref"
+from tests.conftest import ROOT, run_main, tail
 
 
 def tracker(tmp_path, total_steps):
@@ -58,6 +57,7 @@ def test_lines_printed_while_the_bar_is_up_go_above_it(capsys):
     assert any(s.startswith("(HybridWorker pid=1) rank 0: update_actor") for s in segments), err
 
 
+@pytest.mark.integration
 def test_worker_output_goes_to_the_file_and_logicrl_lines_to_the_console(tmp_path):
     """In a fresh process, as in a Ray worker: everything on fds 1 and 2 moves to the file."""
     log_file = tmp_path / "main_ppo.log"
@@ -117,20 +117,16 @@ def test_quiet_driver_sends_ray_info_to_the_file(tmp_path, ray_logger):
 
 
 @pytest.mark.integration
-def test_default_run_console_is_readable(tmp_path, monkeypatch):
+def test_default_run_console_is_readable(kk_role, tmp_path):
     """The real entry point with the vLLM engine: the console has the plan, one line per step, the
     bar ending at the step count, an injected OOM's warning from the worker, and no engine or Ray
     chatter, which is all in the run's log file."""
-    if not (ROOT / "data/kk_role/train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
     run_dir = tmp_path / "run"
-    monkeypatch.setenv("LOGICRL_INJECT_FAULT", "oom@update_actor:1")  # reaches Ray's workers through the driver
     result = run_main(
-        f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet",
-        "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
+        *kk_role, "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
         f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4", "trainer.total_training_steps=3", "trainer.test_freq=-1",
-        f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+        f"hydra.run.dir={run_dir}", fault="oom@update_actor:1", cwd=tmp_path)
+    assert result.returncode == 0, tail(result)
     console = result.stdout + result.stderr
     assert "memory plan per device" in result.stdout  # the plan
     assert re.findall(r"^step (\d+):", result.stdout, re.M) == ["0", "1", "2", "3"]

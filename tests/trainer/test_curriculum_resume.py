@@ -5,20 +5,18 @@ rewards and its final weights exactly (same seed, same data order, restored RNG 
 """
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import ROOT
+from logicrl.config.phases import ARR
+from tests.conftest import need_data, run_main, tail
 
 pytestmark = pytest.mark.integration
-ARR = "actor_rollout_ref"
 STEPS = 3
 RUN = ["+recipe=tiny_curriculum", f"trainer.total_training_steps={STEPS}", "trainer.save_freq=2",
        "trainer.logger=[jsonl]", "trainer.val_before_train=false",
@@ -32,20 +30,12 @@ RUN = ["+recipe=tiny_curriculum", f"trainer.total_training_steps={STEPS}", "trai
 
 @pytest.fixture(scope="module", autouse=True)
 def role_data():
-    for name in ("kk_role", "kk_role_5ppl"):
-        if not (ROOT / f"data/{name}/train.parquet").is_file():
-            pytest.skip(f"data/{name} is missing: run `make data`")
+    need_data("kk_role")
+    need_data("kk_role_5ppl")
 
 
 def launch(ckpt: Path, run_dir: Path, fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    env.pop("LOGICRL_INJECT_FAULT", None)
-    if fault:
-        env["LOGICRL_INJECT_FAULT"] = fault
-    # start_new_session: a SIGKILLed controller's Ray processes are reaped by Ray, not by us.
-    return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, f"trainer.default_local_dir={ckpt}",
-                           f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=900,
-                          env=env, start_new_session=True)
+    return run_main(*RUN, f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={run_dir}", fault=fault)
 
 
 def histories(ckpt: Path) -> dict[str, list[dict]]:
@@ -61,7 +51,7 @@ def final_weights(ckpt: Path, stage: str) -> dict[str, torch.Tensor]:
 def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
     result = launch(root / "ckpt", root / "run")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     return root
 
 
@@ -111,7 +101,7 @@ def test_sigkill_mid_save_and_mid_step_then_rerun_reproduces_the_uninterrupted_r
     ckpt = tmp_path / "ckpt"
     # 1. Killed while writing stage 1's final checkpoint: its tmp dir is debris, step 2 stays the latest.
     first = launch(ckpt, tmp_path / "run1", fault="sigkill@save:3#1")
-    assert first.returncode == -9, first.stderr[-3000:]
+    assert first.returncode == -9, tail(first)
     stage1 = ckpt / "01_3ppl"
     assert (stage1 / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert any(re.fullmatch(r"global_step_3\.tmp-[0-9a-f]+", p.name) for p in stage1.iterdir())
@@ -119,14 +109,14 @@ def test_sigkill_mid_save_and_mid_step_then_rerun_reproduces_the_uninterrupted_r
 
     # 2. Re-run: resumes stage 1 from step 2, then is killed mid-step in stage 2 (after its step-2 save).
     second = launch(ckpt, tmp_path / "run2", fault="sigkill@generate:3#2")
-    assert second.returncode == -9, second.stderr[-3000:]
+    assert second.returncode == -9, tail(second)
     assert f"resumed from {stage1 / 'global_step_2'} at step 2" in second.stdout + second.stderr
     assert not any(".tmp-" in p.name for p in stage1.iterdir())  # the debris was cleaned
     assert list(histories(ckpt)) == ["3ppl"]
 
     # 3. Re-run: stage 1 is skipped as finished, stage 2 continues after its step 2.
     third = launch(ckpt, tmp_path / "run3")
-    assert third.returncode == 0, third.stderr[-3000:]
+    assert third.returncode == 0, tail(third)
     assert "stage 1/2 (3ppl) already finished" in third.stdout + third.stderr
     assert f"resumed from {ckpt / '02_5ppl' / 'global_step_2'} at step 2" in third.stdout + third.stderr
 
@@ -147,26 +137,22 @@ def test_a_finished_curriculum_rerun_with_a_longer_last_stage_continues_it(refer
     # The copy's record names the reference's checkpoints: point it at the copy, as a moved run would be.
     record = ckpt / "curriculum.json"
     record.write_text(record.read_text().replace(str(reference / "ckpt"), str(ckpt)))
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    env.pop("LOGICRL_INJECT_FAULT", None)
     # The command line wins over a stage's overrides, so each stage's length is set per stage here.
     base = [a for a in RUN if not a.startswith("trainer.total_training_steps=")]
 
     def rerun(first: int, second: int) -> subprocess.CompletedProcess:
         steps = [f"++curriculum.stages.0.overrides.trainer.total_training_steps={first}",
                  f"++curriculum.stages.1.overrides.trainer.total_training_steps={second}"]
-        return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *base, *steps,
-                               f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=900, env=env, start_new_session=True)
+        return run_main(*base, *steps, f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}")
 
     # Lengthening a stage that a later one trained from is refused: that would mean retraining it.
     refused = rerun(4, 3)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
         "error: stage 3ppl now has 4 steps but finished at 3, and stage(s) 5ppl trained from its end: lengthen only "
-        "the last finished stage, or start over with trainer.resume_mode=disable"], refused.stderr[-2000:]
+        "the last finished stage, or start over with trainer.resume_mode=disable"], tail(refused)
 
     result = rerun(3, 4)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     out = result.stdout + result.stderr
     assert "stage 2/2 (5ppl) finished at step 3 and now has 4: continuing it" in out
     assert f"resumed from {ckpt / '02_5ppl' / 'global_step_3'} at step 3" in out

@@ -21,7 +21,7 @@ import statistics
 
 import pytest
 
-from tests.conftest import ROOT, run_main
+from tests.conftest import ROOT, need_data, run_main, tail
 
 pytestmark = pytest.mark.slow
 STEPS = 80
@@ -35,7 +35,7 @@ def accuracy(tmp_path, name, *overrides):
     # from the previous run's final checkpoint (the default directory is under the repository).
     result = run_main(*RUN, *overrides, f"hydra.run.dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt",
                       cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     acc = [r["reward/acc/mean"] for r in rows]
     return statistics.mean(acc[:10]), statistics.mean(acc[-10:])
@@ -45,8 +45,7 @@ def accuracy(tmp_path, name, *overrides):
 def test_reward_climbs_only_with_updates(tmp_path, engine):
     if engine == "vllm":
         pytest.importorskip("vllm")
-    if not (ROOT / "data/kk_role/train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+    need_data("kk_role")
     name = f"actor_rollout_ref.rollout.name={engine}"
     first, last = accuracy(tmp_path, "learn", name)
     base_first, base_last = accuracy(tmp_path, "frozen", name, f"trainer.critic_warmup={STEPS + 1}")

@@ -8,23 +8,18 @@ accuracy (the rule's) covers the kk_role rows alone.
 """
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
+from logicrl.config.phases import ARR
 from tests.config.test_model_only_source import CHAT, KK_ROLE, write_rows
-from tests.conftest import ROOT
+from tests.conftest import TINY_RUN, run_main, tail
 from tests.workers.conftest import write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
-ARR = "actor_rollout_ref"
-RUN = ["data.train_batch_size=4", "data.shuffle=false", f"{ARR}.rollout.n=2", f"{ARR}.rollout.name=hf",
-       f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
-       "data.max_response_length=4", "trainer.total_training_steps=2", "trainer.logger=[jsonl]",
-       "trainer.val_before_train=false", "trainer.test_freq=2", "reward_model.enable=true",
-       "reward.combine.mode=weighted"]
+RUN = [*TINY_RUN, "data.shuffle=false", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4", "trainer.test_freq=2",
+       "reward_model.enable=true", "reward.combine.mode=weighted"]
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +32,13 @@ def files(tmp_path_factory):
 
 
 def launch(tmp_path, *overrides) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, *overrides,
-                           f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    return run_main(*RUN, *overrides, f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                    f"hydra.run.dir={tmp_path / 'run'}")
 
 
 def test_a_model_only_source_trains_scored_by_the_reward_model_alone(files, tmp_path):
     result = launch(tmp_path, *files, "reward.combine.by_data_source={chat: model}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     run = tmp_path / "run"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
@@ -66,7 +59,7 @@ def test_a_model_only_source_trains_scored_by_the_reward_model_alone(files, tmp_
 def test_the_rule_weighed_in_for_it_is_refused_before_anything_starts(files, tmp_path):
     result = launch(tmp_path, *files)
     lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert result.returncode == 2 and len(lines) == 1, tail(result)
     assert lines[0].startswith(f"error: data.train_files: {files[0].split('=', 1)[1]} row 1: no rule reward for "
                                "data_source='chat'"), lines
     assert "but reward.combine.mode=weighted weighs one in" in lines[0], lines

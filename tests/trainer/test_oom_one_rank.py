@@ -9,43 +9,27 @@ rank 1's retry agreement met rank 0's all-gather and both waited out the 30-minu
 """
 
 import json
-import os
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
+from logicrl.config.phases import ARR
 from tests.bad_inputs.test_signals import assert_gone, finish, intact, one_error_line, wait_for
-from tests.conftest import ROOT
+from tests.conftest import ROLE_DATA, TINY_RUN, run_main, tail
 
-pytestmark = pytest.mark.integration
-ARR = "actor_rollout_ref"
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
 MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
 # 4 prompts x 4 responses over 2 ranks: 8 responses per rank and mini-batch, 2 micro-batches of 4.
-RUN = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet",
-       "data.train_batch_size=4", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4", f"{MICRO}=4",
-       f"{ARR}.rollout.name=hf", "trainer.n_gpus=2", "trainer.total_training_steps=3", "trainer.save_freq=1",
-       "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.logger=[jsonl]"]
+RUN = [*ROLE_DATA, *TINY_RUN, f"{ARR}.rollout.n=4", f"{MICRO}=4", "trainer.n_gpus=2", "trainer.total_training_steps=3",
+       "trainer.save_freq=1"]
 BOUND_S = 90  # from step 1's checkpoint (the fault is in step 2) to the exit
 
 
-@pytest.fixture(scope="module", autouse=True)
-def role_data():
-    if not (ROOT / "data/kk_role/train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
-
-
 def start(tmp_path, fault=None) -> subprocess.Popen:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    env.pop("LOGICRL_INJECT_FAULT", None)
-    if fault:
-        env["LOGICRL_INJECT_FAULT"] = fault
-    return subprocess.Popen([sys.executable, str(ROOT / "main_ppo.py"), *RUN,
-                             f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    return run_main(*RUN, f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}",
+                    fault=fault, popen=True, cwd=tmp_path)
 
 
 def test_an_oom_on_one_rank_ends_the_run_at_once_and_the_same_command_resumes_with_half(tmp_path):
@@ -58,7 +42,7 @@ def test_an_oom_on_one_rank_ends_the_run_at_once_and_the_same_command_resumes_wi
     returncode, _, err, _ = finish(proc, timeout=BOUND_S + 60)
     seconds = time.monotonic() - saved_at
     line = one_error_line(err)
-    assert returncode == 4, err[-3000:]
+    assert returncode == 4, tail(err)
     assert seconds < BOUND_S, f"{seconds:.0f} s from step 1's checkpoint to the exit"
     assert line.startswith("error: rank 1 on node "), line
     assert f" ran out of memory in update_actor with {MICRO}=4, " in line, line
@@ -70,7 +54,7 @@ def test_an_oom_on_one_rank_ends_the_run_at_once_and_the_same_command_resumes_wi
 
     again = start(tmp_path)  # the same command, without the fault
     returncode, out, err, _ = finish(again, timeout=600)
-    assert returncode == 0, err[-3000:]
+    assert returncode == 0, tail(err)
     assert f"{MICRO}=2, not 4: an out-of-memory error ended an earlier run" in out + err
     assert f"resumed from {ckpt / 'global_step_1'} at step 1" in (run_dir / "main_ppo.log").read_text()
     rows = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]

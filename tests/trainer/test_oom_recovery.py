@@ -11,40 +11,20 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import ROOT, run_main
+from logicrl.config.phases import ARR
+from tests.conftest import ROLE_DATA, TINY_RUN, run_main, tail
 
-pytestmark = pytest.mark.integration
-ARR = "actor_rollout_ref"
-RUN = [f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={ROOT}/data/kk_role/test.parquet",
-       "data.train_batch_size=4", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4",
-       f"{ARR}.actor.ppo_micro_batch_size_per_gpu=8", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=8",
-       f"{ARR}.rollout.max_num_seqs=8", f"{ARR}.rollout.name=hf",
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
+RUN = [*ROLE_DATA, *TINY_RUN, f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=8",
+       f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=8", f"{ARR}.rollout.max_num_seqs=8",
        # Two epochs: the old-log-prob pass runs (the update is no longer on-policy after epoch 1).
-       f"{ARR}.actor.ppo_epochs=2", "trainer.total_training_steps=3", "trainer.logger=[jsonl]",
-       "trainer.val_before_train=false", "trainer.test_freq=-1"]
+       f"{ARR}.actor.ppo_epochs=2", "trainer.total_training_steps=3"]
 FAULTS = "oom@generate:2,oom@old_log_prob:2,oom@update_actor:2"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def role_data():
-    if not (ROOT / "data/kk_role/train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
-
-
 def train(tmp_path, name, *extra, fault=None):
-    import os
-
-    env_backup = os.environ.get("LOGICRL_INJECT_FAULT")
-    if fault:
-        os.environ["LOGICRL_INJECT_FAULT"] = fault  # inherited by Ray's workers through the driver
-    try:
-        result = run_main(*RUN, *extra, f"hydra.run.dir={tmp_path / name}",
-                          f"trainer.default_local_dir={tmp_path / name / 'ckpt'}", cwd=tmp_path)
-    finally:
-        os.environ.pop("LOGICRL_INJECT_FAULT", None)
-        if env_backup is not None:
-            os.environ["LOGICRL_INJECT_FAULT"] = env_backup
-    return result
+    return run_main(*RUN, *extra, f"hydra.run.dir={tmp_path / name}",
+                    f"trainer.default_local_dir={tmp_path / name / 'ckpt'}", fault=fault, cwd=tmp_path)
 
 
 def rows(run_dir):
@@ -53,9 +33,9 @@ def rows(run_dir):
 
 def test_injected_ooms_are_recovered_with_identical_results(tmp_path):
     clean = train(tmp_path, "clean")
-    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert clean.returncode == 0, tail(clean)
     faulty = train(tmp_path, "faulty", fault=FAULTS)
-    assert faulty.returncode == 0, faulty.stderr[-3000:]
+    assert faulty.returncode == 0, tail(faulty)
     assert "update_actor ran out of memory: actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu 8 -> 4" in \
         faulty.stdout + faulty.stderr
 
@@ -82,7 +62,7 @@ def test_injected_ooms_are_recovered_with_identical_results(tmp_path):
 def test_oom_at_a_micro_batch_of_one_exits_cleanly_with_the_checkpoint_intact(tmp_path):
     result = train(tmp_path, "tiny", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1", "trainer.save_freq=1",
                    fault="oom@update_actor:2")
-    assert result.returncode == 3, result.stderr[-3000:]
+    assert result.returncode == 3, tail(result)
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: update_actor ran out of memory with "
                            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"), last

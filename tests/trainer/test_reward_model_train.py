@@ -9,25 +9,20 @@ every row from the prompt's chat (the chats cross Ray with the shards). reward.c
 """
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import ROOT
+from logicrl.config.phases import ARR
+from tests.conftest import ROLE_DATA, ROOT, TINY_RUN, run_main, tail
 from tests.workers.conftest import PLAIN_TEMPLATE, write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
-ARR = "actor_rollout_ref"
 DATA = ROOT / "data/kk_role"
-RUN = [f"data.train_files={DATA}/train.parquet", f"data.val_files={DATA}/test.parquet",
-       "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
-       f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2", "data.max_response_length=4", "trainer.total_training_steps=2",
-       "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=2", "trainer.n_gpus=2",
+RUN = [*ROLE_DATA, *TINY_RUN, f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2", "trainer.test_freq=2", "trainer.n_gpus=2",
        "trainer.save_freq=1", "trainer.save_hf_model=true",
        "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2", "algorithm.use_kl_in_reward=true",
        "reward_model.enable=true", "reward_model.micro_batch_size_per_gpu=3",
@@ -38,21 +33,13 @@ SAME = ("critic/score/mean", "reward_model/score/mean", "reward/rule_score/mean"
 
 
 @pytest.fixture(scope="module")
-def rm_path(tmp_path_factory):
-    if not (DATA / "train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+def rm_path(kk_role, tmp_path_factory):
     return write_tiny_reward_model(tmp_path_factory.mktemp("rm") / "rm", chat_template=PLAIN_TEMPLATE)
 
 
 def launch(rm: Path, ckpt: Path, run_dir: Path, fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    env.pop("LOGICRL_INJECT_FAULT", None)
-    if fault:
-        env["LOGICRL_INJECT_FAULT"] = fault
-    # start_new_session: a SIGKILLed controller's Ray processes are reaped by Ray, not by us.
-    return subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, f"reward_model.model.path={rm}",
-                           f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900, env=env, start_new_session=True)
+    return run_main(*RUN, f"reward_model.model.path={rm}", f"trainer.default_local_dir={ckpt}",
+                    f"hydra.run.dir={run_dir}", fault=fault)
 
 
 def metrics(run_dir: Path) -> list[dict]:
@@ -63,7 +50,7 @@ def metrics(run_dir: Path) -> list[dict]:
 def reference(rm_path, tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
     result = launch(rm_path, root / "ckpt", root / "run")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, tail(result)
     return root
 
 
@@ -90,11 +77,11 @@ def test_every_phase_runs_with_the_reward_model(reference):
 def test_sigkill_in_the_reward_model_phase_then_resume_is_bit_exact(rm_path, reference, tmp_path):
     ckpt = tmp_path / "ckpt"
     killed = launch(rm_path, ckpt, tmp_path / "run1", fault="sigkill@reward_model:2")
-    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert killed.returncode == -9, tail(killed)
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
 
     resumed = launch(rm_path, ckpt, tmp_path / "run2")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, tail(resumed)
     assert f"resumed from {ckpt / 'global_step_1'} at step 1" in resumed.stdout + resumed.stderr
     ours, theirs = metrics(tmp_path / "run2"), metrics(reference / "run")
     assert [r["step"] for r in ours] == [2]
@@ -106,20 +93,15 @@ def test_sigkill_in_the_reward_model_phase_then_resume_is_bit_exact(rm_path, ref
         torch.testing.assert_close(w_ours[k], w_theirs[k], rtol=0, atol=0)
 
 
-def test_a_reward_model_without_its_tokenizer_is_refused_before_anything_starts(tmp_path):
+def test_a_reward_model_without_its_tokenizer_is_refused_before_anything_starts(kk_role, tmp_path):
     # It re-renders rows with its own tokenizer (input_tokenizer is the actor's, verl's default): one line,
     # before Ray or a model starts, instead of every rank failing to load it.
-    if not (DATA / "train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
     rm = write_tiny_reward_model(tmp_path / "rm")
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         (rm / name).unlink(missing_ok=True)
-    result = subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), *RUN, f"reward_model.model.path={rm}",
-                             f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    result = launch(rm, tmp_path / "ckpt", tmp_path / "run")
     lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert result.returncode == 2 and len(lines) == 1, tail(result)
     assert lines[0].startswith("error: reward_model.model.path") and str(rm) in lines[0], lines
     assert lines[0].endswith("copy the checkpoint's tokenizer files"), lines
     assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -12,15 +12,12 @@ The thresholds keep a margin for the per-step noise (about 0.05 on 64 responses;
 """
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 
 import pytest
 
 from logicrl.trainer.curves import curve_points
-from tests.conftest import ROOT
+from tests.conftest import run_main, tail
 
 pytestmark = pytest.mark.slow
 STEPS = 60  # the recipe's; it takes off around step 25-30
@@ -29,11 +26,9 @@ STEPS = 60  # the recipe's; it takes off around step 25-30
 def run(tmp_path, name, *overrides):
     run_dir = tmp_path / name
     # Each run its own checkpoint directory: resume_mode=auto would otherwise resume from the other run.
-    result = subprocess.run([sys.executable, str(ROOT / "main_ppo.py"), "+recipe=tiny_rm_ppo", "trainer.logger=[jsonl]",
-                             *overrides, f"hydra.run.dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                            env={**os.environ, "HYDRA_FULL_ERROR": "0"})
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_main("+recipe=tiny_rm_ppo", "trainer.logger=[jsonl]", *overrides, f"hydra.run.dir={run_dir}",
+                      f"trainer.default_local_dir={run_dir}/ckpt", timeout=1200)
+    assert result.returncode == 0, tail(result)
     points = curve_points(run_dir)  # what curves.png draws
     train = [acc for _, acc in points["train accuracy"]]
     val = dict(points["validation accuracy"])
@@ -41,9 +36,7 @@ def run(tmp_path, name, *overrides):
     return run_dir, statistics.mean(train[:10]), statistics.mean(train[-10:]), val
 
 
-def test_the_policy_learns_from_the_reward_model_only_with_its_update(tmp_path):
-    if not (ROOT / "data/kk_role/train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+def test_the_policy_learns_from_the_reward_model_only_with_its_update(kk_role, tiny_rm, tmp_path):
     run_dir, first, last, val = run(tmp_path, "learn")
     _, frozen_first, frozen_last, frozen_val = run(tmp_path, "frozen", f"trainer.critic_warmup={STEPS + 1}")
     print(f"train acc {first:.3f} -> {last:.3f}, val acc {val[0]:.3f} -> {val[STEPS]:.3f}; update off: "

@@ -5,6 +5,7 @@ mini-batch normaliser summed over ranks and FSDP2's gradient averaging undone, t
 must equal the full batch's.
 """
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
@@ -12,6 +13,8 @@ from tensordict import TensorDict
 
 from logicrl.controller.ports import free_port
 from tests.workers.conftest import leave_group
+
+pytestmark = pytest.mark.integration
 
 ACTOR_CFG = dict(use_dynamic_bsz=False, ppo_micro_batch_size_per_gpu=2, ppo_max_token_len_per_gpu=64, ppo_epochs=1,
                  loss_agg_mode="token-mean", policy_loss={"loss_mode": "vanilla"}, clip_ratio_low=0.2,

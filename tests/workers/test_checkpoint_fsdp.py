@@ -165,6 +165,7 @@ def trained(tmp_path_factory):
     return root, ref, tmp2, src
 
 
+@pytest.mark.integration
 def test_kill_mid_save_keeps_previous_checkpoint(trained):
     root, _, tmp2, _ = trained
     assert ckpt.read_latest_pointer(root) == 1
@@ -183,11 +184,13 @@ def resumed(trained):
     return checkpoint
 
 
+@pytest.mark.integration
 def test_resume_restores_model_optimizer_scheduler(trained, resumed):
     # The comparisons ran inside the ranks (each against its own shards); any mismatch failed the spawn.
     assert resumed == ckpt.step_dir(trained[0], 1)
 
 
+@pytest.mark.integration
 def test_hf_export_loads_and_matches_trained_logits(trained):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -201,6 +204,7 @@ def test_hf_export_loads_and_matches_trained_logits(trained):
     torch.testing.assert_close(logits, load_file(ref / "logits.safetensors")["logits"], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.integration
 def test_lora_export_merged_and_adapter(trained, resumed):
     """The resume spawn also exported a sharded LoRA model into ref/lora_hf (merged + adapter)."""
     from peft import PeftModel

@@ -5,24 +5,22 @@ import torch
 from omegaconf import OmegaConf
 
 from logicrl.config import compose, validate
+from logicrl.config.phases import ARR
 from logicrl.controller.ports import free_port
 from logicrl.data.dataset import load_prompts
 from logicrl.models.loading import load_tokenizer
 from logicrl.trainer.batch import prompt_batch, tensors
 from logicrl.workers.hybrid import HybridWorker
-from tests.conftest import ROOT
+from tests.conftest import need_data
 
 pytestmark = pytest.mark.integration
-ARR = "actor_rollout_ref"
 
 
 def make_worker(engine: str, *overrides: str):
     """A rank-0 worker of a one-rank run, and its batch: 4 prompts x n=4, one mini-batch of 16."""
     if engine == "vllm":
         pytest.importorskip("vllm")
-    data = ROOT / "data/kk_role"
-    if not (data / "train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
+    data = need_data("kk_role")
     cfg, _, plan = validate(compose([f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet",
                                      f"{ARR}.actor.use_kl_loss=true", "data.max_response_length=4",
                                      "data.train_batch_size=4", f"{ARR}.rollout.n=4",

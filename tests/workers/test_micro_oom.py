@@ -24,12 +24,14 @@ def assert_same_update(a: dict, b: dict):
         torch.testing.assert_close(b["params"][name], p, atol=1e-7, rtol=1e-5)
 
 
+@pytest.mark.integration
 def test_token_budget_micro_batches_match_fixed_ones(fixed, tmp_path):
     # 4 responses per rank of 6-11 tokens: a budget of 20 packs them into 2-3 micro-batches.
     dynamic = run(2, tmp_path, overrides=dict(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=20))
     assert_same_update(fixed, dynamic)
 
 
+@pytest.mark.integration
 def test_injected_oom_in_update_halves_the_micro_batch_and_gives_the_same_update(fixed, tmp_path):
     # The OOM hits the last micro-batch, after the first one's gradient was accumulated: that
     # gradient must be dropped, not counted twice.
@@ -64,6 +66,7 @@ def test_oom_at_a_micro_batch_of_one_is_a_clear_error():
     assert calls == [2, 1]
 
 
+@pytest.mark.integration
 def test_an_oom_inside_the_forward_of_a_single_rank_is_retried_to_the_same_update(tmp_path):
     # One GPU: nothing to agree with, so the retry goes on in place, though the OOM left FSDP2 in the
     # middle of a forward (raised after the first decoder layer's; logicrl/faults.py `@rank0`).

@@ -90,6 +90,7 @@ def _clip_rank(rank: int, world: int, port: int, out: str):
     leave_group()
 
 
+@pytest.mark.integration
 def test_clip_grad_norm_agrees_with_torch_on_two_gloo_ranks(tmp_path):
     out = str(tmp_path / "clip.pt")
     mp.spawn(_clip_rank, args=(2, free_port(), out), nprocs=2)

@@ -65,6 +65,7 @@ def ranks(tmp_path_factory):
     return [torch.load(f"{out}.{r}") for r in range(2)]
 
 
+@pytest.mark.integration
 def test_an_oom_on_one_rank_without_collectives_is_retried_on_both(ranks):
     for rank, record in enumerate(ranks):
         out, seen, value, retries = record["generate"]
@@ -72,6 +73,7 @@ def test_an_oom_on_one_rank_without_collectives_is_retried_on_both(ranks):
         assert seen == [4, 2]  # the first attempt with 4 (rank 1 failed it), the retry with 2, on both ranks
 
 
+@pytest.mark.integration
 def test_an_oom_on_one_rank_inside_fsdp_ends_its_attempt_at_once(ranks):
     name, phase, key, old, value, seconds = ranks[1]["fsdp"]
     assert (name, phase, key, old, value) == (

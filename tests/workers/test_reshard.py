@@ -1,10 +1,13 @@
 """A forward-only pass leaves FSDP2's root gathered; fsdp.reshard puts it back to shards (2 gloo ranks)."""
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
 from logicrl.controller.ports import free_port
 from tests.workers.conftest import leave_group
+
+pytestmark = pytest.mark.integration
 
 
 def _root_local_shape(model) -> tuple[int, ...]:

@@ -83,11 +83,9 @@ def direct_scores(rm_path, token_rows):
         return torch.stack([hf(input_ids=torch.tensor(ids)[None]).logits[0, 0] for ids in token_rows])
 
 
-def test_worker_scores_equal_a_direct_hf_forward(tmp_path):
+def test_worker_scores_equal_a_direct_hf_forward(kk_role, tmp_path):
     from logicrl.models.loading import load_tokenizer
 
-    if not (DATA / "train.parquet").is_file():
-        pytest.skip("data/kk_role is missing: run `make data`")
     same = write_tiny_reward_model(tmp_path / "rm")
     own = write_tiny_reward_model(tmp_path / "rm-own-template", chat_template=PLAIN_TEMPLATE)
     cases = {

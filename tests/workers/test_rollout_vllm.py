@@ -19,6 +19,8 @@ from tests.workers.conftest import (  # noqa: E402
     trainer_inputs,
 )
 
+pytestmark = pytest.mark.integration
+
 PAD = 0
 PROMPTS = [[17, 250, 3, 99], [5, 6, 7, 8, 9, 10, 11], [42]]  # different lengths
 GREEDY = ask(n=2, do_sample=False, max_tokens=8)

@@ -19,6 +19,8 @@ from logicrl.workers.rollout.vllm_logprobs import (  # noqa: E402
     report_unfiltered_logprobs,
 )
 
+pytestmark = pytest.mark.integration
+
 V = 16  # vocabulary
 # Row 0: nucleus 0.5 at T=0.7; row 1: top-k=1 at T=0.6 (logicrl's greedy-at-temperature request);
 # row 2: top-k=3 and top-p=0.9 at T=1.3.

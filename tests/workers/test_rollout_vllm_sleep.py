@@ -15,6 +15,8 @@ from vllm.logprobs import FlatLogprobs  # noqa: E402
 from logicrl.workers.rollout import SamplingParams  # noqa: E402
 from logicrl.workers.rollout.vllm import VLLMRolloutEngine, WeightsDiscarded  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 TOKENS = [5, 6, 7]
 LOGPROBS = [-0.25, -1.5, -3.0]
 

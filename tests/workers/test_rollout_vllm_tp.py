@@ -16,6 +16,8 @@ pytest.importorskip("vllm")
 
 from logicrl.controller.ports import free_port  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 PAD = 0
 SHARDS = [[[17, 250, 3, 99], [5, 6, 7, 8, 9, 10, 11]], [[42, 43]]]  # rank 0: two prompts, rank 1: one
 TOP_P = dict(n=2, temperature=0.8, top_p=0.9, max_tokens=6)

@@ -6,12 +6,15 @@ really copied), under PeakTracker (logicrl/memory/tracker.py), which counts ever
 c10 makes: the peak of live tensor bytes above the start is the sync's extra memory.
 """
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 import transformers
 
 from logicrl.controller.ports import free_port
 from tests.workers.conftest import leave_group
+
+pytestmark = pytest.mark.integration
 
 MIB = 2**20
 # head_dim 64 as vLLM's CPU attention needs; 4 layers so no single layer is most of the model.
