@@ -17,7 +17,6 @@ alike; a step's time is from its "go" to its end.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess

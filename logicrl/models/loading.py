@@ -52,7 +52,7 @@ def master_dtype(compute: torch.dtype) -> torch.dtype:
     return torch.float32 if torch.finfo(compute).bits < 32 else compute
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
     # One "Loading weights" bar per model per rank drowns the step log; load errors still raise.
     from transformers.utils import logging as hf_logging
 
@@ -120,7 +120,7 @@ def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool =
     `attn_implementation`: transformers' name, None for its default (sdpa); see models/packing.py."""
     from transformers import AutoModelForCausalLM
 
-    _quiet_transformers()
+    quiet_transformers()
     if on_meta:
         model = _on_meta(AutoModelForCausalLM, path, dtype, attn_implementation)
     else:
@@ -134,7 +134,7 @@ def load_value_model(path: str, dtype: torch.dtype, gradient_checkpointing: bool
     """The critic: the checkpoint's decoder with a fresh one-output token head (verl's choice)."""
     from transformers import AutoModelForTokenClassification
 
-    _quiet_transformers()
+    quiet_transformers()
     if on_meta:
         model = _on_meta(AutoModelForTokenClassification, path, dtype, attn_implementation, num_labels=1)
     else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from logicrl.models.loading import _quiet_transformers, checkpoint_dir
+from logicrl.models.loading import checkpoint_dir, quiet_transformers
 from logicrl.models.packing import last_token_index, pack_last
 from logicrl.models.reward_head import reward_head
 
@@ -35,7 +35,7 @@ def load_reward_model(path: str, dtype: torch.dtype, trust_remote_code: bool = F
     the checkpoint (they would be random)."""
     from transformers import AutoConfig, AutoModelForTokenClassification
 
-    _quiet_transformers()
+    quiet_transformers()
     head = reward_head(path)
     directory = checkpoint_dir(path)
     config = AutoConfig.from_pretrained(directory, local_files_only=True, trust_remote_code=trust_remote_code,

@@ -4,13 +4,12 @@ import json
 import shutil
 
 import numpy as np
-import pytest
 
 from logicrl.data.kk.build import build_splits
 from logicrl.data.kk.generator import generate_puzzles
 from logicrl.data.kk.render import render_puzzle, render_solution, sample_names
 from logicrl.models import tiny
-from logicrl.models.tiny import TINY_CONFIG, cache_root, load_tiny_tokenizer, tiny_checkpoint_dir
+from logicrl.models.tiny import TINY_CONFIG, cache_root, tiny_checkpoint_dir
 from logicrl.models.tiny_tokenizer import SPECIAL_TOKENS, TAG_TOKENS, train_tiny_tokenizer
 
 

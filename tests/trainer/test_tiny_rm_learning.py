@@ -11,7 +11,6 @@ the first / last 10 steps) 0.46 -> 0.94, taking off at step ~28; validation accu
 The thresholds keep a margin for the per-step noise (about 0.05 on 64 responses; 0.016 on a 10-step mean).
 """
 
-import json
 import statistics
 
 import pytest

@@ -9,7 +9,7 @@ pytest.importorskip("vllm")
 
 from logicrl.models.loading import checkpoint_dir, load_causal_lm  # noqa: E402
 from logicrl.models.logprob import causal_lm_logprobs  # noqa: E402
-from logicrl.workers.rollout import RolloutEngine, SamplingParams  # noqa: E402
+from logicrl.workers.rollout import RolloutEngine  # noqa: E402
 from logicrl.workers.rollout.vllm import VLLMRolloutEngine, sampled_logprobs  # noqa: E402
 from tests.workers.conftest import (  # noqa: E402
     ask,
