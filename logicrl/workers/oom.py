@@ -157,8 +157,8 @@ def _oom_in_first_layer(model: torch.nn.Module, message: str):
 def phase_retry(size: MicroSize, device: torch.device, faults=None, step: int | None = None,
                 rank: int | None = None, sharded: torch.nn.Module | None = None):
     """The retry a phase is handed by the worker's phase wrapper: `retry(attempt, reset=None)` runs
-    retry_on_oom on the phase's size, handing `attempt` that size. `sharded` is the FSDP2 model the phase runs, None for a phase
-    without collectives. A test-injected OOM (logicrl/faults.py) fires at the end of a successful
+    retry_on_oom on the phase's size, handing `attempt` that size. `sharded` is the FSDP2 model the
+    phase runs, None for a phase without collectives. A test-injected OOM (logicrl/faults.py) fires at the end of a successful
     attempt on every rank, so the retry must undo everything the attempt did; or, aimed at one
     rank, inside `sharded`'s forward on that rank."""
 
