@@ -73,9 +73,12 @@ train: $(STAMP) data
 dry-run: $(STAMP)
 	$(PY) main_ppo.py trainer.dry_run=true $(ARGS)
 
-# Unit and integration: what CI runs (.ci/run), at most 15 minutes on 2 cores.
+# Unit and integration: what CI runs (.ci/run), at most 15 minutes on 2 cores. Two pytest-xdist
+# workers: an integration test's processes mostly wait (Ray start-up, a SLURM hold, a signal's
+# deadline), so one core idles under a serial run. Each module stays on one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: $(STAMP) data slurm
-	$(PY) -m pytest -m "not slow and not gpu" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not gpu" -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The GPU tier: tests marked gpu under tests/gpu, each vLLM engine in its own process. Without CUDA
 # every one of them skips (tests/conftest.py), so this passes here too.
@@ -93,7 +96,7 @@ slurm:
 
 # Every tier that can run here: unit, integration and slow (gpu tests skip without CUDA).
 test-all: $(STAMP) data slurm
-	$(PY) -m pytest -m "" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "" -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The bench extra (TRL, for benchmarks/vs_trl.py) in its own venv, so .venv is never changed. A .pth
 # file puts .venv's site-packages after the bench venv's own: pip then installs only what .venv lacks

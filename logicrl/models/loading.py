@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from logicrl.models.eos import eos_ids
-from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, tiny_checkpoint_dir
+from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, exclusive, tiny_checkpoint_dir
 from logicrl.models.tiny_pretrain import pretrain
 from logicrl.models.tiny_rm import tiny_rm_checkpoint_dir
 
@@ -67,7 +67,9 @@ def checkpoint_dir(path: str) -> Path:
         return Path(path)
     directory = tiny_checkpoint_dir()
     if not (directory / WEIGHTS_FILE).is_file():
-        _write_tiny_weights(directory)
+        with exclusive(directory.parent / f".{directory.name}-weights.lock"):  # beside it: not a checkpoint file
+            if not (directory / WEIGHTS_FILE).is_file():  # or another process wrote them while this one waited
+                _write_tiny_weights(directory)
     return directory
 
 

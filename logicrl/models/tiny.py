@@ -13,6 +13,8 @@ TINY_CONFIG before torch or transformers are imported.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -100,19 +102,37 @@ def build_once(final: Path, write) -> Path:
     """`final`, written by `write(directory)` unless it holds a config.json already (see tiny_checkpoint_dir)."""
     if (final / "config.json").is_file():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        write(tmp)
+    with exclusive(final.parent / f".{final.name}.lock"):
+        if (final / "config.json").is_file():  # built by the process this one waited for
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
         try:
-            os.rename(tmp, final)
-        except OSError:
-            # Renaming onto a non-empty directory fails: another process finished first.
-            if not (final / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            write(tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                # Renaming onto a non-empty directory fails: another process finished first.
+                if not (final / "config.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path):
+    """An exclusive lock on the file `lock` (created if absent) for the block: processes building one
+    cache entry at once (a sweep's jobs, a run's ranks, parallel tests) wait for the first instead of
+    repeating its minutes of work. The rename into place still guards readers that take no lock."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, even if the process dies
+        try:
+            yield
+        finally:
+            # Removed by its holder: a process still waiting on this inode finds the entry built once
+            # it gets the lock, and a later one finds it built before it looks for a lock.
+            lock.unlink(missing_ok=True)
 
 
 def load_tiny_tokenizer(cache_dir: str | os.PathLike | None = None):

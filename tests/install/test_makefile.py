@@ -113,7 +113,9 @@ def test_the_tiers_a_bare_pytest_make_test_and_make_test_all_run():
 
     addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     assert "-m 'not integration and not slow and not gpu'" in addopts
+    # Both on two xdist workers, a module (all of tests/slurm) at a time: tests/conftest.py's scheduler.
     tiers = {"test": '-m "not slow and not gpu"', "test-all": '-m ""'}
     for target, marks in tiers.items():
         result = make("-n", target, "VENV=/nonexistent-venv")
-        assert f"/nonexistent-venv/bin/python -m pytest {marks}" in lines(result.stdout), result.stdout
+        assert (f"/nonexistent-venv/bin/python -m pytest {marks} -n 2 --dist loadscope --no-loadscope-reorder"
+                in lines(result.stdout)), result.stdout
