@@ -188,7 +188,9 @@ def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd
         # Checkpoints are on by default and resume_mode=auto: a shared directory would make one
         # test resume from another's run.
         overrides = (*overrides, f"trainer.default_local_dir={tempfile.mkdtemp(prefix='logicrl-ckpt-')}")
-    run_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}
+    # One thread a rank (controller/placement.py thread_cap): make test runs two tests at once on 2
+    # cores, and a tiny model's rank gains nothing from a second thread but its spinning.
+    run_env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1", **(env or {})}
     run_env.pop("LOGICRL_INJECT_FAULT", None)
     if fault:
         run_env["LOGICRL_INJECT_FAULT"] = fault

@@ -80,13 +80,22 @@ def rendezvous(where: list[Where]) -> tuple[str, int]:
     return where[0].ip, where[0].port
 
 
-def threads_per_rank(where: list[Where], node_cpus: dict[str, float]) -> list[int]:
+def threads_per_rank(where: list[Where], node_cpus: dict[str, float], cap: int | None = None) -> list[int]:
     """Each rank's share of its own node: the node's CPUs in Ray (what SLURM gave it, or this
     machine's for a private cluster), bounded by the cores the process may run on, split among
-    the ranks on that node. GPU ranks too: with param_offload their AdamW step runs on the host
-    (CPUOffloadPolicy), where one thread would take seconds per step at 7B."""
+    the ranks on that node, and by `cap` (thread_cap()). GPU ranks too: with param_offload their
+    AdamW step runs on the host (CPUOffloadPolicy), where one thread would take seconds per step at 7B."""
     on_node = Counter(w.node_id for w in where)
-    return [max(1, min(int(node_cpus.get(w.node_id, w.cpus)), w.cpus) // on_node[w.node_id]) for w in where]
+    share = [max(1, min(int(node_cpus.get(w.node_id, w.cpus)), w.cpus) // on_node[w.node_id]) for w in where]
+    return [min(n, cap) for n in share] if cap else share
+
+
+def thread_cap() -> int | None:
+    """OMP_NUM_THREADS where the user set it: torch.set_num_threads would otherwise override it. Runs
+    that share a machine need it (a sweep's jobs on one node, make test's two at a time): each rank
+    taking every core makes OpenMP's idle threads spin on cores the other runs need."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def place(n_ranks: int, nnodes: int, use_cuda: bool) -> Placement:
@@ -106,4 +115,4 @@ def place(n_ranks: int, nnodes: int, use_cuda: bool) -> Placement:
     where = ray.get([_probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, placement_group_bundle_index=rank)).remote(rank == 0) for rank in range(n_ranks)])
     node_cpus = {n["NodeID"]: n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]}
-    return Placement(pg, where, *rendezvous(where), threads_per_rank(where, node_cpus))
+    return Placement(pg, where, *rendezvous(where), threads_per_rank(where, node_cpus, thread_cap()))

@@ -133,14 +133,21 @@ def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool =
 
 def load_value_model(path: str, dtype: torch.dtype, gradient_checkpointing: bool = False,
                      on_meta: bool = False, attn_implementation: str | None = None) -> torch.nn.Module:
-    """The critic: the checkpoint's decoder with a fresh one-output token head (verl's choice)."""
-    from transformers import AutoModelForTokenClassification
+    """The critic: the checkpoint's decoder with a fresh one-output token head (verl's choice), and
+    no dropout before that head: transformers' token heads default to 0.1, which made the update's
+    values (train mode) differ from the rollout's (eval mode) that value clipping compares them with,
+    and a retried micro-batch draw other masks (verl sets it to 0 too)."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
 
     quiet_transformers()
+    config = AutoConfig.from_pretrained(checkpoint_dir(path), local_files_only=True, num_labels=1)
+    config.classifier_dropout = 0.0  # not a field of most decoder configs: set, not passed as a kwarg
     if on_meta:
-        model = _on_meta(AutoModelForTokenClassification, path, dtype, attn_implementation, num_labels=1)
+        with torch.device("meta"):
+            model = AutoModelForTokenClassification.from_config(config, dtype=dtype,
+                                                                attn_implementation=attn_implementation)
     else:
-        model = AutoModelForTokenClassification.from_pretrained(checkpoint_dir(path), num_labels=1, dtype=dtype,
+        model = AutoModelForTokenClassification.from_pretrained(checkpoint_dir(path), config=config, dtype=dtype,
                                                                 local_files_only=True,
                                                                 attn_implementation=attn_implementation)
     return _prepare(model, gradient_checkpointing, None)

@@ -7,7 +7,9 @@ are rank 0's node's, whatever node the driver runs on.
 
 from __future__ import annotations
 
-from logicrl.controller.placement import PIN, Where, bundles, pick_nodes, rendezvous, threads_per_rank
+import pytest
+
+from logicrl.controller.placement import PIN, Where, bundles, pick_nodes, rendezvous, thread_cap, threads_per_rank
 
 
 def node(ip: str) -> dict:
@@ -26,6 +28,17 @@ def test_threads_come_from_each_ranks_own_node():
     assert threads_per_rank(where, {"a": 16.0, "b": 4.0}) == [5, 5, 5, 2]
     # A node with fewer CPUs than ranks still gives each rank one thread.
     assert threads_per_rank(where, {"a": 2.0, "b": 4.0}) == [1, 1, 1, 2]
+    # OMP_NUM_THREADS=3 caps every rank's share (5 -> 3), never raises one (2 stays 2).
+    assert threads_per_rank(where, {"a": 16.0, "b": 4.0}, cap=3) == [3, 3, 3, 2]
+
+
+@pytest.mark.parametrize("value, cap", [("4", 4), ("1", 1), (None, None), ("", None), ("0", None), ("2,1", None)])
+def test_the_thread_cap_is_a_positive_omp_num_threads(monkeypatch, value, cap):
+    if value is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert thread_cap() == cap
 
 
 def test_nodes_are_the_drivers_first_then_by_address():

@@ -1,6 +1,7 @@
 """The console a person reads: the plan, one line per step under the bar, logicrl's warnings, the
 result; vLLM's and Ray's own output only in the run directory's log file (logicrl/logs.py)."""
 
+import json
 import logging
 import os
 import re
@@ -118,13 +119,17 @@ def test_quiet_driver_sends_ray_info_to_the_file(tmp_path, ray_logger):
 
 @pytest.mark.integration
 def test_default_run_console_is_readable(kk_role, tmp_path):
-    """The real entry point with the vLLM engine: the console has the plan, one line per step, the
-    bar ending at the step count, an injected OOM's warning from the worker, and no engine or Ray
-    chatter, which is all in the run's log file."""
+    """The real entry point with the vLLM engine on two ranks: the console has the plan, one line per
+    step, the bar ending at the step count, an injected OOM's warning from the workers, and no engine
+    or Ray chatter, which is all in the run's log file. The same run checks what two ranks on vLLM
+    write (it was tests/trainer/test_train_integration.py's own run): the metrics, truncation's
+    counts, the engine's log-probs after a weight sync, the curves and TensorBoard."""
     run_dir = tmp_path / "run"
+    # Every role prompt is 44 tokens: truncation=left cuts all 2000 to their last 40, and says so.
     result = run_main(
         *kk_role, "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
         f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4", "trainer.total_training_steps=3", "trainer.test_freq=-1",
+        "trainer.n_gpus=2", "data.max_prompt_length=40", "data.truncation=left",
         f"hydra.run.dir={run_dir}", fault="oom@update_actor:1", cwd=tmp_path)
     assert result.returncode == 0, tail(result)
     console = result.stdout + result.stderr
@@ -141,3 +146,18 @@ def test_default_run_console_is_readable(kk_role, tmp_path):
     for line in ("Failed to load weights", "reset prefix cache", "Started a local Ray instance",
                  "update_actor ran out of memory"):
         assert line in log, line
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    last = rows[-1]
+    assert last["step"] == 3
+    assert (last["data/prompts_truncated"], last["data/prompts_filtered"], last["data/rows_skipped"]) == (2000, 0, 0)
+    for key in ("critic/score/mean", "reward/acc/mean", "actor/grad_norm", "actor/entropy", "response_length/mean",
+                "timing_s/generate", "timing_s/update_actor", "timing_s/update_weights",
+                "perf/memory/generate/peak_gb", "perf/memory/update_actor/peak_gb"):
+        assert key in last, key
+    # One optimizer step per step: the old-log-prob pass is provably redundant and skipped.
+    assert "timing_s/old_log_prob" not in last
+    # Steps 2 and 3 sample from the weights the step before synced into each rank's engine.
+    assert last["rollout/logprob_diff_max"] < 1e-3
+    assert (run_dir / "curves.png").stat().st_size > 0
+    assert list((run_dir / "tensorboard").iterdir())
