@@ -125,6 +125,23 @@ def clip_grad_norm(model: torch.nn.Module, max_norm: float, device: torch.device
     return float(norm)
 
 
+def has_nonfinite(tensors) -> bool:
+    """Whether any of `tensors` (a rank's parameters or optimizer states) holds a NaN or inf in its local shard.
+
+    One fused max-abs over them all (torch's foreach norm: a kernel per device and dtype, where the
+    tensors live, offloaded ones on the host) and one number read back: NaN and inf survive a max,
+    and unlike a sum a large finite value cannot overflow into a false alarm. Not a collective.
+    """
+    local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
+    local = [t.detach() for t in local if t.is_floating_point() and t.numel()]
+    return bool(local) and not math.isfinite(float(torch.nn.utils.get_total_norm(local, math.inf)))
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """AdamW's state tensors (exp_avg, exp_avg_sq; the step count is not floating-point state)."""
+    return [v for state in optimizer.state.values() for k, v in state.items() if k != "step" and torch.is_tensor(v)]
+
+
 def offload_optimizer(optimizer: torch.optim.Optimizer) -> None:
     """Move AdamW's states (exp_avg, exp_avg_sq) to the host: `optimizer_offload` between updates.
 
