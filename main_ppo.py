@@ -34,6 +34,9 @@ EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is
 # micro-batch is saved (trainer/micro_sizes.py); the same command resumes with it.
 EXIT_OOM_RESUME = 4
 EXIT_FAILED = 1  # a rank raised or died: one line here, the traceback in the run's log
+# The run diverged: trainer.max_nonfinite_steps non-finite steps in a row, or NaN/inf weights at a save.
+# Nothing was saved from them; re-running as is would diverge again, so it is not a resumable code.
+EXIT_DIVERGED = 5
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
 # Stopped by SIGUSR1/SIGTERM at a step boundary with a checkpoint, or by SIGUSR1 before training:
 # resumable, so slurm/train.sbatch requeues the job (EX_TEMPFAIL: "try again later").
@@ -122,6 +125,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
     from logicrl.faults import Faults
     from logicrl.logs import run_log_file
     from logicrl.signals import Preempted, stop_request_of
+    from logicrl.trainer.divergence import Diverged
     from logicrl.trainer.micro_sizes import OutOfMemoryOnRank
     from logicrl.workers.oom import OutOfMemoryAtMinimum
 
@@ -141,6 +145,8 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
             PPOTrainer(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
     except BadInput as err:  # one the preflight could not see (e.g. a row past the sampled ones)
         fail(err)
+    except Diverged as err:  # its line names the lr to lower and the last (finite) checkpoint
+        raise Ended(EXIT_DIVERGED, f"error: {err}", err) from None
     except OutOfMemoryOnRank as err:  # its line names the rank, phase, saved size and checkpoint
         keep_traceback(run_log_file(run_dir), err)  # the rank's own traceback, for the curious
         raise Ended(EXIT_OOM_RESUME, f"error: {err}", err) from None

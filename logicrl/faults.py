@@ -7,7 +7,8 @@ A fault is `kind@point:step[#stage][@rankN]`; points are the phase names (config
 `save` (the ranks wrote, nothing committed). Kinds: sigkill (the controller, no cleanup), oom (on every
 rank at the end of the first attempt, after its collectives: the case the ranks retry; with @rankN
 inside the first decoder layer's forward: the real case, which ends the run), raise, die (the worker
-process exits), stall (sleeps STALL_S, so a signal test knows the step is in flight). docs/faults.md.
+process exits), stall (sleeps STALL_S, so a signal test knows the step is in flight), nan (after the
+phase, the weights of its FSDP2 model go NaN: what a diverged update leaves). docs/faults.md.
 
 The entry point reads the variable once (`Faults.from_env`) and passes the object down: the
 controller's phase runner and the workers' phase wrapper are the only places that fire it. A fixed
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 ENV = "LOGICRL_INJECT_FAULT"
-KINDS = ("sigkill", "oom", "raise", "die", "stall")
+KINDS = ("sigkill", "oom", "raise", "die", "stall", "nan")
 STALL_S = 60.0
 
 
@@ -98,6 +99,10 @@ class Faults:
             os._exit(1)
         if kind == "stall":
             time.sleep(STALL_S)
+
+    def nan_due(self, point: str, step: int | None, rank: int | None = None) -> bool:
+        """A worker phase, as it ends: whether to make its model's weights NaN on this rank."""
+        return self._kind(point, step, rank) == "nan"
 
     def oom_due(self, point: str, step: int | None, rank: int | None = None) -> Fault | None:
         """A worker phase: the OOM to inject now on this rank (once per point and step), or None.

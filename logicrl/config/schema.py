@@ -313,6 +313,7 @@ class TrainerConfig:
     expected_response_length: Optional[int] = key(ge=1)  # <= data.max_response_length (validate.py)
     verbose: bool = key()
     collective_timeout_s: float = key(gt=0)  # the process group's timeout (workers/fsdp.py init_distributed)
+    max_nonfinite_steps: int = key(ge=1)  # non-finite steps in a row that end the run (trainer/divergence.py)
 
 
 # ---------------------------------------------------------------- curriculum

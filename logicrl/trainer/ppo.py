@@ -33,6 +33,7 @@ from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
 from logicrl.trainer.batch import balanced_order, merge_rank_metrics, prompt_batch, shards
 from logicrl.trainer.checkpoint import (
     TrainerState,
+    complete_checkpoints,
     find_resume_point,
     prune,
     read_trainer_state,
@@ -41,6 +42,13 @@ from logicrl.trainer.checkpoint import (
     write_trainer_state,
 )
 from logicrl.trainer.curves import plot_curves
+from logicrl.trainer.divergence import (
+    DivergenceGuard,
+    Diverged,
+    diverged_line,
+    nonfinite_roles,
+    nonfinite_state_reason,
+)
 from logicrl.trainer.micro_sizes import apply_saved, ended_by_oom
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
@@ -137,6 +145,7 @@ class PPOTrainer:
                           self.cfg.trainer.experiment_name)
         last: dict = {}
         save_freq, test_freq = self.cfg.trainer.save_freq, self.cfg.trainer.test_freq
+        guard = DivergenceGuard(self.cfg.trainer.max_nonfinite_steps)
         try:
             # A stop request (SIGUSR1/SIGTERM: preemption) ends the loop after the step in flight,
             # with that step saved (logicrl/signals.py).
@@ -153,9 +162,18 @@ class PPOTrainer:
                     self.elapsed_s += time.perf_counter() - start
                     self.history.append(history_row(step, metrics))
                     stop = requested()
-                    if stop or step == self.total_steps or (save_freq > 0 and step % save_freq == 0):
-                        metrics.update(self.save(step))
-                    tracker.log(metrics, step)
+                    try:  # a step that ends the run is logged too: its NaN show where the run diverged
+                        if reason := guard.observe(step, metrics):
+                            raise self.diverged(reason, nonfinite_roles(metrics))
+                        periodic = save_freq > 0 and step % save_freq == 0
+                        if periodic and guard.streak and not stop and step < self.total_steps:
+                            # Its weights produce NaN, or soon may: the checkpoint from before the streak
+                            # stays the newest, the one resume_mode=auto picks if the guard ends the run.
+                            log.warning(f"step {step} not saved: {len(guard.streak)} non-finite step(s) in a row")
+                        elif stop or step == self.total_steps or periodic:
+                            metrics.update(self.save(step))
+                    finally:
+                        tracker.log(metrics, step)
                     last = metrics
                     if stop and step < self.total_steps:
                         raise Preempted(stop, step, str(step_dir(self.ckpt_root, step)))
@@ -168,9 +186,13 @@ class PPOTrainer:
 
     # ---------------------------------------------------------------- checkpoints
     def save(self, step: int) -> dict:
-        """global_step_N/ under the checkpoint root, committed atomically, then old ones pruned."""
+        """global_step_N/ under the checkpoint root, committed atomically, then old ones pruned. Never
+        from NaN/inf: the ranks check their shards first, so the newest checkpoint is always finite."""
         t = self.cfg.trainer
         start = time.perf_counter()
+        parts = sorted({part for rank in self.workers.call("nonfinite_state") for part in rank})
+        if parts:
+            raise self.diverged(nonfinite_state_reason(parts, step), [part.split()[0] for part in parts])
         with saving(self.ckpt_root, step) as tmp:
             rank_metrics = self.workers.call("save_checkpoint", str(tmp), t.save_hf_model, t.save_merged_lora)
             state = TrainerState(step=step, sampler_position=step, kl_coef=float(self.kl_ctrl.value),
@@ -183,6 +205,12 @@ class PPOTrainer:
         pruned = prune(self.ckpt_root, t.max_actor_ckpt_to_keep)
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
         return merge_rank_metrics(rank_metrics) | {"timing_s/save": time.perf_counter() - start}
+
+    def diverged(self, reason: str, roles: list[str]) -> Diverged:
+        """The error that ends a diverged run: the reason, the lr to lower, the checkpoint to go back to."""
+        lrs = {"actor": self.cfg[ARR].actor.optim.lr, "critic": self.cfg.critic.optim.lr}
+        saved = complete_checkpoints(self.ckpt_root)
+        return Diverged(diverged_line(reason, roles, lrs, saved[-1] if saved else None))
 
     def _adopt(self, state: TrainerState) -> None:
         """The controller's side of a checkpoint: where the run is, its history, KL coef and RNG."""

@@ -3,13 +3,15 @@
 The JSONL file (every metric of every step, so curves can be redrawn without any service) and
 TensorBoard are always written to the run directory; `trainer.logger` adds the console (one
 compact line per step under a tqdm bar with an ETA) and wandb (when installed).
+
+A non-finite value is written as it is (NaN, Infinity in the JSONL, as Python's json writes and
+reads them; nan, inf on the console): a diverging run must show where it diverged, not drop the key.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -60,7 +62,8 @@ class Tracker:
             self.redirect.enter_context(lines_above(self.bar))
 
     def log(self, metrics: dict, step: int) -> None:
-        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+        # Numbers only (bool is an int); NaN and inf stay: they are what a diverged step looks like.
+        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
         self.jsonl.flush()
         for key, value in clean.items():

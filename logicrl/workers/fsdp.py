@@ -125,6 +125,27 @@ def clip_grad_norm(model: torch.nn.Module, max_norm: float, device: torch.device
     return float(norm)
 
 
+def has_nonfinite(tensors) -> bool:
+    """Whether any of `tensors` (a rank's parameters or optimizer states) holds a NaN or inf in its local shard.
+
+    One min-max pass over each tensor where it lives (offloaded ones on the host), the extremes stacked
+    per device and read back once per device: NaN and +-inf survive a min-max, and unlike a sum or a
+    norm a large finite value cannot overflow into a false alarm. torch's inf-norm does the same job
+    at a third of the speed on the host (0.7 against 2.3 GB/s a core here). Not a collective.
+    """
+    extremes: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        t = (t.to_local() if hasattr(t, "to_local") else t).detach()
+        if t.is_floating_point() and t.numel():
+            extremes.setdefault(t.device, []).extend(torch.aminmax(t))
+    return not all(bool(torch.stack([e.float() for e in found]).isfinite().all()) for found in extremes.values())
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """AdamW's state tensors (exp_avg, exp_avg_sq; the step count is not floating-point state)."""
+    return [v for state in optimizer.state.values() for k, v in state.items() if k != "step" and torch.is_tensor(v)]
+
+
 def offload_optimizer(optimizer: torch.optim.Optimizer) -> None:
     """Move AdamW's states (exp_avg, exp_avg_sq) to the host: `optimizer_offload` between updates.
 

@@ -47,7 +47,14 @@ from logicrl.models.rm_inputs import retokenize, same_tokenizer
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
 from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
 from logicrl.workers.critic import Critic
-from logicrl.workers.fsdp import build_optimizer, init_distributed, offload_optimizer, reshard
+from logicrl.workers.fsdp import (
+    build_optimizer,
+    has_nonfinite,
+    init_distributed,
+    offload_optimizer,
+    optimizer_tensors,
+    reshard,
+)
 from logicrl.workers.oom import MicroSize, phase_retry
 from logicrl.workers.rollout import SamplingParams
 from logicrl.workers.rollout.engines import build_engine
@@ -91,6 +98,13 @@ def worker_phase(name: str, *, retried: bool):
         return method
 
     return declare
+
+
+@torch.no_grad()
+def poison(model: torch.nn.Module) -> None:
+    """Fill this rank's shard of the model's first trainable parameter with NaN (the `nan` test fault)."""
+    param = next(p for p in model.parameters() if p.requires_grad)
+    (param.to_local() if hasattr(param, "to_local") else param).fill_(float("nan"))
 
 
 def pick_device(kind: str, rank: int) -> torch.device:
@@ -256,6 +270,8 @@ class HybridWorker:
                                                  **kwargs)
             if declared.resharded:
                 reshard(model)
+        if model is not None and self.faults.nan_due(phase, step, self.rank):
+            poison(model)  # test-injected: weights gone NaN, as a diverged update would leave them
         metrics.update(phase_metrics)
         if size is not None:  # the micro-batch as it stands, and how often an OOM halved it (0 normally)
             metrics[f"perf/oom_retries/{phase}"] = size.retries
@@ -372,6 +388,20 @@ class HybridWorker:
                       "perf/update_weights/buckets": stream["buckets"]}
 
     # ---------------------------------------------------------------- checkpoints
+    def nonfinite_state(self) -> list[str]:
+        """What of this rank's trained state holds NaN or inf ("actor weights", "critic optimizer state"):
+        the controller asks before every save and saves nothing if any rank names something. Each rank
+        checks only its own shards and the controller ORs the answers, so no collective runs here."""
+        found = []
+        for part in (self.actor, self.critic):
+            if part is None:
+                continue
+            if has_nonfinite(p for p in part.model.parameters() if p.requires_grad):
+                found.append(f"{part.role.name} weights")
+            if has_nonfinite(optimizer_tensors(part.optimizer)):
+                found.append(f"{part.role.name} optimizer state")
+        return found
+
     def save_checkpoint(self, directory: str, save_hf: bool, merge_lora: bool) -> dict:
         """Every rank writes its shards into `directory` (the controller's tmp dir, committed after). The
         reference and the reward model are frozen: they load again from their paths, never from here."""

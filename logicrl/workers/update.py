@@ -12,6 +12,13 @@ with the halved micro-batch it is handed; the optimizer has not stepped, so noth
 
 Metrics: within a mini-batch `<role>/loss` is the sum over its micro-batches (the mini-batch's loss)
 and every other value the mean over them; across mini-batches and epochs, each is the mean.
+
+A non-finite gradient norm skips its optimizer step (verl's dp_actor `_optimizer_step`): the
+gradients are dropped, the weights and AdamW's moments stay as they were, and the skip is counted
+in `<role>/nonfinite_steps` (a sum, not a mean), which the controller's divergence guard reads
+(trainer/divergence.py). The norm is global (clip_grad_norm all-reduces it), so every rank skips
+the same steps. The lr schedule still advances once per update, as in verl: it follows the
+training step, so a skipped step is lost, not postponed, and a resumed run's lr is the same.
 """
 
 from __future__ import annotations
@@ -63,28 +70,37 @@ def run_update(role: Trained, batch: TensorDict, loss_fn: LossFn, retry) -> dict
     if role.optimizer_offload:
         load_optimizer(role.optimizer)
     records: dict[str, list[float]] = {}
+    skipped = 0
     for _ in range(role.plan.ppo_epochs):
         for mini in split_fixed(batch, role.plan.per_rank_mini):
-            for key, value in _step(role, mini, loss_fn, retry).items():
+            stats, stepped = _step(role, mini, loss_fn, retry)
+            skipped += not stepped
+            for key, value in stats.items():
                 records.setdefault(key, []).append(value)
     role.scheduler.step()
     if role.optimizer_offload:  # not on an exception: the run ends then, and a CUDA error would repeat here
         offload_optimizer(role.optimizer)
     metrics = {k: sum(v) / len(v) for k, v in records.items()}
     metrics[f"{role.name}/lr"] = role.scheduler.get_last_lr()[0]
+    metrics[f"{role.name}/nonfinite_steps"] = float(skipped)
     return metrics
 
 
-def _step(role: Trained, mini: TensorDict, loss_fn: LossFn, retry) -> dict[str, float]:
+def _step(role: Trained, mini: TensorDict, loss_fn: LossFn, retry) -> tuple[dict[str, float], bool]:
+    """One mini-batch's forward, backward and optimizer step: its metrics, and whether the optimizer stepped."""
     normalizer = all_reduce_sum(float(loss_normalizer(mini["response_mask"], role.loss_agg_mode)), role.device)
     stats = retry(lambda size: _accumulate(role, mini, size, normalizer, loss_fn),
                   reset=lambda: drop_unreduced_grads(role.model))
     grad_norm = clip_grad_norm(role.model, role.grad_clip, role.device)
-    if math.isfinite(grad_norm):
+    # NaN or inf anywhere on any rank makes the global norm non-finite on every rank (the all-reduce
+    # sums it in), so the ranks agree without a collective of their own. Stepping would write NaN into
+    # the weights and into AdamW's moments, from which no later step recovers.
+    stepped = math.isfinite(grad_norm)
+    if stepped:
         role.optimizer.step()
     role.optimizer.zero_grad(set_to_none=True)
     stats[f"{role.name}/grad_norm"] = grad_norm
-    return stats
+    return stats, stepped
 
 
 def _accumulate(role: Trained, mini: TensorDict, size: MicroSize, normalizer: float,

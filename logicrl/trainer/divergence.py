@@ -1,0 +1,75 @@
+"""The divergence guard: a run whose updates keep coming out non-finite stops, and is never saved so.
+
+    guard = DivergenceGuard(cfg.trainer.max_nonfinite_steps)
+    reason = guard.observe(step, metrics)   # None, or why the run diverged
+
+A step is non-finite when a role skipped an optimizer step for a non-finite gradient norm
+(`<role>/nonfinite_steps`, workers/update.py) or its loss is NaN/inf. One such step can happen (a
+bad batch under bf16) and costs only its skipped update; `max_nonfinite_steps` of them in a row is a
+run that has diverged, and every further step would only burn GPU hours. Separately, the controller
+asks the ranks before every save whether the weights and optimizer states are finite (workers/hybrid.py
+`nonfinite_state`): a checkpoint is never written from NaN/inf, so the newest one on disk is finite.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+ROLES = ("actor", "critic")
+# The key a user lowers for each role: a too-large learning rate is what diverges a run nearly always.
+LR_KEYS = {"actor": "actor_rollout_ref.actor.optim.lr", "critic": "critic.optim.lr"}
+
+
+class Diverged(RuntimeError):
+    """The run stopped because its values went non-finite; its message is the one line main_ppo prints."""
+
+
+def nonfinite_roles(metrics: dict) -> list[str]:
+    """The roles whose update this step skipped a step for a non-finite gradient norm or has a non-finite loss."""
+    bad = []
+    for role in ROLES:
+        skipped = metrics.get(f"{role}/nonfinite_steps", 0.0)
+        loss = metrics.get(f"{role}/loss", 0.0)
+        if skipped > 0 or not math.isfinite(skipped) or not math.isfinite(loss):
+            bad.append(role)
+    return bad
+
+
+class DivergenceGuard:
+    """Counts the non-finite steps in a row; says when they reach the limit."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.streak: list[int] = []  # the steps of the current run of non-finite ones
+        self.roles: set[str] = set()
+
+    def observe(self, step: int, metrics: dict) -> str | None:
+        """Record `step`'s metrics; the reason the run diverged once `limit` non-finite steps came in a row."""
+        roles = nonfinite_roles(metrics)
+        if not roles:
+            self.streak, self.roles = [], set()
+            return None
+        self.streak.append(step)
+        self.roles.update(roles)
+        if len(self.streak) < self.limit:
+            return None
+        names = " and ".join(r for r in ROLES if r in self.roles)
+        steps = f"{len(self.streak)} steps in a row ({self.streak[0]}-{step})" if len(self.streak) > 1 else \
+            f"step {step}"
+        return (f"{steps} had a non-finite {names} gradient norm or loss (trainer.max_nonfinite_steps="
+                f"{self.limit}), their updates skipped")
+
+
+def nonfinite_state_reason(parts: list[str], step: int) -> str:
+    """Why step `step` was not saved: `parts` ("actor weights", ...) hold NaN or inf."""
+    return f"the {' and '.join(parts)} hold NaN or inf after step {step}, which was not saved"
+
+
+def diverged_line(reason: str, roles: list[str], lrs: dict[str, float], last: tuple[int, Path] | None) -> str:
+    """The one line a diverged run ends with: what happened, the knob, and the checkpoint to resume from."""
+    knobs = " or ".join(f"{LR_KEYS[r]} (now {lrs[r]:g})" for r in ROLES if r in roles) or \
+        f"{LR_KEYS['actor']} (now {lrs['actor']:g})"
+    where = (f"the last checkpoint, {last[1]}, is from step {last[0]} and finite (trainer.resume_mode=disable "
+             "starts over)") if last else "no checkpoint was saved before it"
+    return f"the run diverged: {reason}: lower {knobs} and run again; {where}"
