@@ -57,13 +57,14 @@ def lora_problem(targets: str | list[str], modules: list[str], layers: int) -> s
             for t in unmatched:
                 close = difflib.get_close_matches(str(t).rsplit(".", 1)[-1], short, n=1)
                 hints.append(f"{t} (did you mean {close[0]}?)" if close else str(t))
-            names = ", ".join(n for n in LINEARS if n in short) or ", ".join(short[:8])
+            linears = [n for n in LINEARS if n in short]
+            names = f"Linear modules: {', '.join(linears)}" if linears else f"module names: {', '.join(short[:8])}"
             if len(unmatched) == len(targets):
-                return (f"no entry matches a module of the model: {', '.join(hints)}; its Linear modules are "
-                        f"{names}, or use {ALL_LINEAR}")
+                return (f"no entry matches a module of the model: {', '.join(hints)} (its {names}; or use "
+                        f"{ALL_LINEAR})")
             it = "it" if len(unmatched) == 1 else "them"
             return (f"{', '.join(hints)} {'matches' if len(unmatched) == 1 else 'match'} no module of the model, and "
-                    f"peft would silently train without {it}: fix or drop {it} (its Linear modules: {names})")
+                    f"peft would silently train without {it}: fix or drop {it} (its {names})")
         picked = [m for m in modules if matches(targets, m)]
     if any(m == "lm_head" or m.endswith(".lm_head") for m in picked):
         return ("it picks lm_head, which must stay a plain Linear for the chunked log-prob kernel "

@@ -110,8 +110,8 @@ def weights_problem(directory: Path) -> str | None:
                 return f"{index} is not a weight index ({type(err).__name__}): re-export the checkpoint"
             missing = [s for s in shards if not (directory / s).is_file()]
             if missing:
-                return (f"{directory} lacks {missing[0]}" + (f" and {len(missing) - 1} more shard(s)" if len(missing) > 1
-                        else "") + f", listed in {name}: copy the whole checkpoint")
+                more = f" and {len(missing) - 1} more shard(s)" if len(missing) > 1 else ""
+                return f"{directory} lacks {missing[0]}{more}, listed in {name}: copy the whole checkpoint"
             for shard in shards:
                 if problem := file_problem(directory / shard):
                     return problem
