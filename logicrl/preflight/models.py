@@ -2,6 +2,7 @@
 critic, reward model), a model_type transformers knows, a tokenizer that loads, fits the vocabulary
 and ends a response where the chat template ends the turn.
 
+    check_weights(cfg, dry_run)              # first in the preflight: file headers only
     tokenizer = check_models(cfg, dry_run)   # None in a dry run: it imports no transformers
 
 Each problem is one line naming the config key, the directory, what is wrong and the fix; found
@@ -60,15 +61,20 @@ def weight_paths(cfg: DictConfig) -> list[tuple[str, str]]:
             if path not in EMBEDDED_CONFIGS and not (path in seen or seen.add(path))]
 
 
-def check_models(cfg: DictConfig, dry_run: bool):
-    """Each model directory's weights; outside a dry run also its model_type and tokenizer.
-    Returns the actor's tokenizer (None in a dry run); raises ConfigError."""
+def check_weights(cfg: DictConfig, dry_run: bool) -> None:
+    """Each model directory's weights, present and whole (headers only: milliseconds, so the
+    preflight runs it first). Raises ConfigError; a dry run only warns."""
     for key, path in weight_paths(cfg):
         if problem := weights_problem(Path(path)):
             if not dry_run:
                 raise ConfigError(f"{key}: {problem}")
             # A dry run may plan from a config-only directory (logicrl/memory/shapes/): say it, go on.
             log.warning(f"{key}: {problem} (a dry run plans without them; training needs them)")
+
+
+def check_models(cfg: DictConfig, dry_run: bool):
+    """Outside a dry run, each model directory's model_type and tokenizer (check_weights ran first).
+    Returns the actor's tokenizer (None in a dry run); raises ConfigError."""
     tokenizer = None
     if not dry_run:
         for key, path in model_paths(cfg):

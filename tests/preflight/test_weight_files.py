@@ -14,7 +14,7 @@ from logicrl.config import compose, validate
 from logicrl.config.errors import ConfigError
 from logicrl.config.phases import ARR
 from logicrl.models.weight_files import read_header, safetensors_problem, tensor_names, torch_bin_problem
-from logicrl.preflight.models import check_models, weight_paths, weights_problem
+from logicrl.preflight.models import check_weights, weight_paths, weights_problem
 
 RECOPY = "copy it again from the source checkpoint"
 
@@ -146,9 +146,9 @@ def test_the_actor_critic_and_reward_model_weights_are_all_checked(data_files, m
     # The reference shares the actor's path and the critic defaults to it: each directory once.
     assert weight_paths(cfg) == [(f"{ARR}.model.path", str(model_dir)), ("reward_model.model.path", str(rm))]
     with pytest.raises(ConfigError, match=rf"^reward_model.model.path: {rm / 'model.safetensors'} is cut short"):
-        check_models(cfg, dry_run=False)  # before any tokenizer loads
+        check_weights(cfg, dry_run=False)
     # A dry run loads nothing: it says so and goes on.
-    assert check_models(cfg, dry_run=True) is None
+    check_weights(cfg, dry_run=True)
     assert "reward_model.model.path: " in caplog.text and "(a dry run plans without them" in caplog.text
 
 
@@ -163,3 +163,17 @@ def test_a_damaged_reward_model_header_is_one_line_from_validation(data_files, m
         validate(compose([*data_files, "reward_model.enable=true", f"reward_model.model.path={rm}"]))
     with pytest.raises(ValueError, match="cut short inside its header"):
         read_header(rm / "model.safetensors")
+
+
+def test_the_preflight_reads_the_headers_before_anything_else(data_files, model_dir, tmp_path, monkeypatch):
+    from logicrl.config.stages import Stage
+    from logicrl.preflight import memory as memory_preflight
+    from logicrl.preflight import preflight
+
+    safetensors(model_dir / "model.safetensors", TWO, cut=1)
+    cfg, spec, plan = validate(compose([*data_files, f"{ARR}.rollout.name=hf", f"{ARR}.model.path={model_dir}",
+                                        f"trainer.default_local_dir={tmp_path / 'ckpt'}"]))
+    monkeypatch.setattr(memory_preflight, "plan_for", lambda *a, **k: pytest.fail("planned before the headers"))
+    with pytest.raises(ConfigError, match=rf"^{ARR}.model.path: {model_dir / 'model.safetensors'} is cut short"):
+        preflight([Stage(0, "", cfg, spec, plan)])
+    assert not (tmp_path / "ckpt").exists()
