@@ -76,7 +76,8 @@ def test_a_regex_string_that_matches_nothing_says_how_peft_reads_a_string():
 
 
 def test_lm_head_or_only_embeddings_are_refused():
-    assert lora_problem(["q_proj", "lm_head"], MODULES, 2).startswith("it picks lm_head, which must stay a plain Linear")
+    assert lora_problem(["q_proj", "lm_head"], MODULES, 2).startswith(
+        "it picks lm_head, which must stay a plain Linear")
     assert lora_problem(["embed_tokens"], MODULES, 2).startswith(
         "it picks only model.embed_tokens, no decoder layer Linear")
     assert lora_problem(["q_proj", "model.layers.0.mlp.up_proj"], MODULES, 2) is None

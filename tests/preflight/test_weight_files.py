@@ -47,7 +47,8 @@ def test_a_file_cut_inside_its_data_names_the_tensor_and_the_missing_bytes(tmp_p
     start, length = safetensors(tmp_path / "model.safetensors", TWO, cut=10)
     problem = weights_problem(tmp_path)
     assert problem == (f"{tmp_path / 'model.safetensors'} is cut short: tensor 'lm_head.weight' ends at byte "
-                       f"{start + 64} but the file has {start + 54} bytes (10 missing): {RECOPY} (or re-save the model)")
+                       f"{start + 64} but the file has {start + 54} bytes (10 missing): {RECOPY} "
+                       "(or re-save the model)")
     assert length == 64
 
 
