@@ -27,7 +27,7 @@ from logicrl.reward.combine import CombineError, CombineRule
 from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.reward_head import reward_head
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
-from logicrl.models.tiny import EMBEDDED_CONFIGS, EMBEDDED_TINY
+from logicrl.models.tiny import EMBEDDED_CONFIGS, EMBEDDED_TINY, EMBEDDED_TINY_RM
 
 NEEDS_GROUPS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}
@@ -95,8 +95,10 @@ def check_files(key: str, value) -> None:
 def check_model(key: str, path: str) -> ModelSpec:
     if path not in EMBEDDED_CONFIGS:
         if not Path(path).is_dir():
+            # The embedded model that fits the key: a policy cannot score (models/reward_head.py).
+            embedded = EMBEDDED_TINY_RM if key.startswith("reward_model.") else EMBEDDED_TINY
             raise ConfigError(f"{key}={path} is not a local directory; logicrl never downloads models: point it "
-                              f"at a local HF checkpoint (config.json + weights) or use {EMBEDDED_TINY}")
+                              f"at a local HF checkpoint (config.json + weights) or use {embedded}")
         if not (Path(path) / "config.json").is_file():
             raise ConfigError(f"{key}={path} has no config.json: point it at an HF-format checkpoint directory")
     try:
@@ -175,10 +177,15 @@ def check_reward_model(cfg: DictConfig) -> None:
     raw = combine.by_data_source
     by_source = (OmegaConf.to_container(raw) if OmegaConf.is_config(raw) else raw) or {}
     try:
-        CombineRule.from_config(combine.mode, OmegaConf.to_container(combine.weights), by_source)
+        rule = CombineRule.from_config(combine.mode, OmegaConf.to_container(combine.weights), by_source)
     except CombineError as e:
         raise ConfigError(str(e)) from None
     if not rm.enable:
+        if rm.model.path is not None:
+            # A warning, not an error: verl's scripts keep the path and toggle enable, and this run is
+            # valid; but a user who set only the path expects the model to score and it will not.
+            log.warning(f"reward_model.model.path={rm.model.path} is set but reward_model.enable=false: the reward "
+                        "model is not loaded and rules alone score; set reward_model.enable=true to use it")
         if combine.mode != "model" or by_source:
             what = f"reward.combine.mode={combine.mode}" if combine.mode != "model" else "reward.combine.by_data_source"
             raise ConfigError(f"{what} mixes in a reward model's score, but reward_model.enable=false: set "
@@ -186,7 +193,12 @@ def check_reward_model(cfg: DictConfig) -> None:
         return
     if rm.model.path is None:
         raise ConfigError("reward_model.enable=true needs reward_model.model.path: point it at a local reward-model "
-                          "checkpoint (a *ForSequenceClassification with one label)")
+                          f"checkpoint (a *ForSequenceClassification with one label), or {EMBEDDED_TINY_RM} for the "
+                          "embedded tiny one")
+    if negative := rule.negative_weights():
+        # Said, not refused: a negative model weight is how a cost model (lower is better) is used.
+        log.warning(f"{', '.join(negative)} < 0: a higher score then lowers the reward, so the policy is trained "
+                    "away from what it rewards; make the weight positive unless that is meant")
     key = "reward_model.model.path"
     spec = check_model(key, rm.model.path)
     try:

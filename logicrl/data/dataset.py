@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from logicrl.data.files import DATA_SUFFIXES, as_paths
-from logicrl.data.prompts import message_problem, render_prompt
+from logicrl.data.prompts import message_problem, render_prompt, text_problem
 from logicrl.errors import BadInput
 
 log = logging.getLogger("logicrl.data")
@@ -247,8 +247,13 @@ def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: 
     except Exception as err:  # noqa: BLE001 - a user's Jinja template can raise anything; it is this row's fault
         raise _BadRow(f"{path} row {index}: the tokenizer's chat template failed on this prompt "
                       f"({type(err).__name__}: {' '.join(str(err).split())})") from err
+    input_ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    if not input_ids:
+        # Generation needs at least one token to continue from: this row would end the run at its step.
+        raise _BadRow(f"{path} row {index}: the prompt renders to 0 tokens ({text[:40]!r}): give it text the "
+                      "tokenizer encodes")
     return PromptRow(
-        input_ids=tokenizer.encode(text, add_special_tokens=add_special_tokens),
+        input_ids=input_ids,
         prompt_text=text,
         data_source=record["data_source"],
         ground_truth=record["reward_model"]["ground_truth"],
@@ -269,7 +274,10 @@ def row_problem(record: Any, prompt_key: str) -> str | None:
     if isinstance(prompt, list):
         if problem := message_problem(prompt):
             return problem
-    elif not isinstance(prompt, str):
+    elif isinstance(prompt, str):
+        if problem := text_problem(prompt):
+            return problem
+    else:
         return f"'{prompt_key}' is {type(prompt).__name__}, expected a chat list [{{role, content}}] or a string"
     data_source = record.get("data_source")
     if not data_source:
@@ -313,7 +321,7 @@ def collate_prompts(rows: Sequence[PromptRow], pad_id: int):
     back as a list): prompt_text, data_source, ground_truth, extra_info, file, row_index, raw_prompt.
     """
     import torch
-    from tensordict import NonTensorStack, TensorDict
+    from tensordict import NonTensorData, NonTensorStack, TensorDict
 
     if not rows:
         raise ValueError("collate_prompts needs at least one row")
@@ -328,5 +336,8 @@ def collate_prompts(rows: Sequence[PromptRow], pad_id: int):
     batch = TensorDict({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
                        batch_size=[len(rows)])
     for name in NON_TENSOR_FIELDS:
-        batch[name] = NonTensorStack.from_list([getattr(r, name) for r in rows])
+        # A list value (a chat prompt, a list ground truth) is wrapped as one entry: from_list would make it
+        # a nested stack, and a batch mixing it with strings (the prompts of one file may mix) cannot stack.
+        values = [NonTensorData(data=v) if isinstance(v, list) else v for v in (getattr(r, name) for r in rows)]
+        batch[name] = NonTensorStack.from_list(values)
     return batch

@@ -1,6 +1,6 @@
 """A row's prompt as the text the model is given, and whether the tokenizer should add its specials.
 
-Three ways, picked per row:
+Three ways, picked per row (one file may mix chat lists and strings):
 - chat template: a chat list and a tokenizer with a template. A final assistant message (the K&K
   templates open `<think>` there) is continued, not closed; otherwise a generation prompt is added.
 - raw: a plain string, or `extra_info.template == "base"` (Logic-RL's base-model prompt, a one-message
@@ -16,6 +16,7 @@ A chat template writes the model's special tokens itself, so its text is tokeniz
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -30,6 +31,25 @@ def message_problem(messages: list) -> str | None:
             if not isinstance(message.get(field), str):
                 what = "has no" if message.get(field) is None else f"has a non-string ({type(message[field]).__name__})"
                 return f"prompt message {i} {what} '{field}'"
+    return None
+
+
+def text_problem(prompt: str) -> str | None:
+    """What makes a string prompt unusable, or None: empty, or a chat list stored as JSON text (a
+    parquet column written from json.dumps), which would be trained on as literal brackets and quotes
+    and never reach the chat template."""
+    if not prompt.strip():
+        return "prompt is an empty string"
+    text = prompt.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    try:
+        messages = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(messages, list) and messages and message_problem(messages) is None:
+        return (f"prompt is a string holding a JSON chat list ({text[:40]!r}...), which would be trained on as "
+                "literal text: store the list itself (json.loads the column before writing the file)")
     return None
 
 

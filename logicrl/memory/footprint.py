@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from logicrl.models.lora_targets import is_all_linear, layer_module, matches
 from logicrl.models.spec import ModelSpec
 
 # The smallest KV cache vLLM gets on CPU (workers/rollout/engines.py kv_cache_gb): it needs a few
@@ -31,11 +32,13 @@ def linear_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
             "gate_proj": (i, h), "up_proj": (i, h), "down_proj": (h, i)}
 
 
-def lora_targets(target_modules) -> tuple[str, ...]:
-    """The decoder Linears peft adapts for `target_modules` ("all-linear" or a list of names)."""
-    if isinstance(target_modules, str):
-        return LINEARS if target_modules == "all-linear" else tuple(n for n in LINEARS if n == target_modules)
-    return tuple(n for n in LINEARS if n in set(target_modules))
+def lora_targets(target_modules, layers: int = 1) -> tuple[str, ...]:
+    """The decoder Linears peft adapts in any of the first `layers` layers for `target_modules`
+    ("all-linear", a list of names or dotted suffixes, or a regular expression over full names:
+    peft's rules, models/lora_targets.py). The plan sizes an adapted Linear in every layer."""
+    if is_all_linear(target_modules):
+        return LINEARS
+    return tuple(n for n in LINEARS if any(matches(target_modules, layer_module(n, i)) for i in range(layers)))
 
 
 def shard(shape: tuple[int, ...], world: int) -> int:

@@ -188,7 +188,7 @@ class PlanInputs:
             actor_per_rank_mini=plan.actor.per_rank_mini,
             actor_ckpt=arr.model.enable_gradient_checkpointing, actor_offload=arr.actor.fsdp_config.param_offload,
             lora_rank=arr.model.lora_rank,
-            lora_targets=lora_targets(arr.model.target_modules) if arr.model.lora_rank else (),
+            lora_targets=lora_targets(arr.model.target_modules, spec.num_layers) if arr.model.lora_rank else (),
             ref_offload=arr.ref.fsdp_config.param_offload,
             critic_per_rank_mini=plan.critic.per_rank_mini if plan.critic else 1,
             critic_ckpt=critic.model.enable_gradient_checkpointing, critic_offload=critic.fsdp_config.param_offload,

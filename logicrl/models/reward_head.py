@@ -16,12 +16,12 @@ since the critic is trained.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from logicrl.models.spec import ModelSpecError
 from logicrl.models.tiny import EMBEDDED_CONFIGS
+from logicrl.models.weight_files import read_header
 
 CLASSIFIER_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification")
 # Names of a trained one-output head in a decoder's weights, in the order they are looked for.
@@ -49,11 +49,8 @@ def weight_shapes(directory: Path) -> dict[str, list[int]]:
         ["model.safetensors"] if (directory / "model.safetensors").is_file() else []
     shapes: dict[str, list[int]] = {}
     for name in files:
-        with open(directory / name, "rb") as f:
-            # A safetensors file opens with the little-endian byte length of its JSON header.
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-        shapes.update({k: v["shape"] for k, v in header.items() if k != "__metadata__"})
+        # A damaged header is a WeightFileError (a ModelSpecError): one line naming the file.
+        shapes.update({k: v["shape"] for k, v in read_header(directory / name).items()})
     return shapes
 
 

@@ -3,9 +3,11 @@
     plans = preflight(stages)   # raises BadInput: main_ppo prints its one line and exits 2
     plans.stages[i].table, plans.stages[i].plan, plans.peaks_gb
 
-The cheap and decisive checks come first: every stage's memory plan (memory.py), then every
-stage's inputs (device.py, data.py and disk.py, then models.py, whose tokenizer lets data.py
-tokenize the sampled prompts), so a later stage's bad data file stops the first from starting.
+The cheap and decisive checks come first: every model's weight files, read from their headers
+(models.py), LoRA's target modules (lora.py: the planner sizes the adapters they pick), every
+stage's memory plan (memory.py), then every stage's inputs (device.py, data.py and disk.py, then
+models.py, whose tokenizer lets data.py tokenize the sampled prompts), so a later stage's bad data
+file stops the first from starting.
 The directories are made (disk.py) only once every stage passed: a refused run leaves nothing on
 disk. Each stage is planned once; its StagePlan carries the numbers the later checks need.
 """
@@ -21,8 +23,9 @@ from logicrl.config.stages import Stage
 from logicrl.preflight.data import check_data
 from logicrl.preflight.device import check_device
 from logicrl.preflight.disk import check_directories, checkpoint_bytes, create_directories
+from logicrl.preflight.lora import check_lora
 from logicrl.preflight.memory import StagePlan, check_memory
-from logicrl.preflight.models import check_models
+from logicrl.preflight.models import check_models, check_weights
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,11 @@ def preflight(stages: Sequence[Stage]) -> Plans:
     """Every check of every stage, in the order above; raises BadInput at the first that fails.
     Each stage's `cfg` is validated, `spec` its actor's ModelSpec and `plan` its step plan; the
     plans to run are in the result (trainer.auto_micro_batch may have changed them)."""
+    for stage in stages:
+        # Read from file headers in milliseconds; the memory plan may import transformers (a reward
+        # model's tokenizer compared with the actor's).
+        check_weights(stage.cfg, dry_run=stage.cfg.trainer.dry_run)
+        check_lora(stage.cfg, stage.spec)  # the planner sizes the adapters it picks: none would break it
     plans = Plans(tuple(check_memory(stage.cfg, stage.spec, stage.plan) for stage in stages))
     for stage, planned in zip(stages, plans.stages):
         check_inputs(stage.cfg, planned)

@@ -1,12 +1,16 @@
-"""The model directories a run reads: weights present, a model_type transformers knows, a tokenizer
-that loads, fits the vocabulary and ends a response where the chat template ends the turn.
+"""The model directories a run reads: weights present and whole (every model's: actor and reference,
+critic, reward model), a model_type transformers knows, a tokenizer that loads, fits the vocabulary
+and ends a response where the chat template ends the turn.
 
+    check_weights(cfg, dry_run)              # first in the preflight: file headers only
     tokenizer = check_models(cfg, dry_run)   # None in a dry run: it imports no transformers
 
 Each problem is one line naming the config key, the directory, what is wrong and the fix; found
 later, a directory without weights would end inside a Ray actor with a long traceback, and a
-tokenizer without an eos token would generate past the end of the chat turn. A dry run only warns
-about missing weights: it may plan from a config-only directory (logicrl/memory/shapes/).
+tokenizer without an eos token would generate past the end of the chat turn, and a cut-short
+safetensors file would fail to load inside a Ray actor after minutes of start-up. "Whole" is read from
+the files' headers, never their data (models/weight_files.py). A dry run only warns about weights: it
+may plan from a config-only directory (logicrl/memory/shapes/).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from logicrl.config.plan import ARR, uses_critic
 from logicrl.models.eos import end_of_turn, eos_ids
 from logicrl.models.spec import ModelSpec, load_model_spec
 from logicrl.models.tiny import EMBEDDED_CONFIGS
+from logicrl.models.weight_files import read_header, safetensors_problem, torch_bin_problem
 
 log = logging.getLogger("logicrl.preflight")
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -32,6 +37,7 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 
 
 def model_paths(cfg: DictConfig) -> list[tuple[str, str]]:
+    """(key, path) of each model whose tokenizer the run loads."""
     paths = [(f"{ARR}.model.path", cfg[ARR].model.path)]
     if uses_critic(cfg) and cfg.critic.model.path != cfg[ARR].model.path:
         paths.append(("critic.model.path", cfg.critic.model.path))
@@ -42,17 +48,36 @@ def model_paths(cfg: DictConfig) -> list[tuple[str, str]]:
     return paths
 
 
-def check_models(cfg: DictConfig, dry_run: bool):
-    """Each model directory's weights; outside a dry run also its model_type and tokenizer.
-    Returns the actor's tokenizer (None in a dry run); raises ConfigError."""
-    tokenizer = None
-    for key, path in model_paths(cfg):
-        if path not in EMBEDDED_CONFIGS and (problem := weights_problem(Path(path))):
+def weight_paths(cfg: DictConfig) -> list[tuple[str, str]]:
+    """(key, path) of each model whose weights the run loads: the actor (and the reference, which
+    shares its path), the critic, the reward model; the embedded models are built by logicrl itself."""
+    paths = [(f"{ARR}.model.path", cfg[ARR].model.path)]
+    if uses_critic(cfg):
+        paths.append(("critic.model.path", cfg.critic.model.path))
+    if cfg.reward_model.enable:
+        paths.append(("reward_model.model.path", cfg.reward_model.model.path))
+    seen: set[str] = set()
+    return [(key, path) for key, path in paths
+            if path not in EMBEDDED_CONFIGS and not (path in seen or seen.add(path))]
+
+
+def check_weights(cfg: DictConfig, dry_run: bool) -> None:
+    """Each model directory's weights, present and whole (headers only: milliseconds, so the
+    preflight runs it first). Raises ConfigError; a dry run only warns."""
+    for key, path in weight_paths(cfg):
+        if problem := weights_problem(Path(path)):
             if not dry_run:
                 raise ConfigError(f"{key}: {problem}")
             # A dry run may plan from a config-only directory (logicrl/memory/shapes/): say it, go on.
             log.warning(f"{key}: {problem} (a dry run plans without them; training needs them)")
-        if not dry_run:
+
+
+def check_models(cfg: DictConfig, dry_run: bool):
+    """Outside a dry run, each model directory's model_type and tokenizer (check_weights ran first).
+    Returns the actor's tokenizer (None in a dry run); raises ConfigError."""
+    tokenizer = None
+    if not dry_run:
+        for key, path in model_paths(cfg):
             loaded = _checked_tokenizer(key, path)
             tokenizer = tokenizer or loaded
     return tokenizer
@@ -79,24 +104,49 @@ def _checked_tokenizer(key: str, path: str):
 
 
 def weights_problem(directory: Path) -> str | None:
-    """Why `directory` holds no loadable weights, or None: safetensors or .bin files, and every
-    shard an index lists."""
+    """Why `directory` holds no loadable weights, or None: safetensors or .bin files, every shard an
+    index lists, each file whole (headers only: weight_files.py; a legacy non-zip .bin is not checked)."""
     for name in INDEX_FILES:
         index = directory / name
         if index.is_file():
             try:
-                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            except (json.JSONDecodeError, KeyError, AttributeError) as err:
+                weight_map = json.loads(index.read_text())["weight_map"]
+                shards = sorted(set(weight_map.values()))
+            except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as err:
                 return f"{index} is not a weight index ({type(err).__name__}): re-export the checkpoint"
             missing = [s for s in shards if not (directory / s).is_file()]
             if missing:
-                return (f"{directory} lacks {missing[0]}" + (f" and {len(missing) - 1} more shard(s)" if len(missing) > 1
-                        else "") + f", listed in {name}: copy the whole checkpoint")
-            return None
-    if any(p.is_file() for pattern in WEIGHT_PATTERNS for p in directory.glob(pattern)):
-        return None
-    return (f"{directory} has config.json but no weights (*.safetensors or pytorch_model*.bin): copy the "
-            "checkpoint's weight files there")
+                more = f" and {len(missing) - 1} more shard(s)" if len(missing) > 1 else ""
+                return f"{directory} lacks {missing[0]}{more}, listed in {name}: copy the whole checkpoint"
+            for shard in shards:
+                if problem := file_problem(directory / shard):
+                    return problem
+            return _index_problem(directory, index, weight_map) if name.endswith(".safetensors.index.json") else None
+    files = sorted(p for pattern in WEIGHT_PATTERNS for p in directory.glob(pattern) if p.is_file())
+    if not files:
+        return (f"{directory} has config.json but no weights (*.safetensors or pytorch_model*.bin): copy the "
+                "checkpoint's weight files there")
+    return next((problem for path in files if (problem := file_problem(path))), None)
+
+
+def file_problem(path: Path) -> str | None:
+    """Why one weight file is not whole, or None."""
+    return safetensors_problem(path) if path.suffix == ".safetensors" else torch_bin_problem(path)
+
+
+def _index_problem(directory: Path, index: Path, weight_map: dict) -> str | None:
+    """A tensor the index places in a shard whose header lacks it (a shard from another export), or None."""
+    by_shard: dict[str, list[str]] = {}
+    for tensor, shard in weight_map.items():
+        by_shard.setdefault(shard, []).append(tensor)
+    for shard, tensors in sorted(by_shard.items()):
+        held = read_header(directory / shard)  # readable: file_problem passed
+        absent = [t for t in tensors if t not in held]
+        if absent:
+            return (f"{index} places {absent[0]!r}" + (f" and {len(absent) - 1} more tensor(s)" if len(absent) > 1
+                    else "") + f" in {shard}, which does not hold it: the shards come from different exports; "
+                    "copy the whole checkpoint again")
+    return None
 
 
 def model_type_problem(spec: ModelSpec) -> str | None:

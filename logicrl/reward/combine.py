@@ -66,6 +66,15 @@ class CombineRule:
                                f"set {KEY}.mode=weighted or drop the weights")
         return cls(_mode(mode, base, f"{KEY}.mode"), by_source)
 
+    def negative_weights(self) -> list[str]:
+        """The negative weights in force, as `key=value` (config/validate.py warns about them)."""
+        found = [f"{KEY}.weights.{name}={getattr(self.default, name):g}" for name in TERMS
+                 if getattr(self.default, name) < 0]
+        # A source's weight inherited from reward.combine.weights is said once, above.
+        found += [f"{KEY}.by_data_source.{source}.{name}={getattr(w, name):g}" for source, w in self.by_source.items()
+                  for name in TERMS if getattr(w, name) < 0 and getattr(w, name) != getattr(self.default, name)]
+        return found
+
     def weights(self, data_source: str) -> Weights:
         return self.by_source.get(data_source, self.default)
 

@@ -61,8 +61,8 @@ def reward_model_without_weights(tmp_path, tiny_dir) -> list[str]:
                                       (reward_model_without_weights, "reward_model.model.path")])
 @pytest.mark.integration
 def test_a_refused_run_leaves_no_checkpoint_directory(tmp_path, tiny_dir, bad, key):
-    # The directory checks come before the model checks (they need no tokenizer) and create nothing:
-    # a run refused for its model must not leave an empty trainer.default_local_dir behind.
+    # The preflight's checks create nothing (the directories are made once all passed): a run refused
+    # for its model must not leave an empty trainer.default_local_dir behind.
     ckpt = tmp_path / "ckpt" / "run"
     result, seconds = timed_main(*small_run(tmp_path), *bad(tmp_path, tiny_dir), f"trainer.default_local_dir={ckpt}")
     refused(result, seconds, key, "has config.json but no weights")

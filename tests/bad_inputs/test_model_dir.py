@@ -33,6 +33,12 @@ def missing_shard(d):
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
 
 
+def cut_short(d):
+    # A copy that stopped early: the header is whole, the last tensors' bytes are not there.
+    weights = d / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2])
+
+
 def no_eos(d):
     # transformers then silently takes <|endoftext|> from elsewhere: generation would run past <|im_end|>.
     config = json.loads((d / "tokenizer_config.json").read_text())
@@ -45,6 +51,8 @@ CASES = {
     "unknown model_type": (unknown_model_type, "model_type='qwen22', which transformers"),
     "config.json that is not JSON": (broken_config, "config.json"),
     "a shard the index lists is missing": (missing_shard, "lacks model-00002-of-00002.safetensors"),
+    # Before: the preflight passed and a Ray actor died on SafetensorError minutes later.
+    "model.safetensors cut short": (cut_short, "model.safetensors is cut short: tensor"),
     "eos that is not the end of the chat turn": (no_eos, "the chat template ends a turn with '<|im_end|>'"),
 }
 

@@ -56,9 +56,10 @@ def test_a_reward_model_validates_with_its_lengths_and_rule(data_files, rm_path)
 
 
 @pytest.mark.parametrize("overrides, needles", [
-    (["reward_model.enable=true"], ["reward_model.enable=true needs reward_model.model.path"]),
+    (["reward_model.enable=true"], ["reward_model.enable=true needs reward_model.model.path", "or embedded:tiny_rm"]),
+    # The embedded model named is the reward model, not the policy (embedded:tiny cannot score).
     (["reward_model.enable=true", "reward_model.model.path=/no/such/rm"],
-     ["reward_model.model.path=/no/such/rm is not a local directory"]),
+     ["reward_model.model.path=/no/such/rm is not a local directory", "or use embedded:tiny_rm"]),
     (["reward_model.max_length=100"], ["reward_model.max_length=100 is shorter than data.max_prompt_length=",
                                        "set it >= "]),
     (["reward_model.model.input_tokenizer=/no/such/tok"], ["reward_model.model.input_tokenizer=/no/such/tok",
@@ -82,6 +83,30 @@ def test_refusals_name_key_and_fix(data_files, rm_path, overrides, needles):
     message = refusal([*data_files, *enabled, *overrides])
     for needle in needles:
         assert needle in message, message
+
+
+def test_a_reward_model_path_without_enable_is_said(data_files, rm_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="logicrl"):
+        validate(compose([*data_files, f"reward_model.model.path={rm_path}"]))
+    [record] = [r for r in caplog.records if "reward_model" in r.getMessage()]
+    assert record.getMessage() == (f"reward_model.model.path={rm_path} is set but reward_model.enable=false: the "
+                                   "reward model is not loaded and rules alone score; set reward_model.enable=true to "
+                                   "use it")
+
+
+def test_negative_combine_weights_are_said(data_files, rm_path, caplog):
+    enabled = [*data_files, "reward_model.enable=true", f"reward_model.model.path={rm_path}"]
+    with caplog.at_level(logging.WARNING, logger="logicrl"):
+        validate(compose([*enabled, "reward.combine.mode=weighted", "reward.combine.weights.rule=-1",
+                          "reward.combine.by_data_source={kk_role: {model: -0.5}}"]))
+    [record] = [r for r in caplog.records if "reward.combine" in r.getMessage()]
+    # kk_role's rule weight, inherited from reward.combine.weights, is said once.
+    assert record.getMessage().startswith("reward.combine.weights.rule=-1, reward.combine.by_data_source.kk_role."
+                                          "model=-0.5 < 0: a higher score then lowers the reward")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="logicrl"):
+        validate(compose([*enabled, "reward.combine.mode=weighted", "reward.combine.weights.rule=0.5"]))
+    assert "reward.combine" not in caplog.text
 
 
 def test_a_combine_rule_without_a_reward_model_is_refused(data_files):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import struct
+import zipfile
 
 import pytest
 
@@ -11,18 +13,24 @@ from logicrl.models.spec import load_model_spec
 from logicrl.preflight.models import tokenizer_problem, weights_problem
 
 
+# The smallest whole files of each kind: a safetensors header holding no tensor, a zip archive.
+EMPTY_SAFETENSORS = struct.pack("<Q", 2) + b"{}"
+
+
 def test_weights_by_name_or_by_index(tmp_path):
     assert "has config.json but no weights" in weights_problem(tmp_path)
-    (tmp_path / "pytorch_model.bin").write_bytes(b"")
+    with zipfile.ZipFile(tmp_path / "pytorch_model.bin", "w") as archive:
+        archive.writestr("archive/data.pkl", b"x")
     assert weights_problem(tmp_path) is None
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors",
                             "c": "model-00002-of-00002.safetensors"}}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
-    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"")
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(EMPTY_SAFETENSORS)
     assert weights_problem(tmp_path) == (f"{tmp_path} lacks model-00001-of-00002.safetensors, listed in "
                                          "model.safetensors.index.json: copy the whole checkpoint")
-    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"")
-    assert weights_problem(tmp_path) is None
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    # Whole files, but the index places tensors in them that their headers do not hold.
+    assert "places 'a' in model-00001-of-00002.safetensors, which does not hold it" in weights_problem(tmp_path)
 
 
 @pytest.fixture(scope="module")
