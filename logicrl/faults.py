@@ -111,7 +111,7 @@ class Faults:
         if kind not in DISK_ERRORS:
             return None
         code = DISK_ERRORS[kind]
-        return OSError(code, f"{os.strerror(code)} (injected: {ENV})")
+        return OSError(code, f"{os.strerror(code)}, injected by {ENV}")
 
     def oom_due(self, point: str, step: int | None, rank: int | None = None) -> Fault | None:
         """A worker phase: the OOM to inject now on this rank (once per point and step), or None.

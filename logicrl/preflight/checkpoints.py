@@ -135,4 +135,7 @@ def _difference(cfg: DictConfig, path: Path, saved: dict | None) -> tuple[str, s
 
 
 def _show(value) -> str:
-    return "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
+    """As the user would type it on the command line: [q_proj,v_proj], 16 (not 16.0)."""
+    if isinstance(value, list):
+        return "[" + ",".join(map(str, value)) + "]"
+    return f"{value:g}" if isinstance(value, float) else str(value)
