@@ -119,3 +119,18 @@ def test_the_manifest_finds_missing_short_and_changed_files(tmp_path):
 def test_a_checkpoint_from_before_manifests_is_taken_as_it_is(tmp_path):
     (tmp_path / "trainer_state.json").write_text("{}")
     assert damage(tmp_path) is None
+
+
+def test_the_stop_hint_says_intact_only_where_a_checkpoint_is(tmp_path):
+    from omegaconf import OmegaConf
+
+    import main_ppo
+
+    cfg = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
+    assert main_ppo.resume_hint(cfg) == f"no checkpoint under {tmp_path} yet: the same command starts over"
+    (tmp_path / "global_step_1.tmp-" f"{'0' * 32}").mkdir()  # a save cut short is not a checkpoint
+    assert "no checkpoint" in main_ppo.resume_hint(cfg)
+    stage = tmp_path / "01_stage1" / "global_step_1"  # a curriculum's are in its stages' directories
+    stage.mkdir(parents=True)
+    (stage / "COMPLETE").write_text("1\n")
+    assert main_ppo.resume_hint(cfg) == f"checkpoints under {tmp_path} are intact: run the same command to resume"
