@@ -104,7 +104,8 @@ def main() -> None:
     save_gb = 15
     print(f"{args.mb} MiB in {args.chunk_mb:g} MiB chunks, median of {args.repeats}; os.cpu_count()={os.cpu_count()}")
     written = write_rate(data, args.repeats)
-    print(f"{'write to page cache':<18} {written / 1e9:6.2f} GB/s   {save_gb / (written / 1e9):6.1f} s per {save_gb} GB")
+    gbps = written / 1e9
+    print(f"{'write to page cache':<18} {gbps:6.2f} GB/s   {save_gb / gbps:6.1f} s per {save_gb} GB")
     for name, (make, update) in candidates().items():
         r = rate(make, update, data, chunk, args.repeats)
         print(f"{name:<18} {r / 1e9:6.2f} GB/s   {save_gb / (r / 1e9):6.1f} s per {save_gb} GB")

@@ -126,14 +126,18 @@ _FIXES = {errno.ENOSPC: "free disk there or point trainer.default_local_dir else
           errno.EPERM: "make it writable again or point trainer.default_local_dir elsewhere"}
 
 
+# What a file system says when it refuses a write; the first five have a fix of their own above.
+_FILE_SYSTEM_ERRORS = {*_FIXES, errno.EIO, errno.ENOENT, errno.ESTALE, errno.EFBIG}
+
+
 def save_failed(err: BaseException, root: str | Path, step: int) -> SaveFailed | None:
     """`err` as a SaveFailed when a file system error is behind it (raised here, or by a rank: the
     worker group's error carries the rank's exception as `cause`), else None."""
     cause = err if isinstance(err, OSError) else getattr(err, "cause", None)
-    if not isinstance(cause, OSError):
-        return None
+    if not isinstance(cause, OSError) or cause.errno not in _FILE_SYSTEM_ERRORS:
+        return None  # a lost connection between ranks is an OSError too, and not the disk's doing
     root = Path(root)
-    what = (cause.strerror or os.strerror(cause.errno)) if cause.errno else str(cause)
+    what = cause.strerror or os.strerror(cause.errno)
     where = ""
     if cause.filename:
         name = Path(cause.filename)
@@ -156,7 +160,9 @@ def saving(root: str | Path, step: int) -> Iterator[Path]:
     try:
         tmp = begin(root, step)
     except OSError as err:
-        raise save_failed(err, root, step) from err
+        if (failed := save_failed(err, root, step)) is None:
+            raise
+        raise failed from err
     try:
         yield tmp
         commit(tmp)

@@ -83,9 +83,9 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
         # Read in full before any rank loads it, as a resume's checkpoint is; there is no older one
         # to fall back to here (trainer/checkpoint.py).
         if previous_final is not None and (problem := damage(previous_final)):
-            raise ConfigError(f"{previous_final}, where stage {stage.index + 1}/{len(stages)} ({stage.name}) starts, is "
-                              f"damaged ({problem}): restore it from a copy, or start over with "
-                              "trainer.resume_mode=disable")
+            where = f"stage {stage.index + 1}/{len(stages)} ({stage.name})"
+            raise ConfigError(f"{previous_final}, where {where} starts, is damaged ({problem}): restore it from a "
+                              "copy, or start over with trainer.resume_mode=disable")
         r = cfg[ARR].rollout
         print(f"logicrl: stage {stage.index + 1}/{len(stages)} ({stage.name}): train_batch_size="
               f"{stage.plan.prompts}, rollout.n={stage.plan.n}, temperature={r.temperature}, "

@@ -39,15 +39,17 @@ def test_a_lora_rank_other_than_the_saved_one_is_refused_with_the_ways_out(data_
     saved(root, 3, config(data_files, root, f"{ARR}.model.lora_rank=8"))
     with pytest.raises(ConfigError) as err:
         check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=16"))
-    assert str(err.value) == (f"trainer.default_local_dir={root}: global_step_3 was saved with {ARR}.model.lora_rank=8, "
-                              f"this run has 16: resume it with {ARR}.model.lora_rank=8, {WAYS_OUT}")
+    assert str(err.value) == (f"trainer.default_local_dir={root}: global_step_3 was saved with "
+                              f"{ARR}.model.lora_rank=8, this run has 16: resume it with {ARR}.model.lora_rank=8, "
+                              f"{WAYS_OUT}")
     with pytest.raises(ConfigError, match=f"saved with {ARR}.model.lora_rank=8, this run has 0: "):
         check_checkpoint(config(data_files, root))  # the full model from a LoRA checkpoint
     with pytest.raises(ConfigError, match=f"saved with {ARR}.model.lora_alpha=16, this run has 32: "):
         check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=8", f"{ARR}.model.lora_alpha=32"))
     with pytest.raises(ConfigError, match=rf"saved with {ARR}.model.target_modules=all-linear, this run has "
                                           r"\[q_proj,v_proj\]: resume it with"):
-        check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=8", f"{ARR}.model.target_modules=[v_proj,q_proj]"))
+        check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=8",
+                                f"{ARR}.model.target_modules=[v_proj,q_proj]"))
     check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=8"))  # the same run fits
     check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=16", "trainer.resume_mode=disable"))
 
@@ -77,9 +79,9 @@ def test_another_model_shape_is_refused_naming_the_fields_and_the_old_path(data_
     saved(root, 5, config(data_files, root, f"{ARR}.model.path={small}"))
     with pytest.raises(ConfigError) as err:
         check_checkpoint(config(data_files, root, f"{ARR}.model.path={large}"))
-    assert str(err.value) == (f"trainer.default_local_dir={root}: global_step_5 was saved from a model with hidden_size=64, "
-                              f"head_dim=32 ({ARR}.model.path={small}), and {ARR}.model.path={large} has hidden_size=128, "
-                              f"head_dim=64: resume it with {ARR}.model.path={small}, {WAYS_OUT}")
+    assert str(err.value) == (f"trainer.default_local_dir={root}: global_step_5 was saved from a model with "
+                              f"hidden_size=64, head_dim=32 ({ARR}.model.path={small}), and {ARR}.model.path={large} "
+                              f"has hidden_size=128, head_dim=64: resume it with {ARR}.model.path={small}, {WAYS_OUT}")
 
 
 def test_resume_mode_naming_a_checkpoint_is_compared_and_named(data_files, tmp_path):

@@ -162,7 +162,8 @@ def test_a_full_or_read_only_disk_mid_save_is_one_line_and_keeps_the_previous_ch
         _save(root, 3, model, optimizer, scheduler, source, fault=OSError(code, words))
     line = str(failed.value)
     assert line == (f"saving global_step_3 in {root} failed: {words} (actor/__0_0.distcp): {fix} or point "
-                    f"trainer.default_local_dir elsewhere; global_step_2 is intact and the same command resumes from it")
+                    "trainer.default_local_dir elsewhere; global_step_2 is intact and the same command resumes "
+                    "from it")
     assert isinstance(failed.value.__cause__, OSError) and failed.value.__cause__.errno == code
     assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "global_step_2", ckpt.LATEST_FILE]
     assert ckpt.damage(root / "global_step_2") is None and ckpt.read_latest_pointer(root) == 2
@@ -242,5 +243,13 @@ def test_a_damaged_checkpoint_a_curriculum_stage_starts_from_is_refused_before_i
     _overwrite(final / "actor" / "__0_0.distcp", 10, 4)
     with pytest.raises(ckpt.ConfigError) as err:
         run_curriculum(stages, root, tmp_path / "run", carry_optimizer=False, resume=True)
-    assert str(err.value) == (f"{final}, where stage 2/2 (s2) starts, is damaged (actor/__0_0.distcp changed since it "
-                              "was saved (CRC-32)): restore it from a copy, or start over with trainer.resume_mode=disable")
+    assert str(err.value) == (f"{final}, where stage 2/2 (s2) starts, is damaged (actor/__0_0.distcp changed since "
+                              "it was saved (CRC-32)): restore it from a copy, or start over with "
+                              "trainer.resume_mode=disable")
+
+
+def test_a_lost_connection_during_a_save_is_not_called_a_disk_error(root):
+    # ConnectionResetError is an OSError (ECONNRESET): a rank's broken link is not the file system's.
+    with pytest.raises(ConnectionResetError):
+        with ckpt.saving(root, 3):
+            raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
