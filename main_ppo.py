@@ -20,6 +20,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from logicrl.checkpoint_layout import holds_checkpoints
 from logicrl.config import check_overrides, validate
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
@@ -125,6 +126,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
     from logicrl.faults import Faults
     from logicrl.logs import run_log_file
     from logicrl.signals import Preempted, stop_request_of
+    from logicrl.trainer.checkpoint import SaveFailed
     from logicrl.trainer.divergence import Diverged
     from logicrl.trainer.micro_sizes import OutOfMemoryOnRank
     from logicrl.workers.oom import OutOfMemoryAtMinimum
@@ -150,6 +152,9 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
     except OutOfMemoryOnRank as err:  # its line names the rank, phase, saved size and checkpoint
         keep_traceback(run_log_file(run_dir), err)  # the rank's own traceback, for the curious
         raise Ended(EXIT_OOM_RESUME, f"error: {err}", err) from None
+    except SaveFailed as err:  # a full disk or read-only directory: its line names the cause and what is intact
+        keep_traceback(run_log_file(run_dir), err)
+        stop(err, str(err), EXIT_FAILED, show_all)
     except WorkerFailed as err:
         if isinstance(err.cause, OutOfMemoryAtMinimum):  # its message names the knob and the checkpoint
             raise Ended(EXIT_OOM, f"error: {str(err.cause).splitlines()[0]}", err) from None
@@ -178,7 +183,10 @@ def stopped_code(err: BaseException) -> int:
 
 
 def resume_hint(cfg: DictConfig) -> str:
-    return f"checkpoints under {cfg.trainer.default_local_dir} are intact: run the same command to resume"
+    root = cfg.trainer.default_local_dir
+    if not holds_checkpoints(root):
+        return f"no checkpoint under {root} yet: the same command starts over"
+    return f"checkpoints under {root} are intact: run the same command to resume"
 
 
 def keep_traceback(log_file: Path, err: BaseException) -> Path:

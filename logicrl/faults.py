@@ -8,7 +8,9 @@ A fault is `kind@point:step[#stage][@rankN]`; points are the phase names (config
 rank at the end of the first attempt, after its collectives: the case the ranks retry; with @rankN
 inside the first decoder layer's forward: the real case, which ends the run), raise, die (the worker
 process exits), stall (sleeps STALL_S, so a signal test knows the step is in flight), nan (after the
-phase, the weights of its FSDP2 model go NaN: what a diverged update leaves). docs/faults.md.
+phase, the weights of its FSDP2 model go NaN: what a diverged update leaves), enospc and erofs
+(at `save` only: the ranks' first checkpoint write fails as on a full disk or a read-only file
+system; the tests run as root, whom chmod does not stop). docs/faults.md.
 
 The entry point reads the variable once (`Faults.from_env`) and passes the object down: the
 controller's phase runner and the workers' phase wrapper are the only places that fire it. A fixed
@@ -17,6 +19,7 @@ point makes a test reproducible and lets it hit the narrow windows (mid-save) on
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -24,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 ENV = "LOGICRL_INJECT_FAULT"
-KINDS = ("sigkill", "oom", "raise", "die", "stall", "nan")
+KINDS = ("sigkill", "oom", "raise", "die", "stall", "nan", "enospc", "erofs")
+DISK_ERRORS = {"enospc": errno.ENOSPC, "erofs": errno.EROFS}
 STALL_S = 60.0
 
 
@@ -49,6 +53,8 @@ def parse(spec: str) -> dict[tuple[str, int, int | None], Fault]:
                              "e.g. sigkill@update_actor:3 or oom@update_actor:2@rank1") from None
         if kind not in KINDS:
             raise ValueError(f"{ENV}: unknown fault kind {kind!r} in {item!r}: use {', '.join(KINDS)}")
+        if kind in DISK_ERRORS and point != "save":
+            raise ValueError(f"{ENV}: {item!r}: {kind} fails a checkpoint write: its point is save, e.g. {kind}@save:2")
         if kind == "sigkill" and rank is not None:
             raise ValueError(f"{ENV}: {item!r}: sigkill kills the controller, which has no rank: drop @rank{rank}")
     return faults
@@ -103,6 +109,14 @@ class Faults:
     def nan_due(self, point: str, step: int | None, rank: int | None = None) -> bool:
         """A worker phase, as it ends: whether to make its model's weights NaN on this rank."""
         return self._kind(point, step, rank) == "nan"
+
+    def disk_error_due(self, point: str, step: int | None, rank: int | None = None) -> OSError | None:
+        """A worker's checkpoint writer: the file system error to raise at its first write, or None."""
+        kind = self._kind(point, step, rank)
+        if kind not in DISK_ERRORS:
+            return None
+        code = DISK_ERRORS[kind]
+        return OSError(code, f"{os.strerror(code)}, injected by {ENV}")
 
     def oom_due(self, point: str, step: int | None, rank: int | None = None) -> Fault | None:
         """A worker phase: the OOM to inject now on this rank (once per point and step), or None.

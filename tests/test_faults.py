@@ -1,5 +1,7 @@
 """LOGICRL_INJECT_FAULT's grammar (logicrl/faults.py): where each fault fires, and on which rank."""
 
+import errno
+
 import pytest
 
 from logicrl.faults import Fault, Faults, parse
@@ -56,3 +58,14 @@ def test_a_stall_sleeps_in_its_phase_only(monkeypatch):
     assert slept == []
     faults.fail_worker_if_due("update_actor", 3, rank=0)
     assert slept == [faults_module.STALL_S]
+
+
+def test_disk_faults_fire_at_save_only_as_the_file_system_s_own_error():
+    faults = Faults(parse("enospc@save:2,erofs@save:3@rank1"))
+    full = faults.disk_error_due("save", 2, rank=0)
+    assert isinstance(full, OSError) and full.errno == errno.ENOSPC and full.filename is None  # the writer names it
+    assert faults.disk_error_due("save", 3, rank=0) is None
+    assert faults.disk_error_due("save", 3, rank=1).errno == errno.EROFS
+    assert faults.disk_error_due("save", 1, rank=0) is None
+    with pytest.raises(ValueError, match="enospc fails a checkpoint write: its point is save"):
+        parse("enospc@update_actor:2")

@@ -6,8 +6,8 @@
 The cheap and decisive checks come first: every model's weight files, read from their headers
 (models.py), LoRA's target modules (lora.py: the planner sizes the adapters they pick), every
 stage's memory plan (memory.py), then every stage's inputs (device.py, data.py and disk.py, then
-models.py, whose tokenizer lets data.py tokenize the sampled prompts), so a later stage's bad data
-file stops the first from starting.
+models.py, whose tokenizer lets data.py tokenize the sampled prompts, and checkpoints.py: does the
+one it resumes from fit), so a later stage's bad data file stops the first from starting.
 The directories are made (disk.py) only once every stage passed: a refused run leaves nothing on
 disk. Each stage is planned once; its StagePlan carries the numbers the later checks need.
 """
@@ -20,6 +20,7 @@ from typing import Sequence
 from omegaconf import DictConfig
 
 from logicrl.config.stages import Stage
+from logicrl.preflight.checkpoints import check_checkpoint
 from logicrl.preflight.data import check_data
 from logicrl.preflight.device import check_device
 from logicrl.preflight.disk import check_directories, checkpoint_bytes, create_directories
@@ -63,11 +64,13 @@ def preflight(stages: Sequence[Stage]) -> Plans:
 
 def check_inputs(cfg: DictConfig, planned: StagePlan) -> None:
     """What one stage reads and writes: the device, data files, directories and disk, model
-    directories. A dry run skips what needs the tokenizer."""
+    directories, the checkpoint it would resume from. A dry run skips what needs the tokenizer."""
     # What needs no transformers import first (a second or so), then the tokenizer's checks.
     check_device(cfg, planned.plan)
     check_data(cfg, None)
     check_directories(cfg, planned.plan, checkpoint_bytes(planned.memory.inputs, cfg.trainer.save_hf_model))
     tokenizer = check_models(cfg, dry_run=cfg.trainer.dry_run)
+    # After the model checks: the comparison reads the model's config.json, which they vouched for.
+    check_checkpoint(cfg)
     if tokenizer is not None:
         check_data(cfg, tokenizer)

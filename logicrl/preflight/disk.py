@@ -86,8 +86,8 @@ def check_directories(cfg: DictConfig, plan: StepPlan, need: int) -> None:
         existing = existing.parent
     free = shutil.disk_usage(existing).free
     if free < need:
-        problem = (f"trainer.default_local_dir={root}: {free / GB:.1f} GB free, one checkpoint needs about "
-                   f"{need / GB:.1f} GB: free disk there or point trainer.default_local_dir elsewhere")
+        problem = (f"trainer.default_local_dir={root}: {size(free)} free, one checkpoint needs about "
+                   f"{size(need)}: free disk there or point trainer.default_local_dir elsewhere")
         if not t.dry_run:
             raise ConfigError(problem)
         log.warning(problem)  # a dry run may plan, on a laptop, a run for a cluster's disks
@@ -97,9 +97,19 @@ def check_directories(cfg: DictConfig, plan: StepPlan, need: int) -> None:
     saves = 1 if t.save_freq == -1 else plan.total_steps // t.save_freq + 1  # the last step always saves
     held = min(saves, keep + 1) if keep is not None and keep >= 0 else saves
     if free < held * need:
-        log.warning(f"trainer.default_local_dir={root}: {free / GB:.1f} GB free holds fewer than the {held} "
-                    f"checkpoints of {need / GB:.1f} GB this run keeps at once: set trainer.max_actor_ckpt_to_keep "
+        log.warning(f"trainer.default_local_dir={root}: {size(free)} free holds fewer than the {held} "
+                    f"checkpoints of {size(need)} this run keeps at once: set trainer.max_actor_ckpt_to_keep "
                     "or free disk before the later saves")
+
+
+def size(nbytes: float) -> str:
+    """Bytes for a person: GB from one GB up, MB below (a tiny run's checkpoint is a few MB, and
+    "0.0 GB free, needs 0.0 GB" says nothing), kB below one MB."""
+    if nbytes >= GB:
+        return f"{nbytes / GB:.1f} GB"
+    if nbytes >= 1e6:
+        return f"{nbytes / 1e6:.1f} MB"
+    return f"{nbytes / 1e3:.0f} kB"
 
 
 def create_directories(cfg: DictConfig) -> None:

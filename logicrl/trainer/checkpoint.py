@@ -1,25 +1,22 @@
 """Checkpoint directories on the controller: atomic commit, the resume point, pruning, trainer state.
 
-    global_step_N/                      trainer_state.json, actor/ critic/ (workers/checkpoint.py),
-                                        huggingface/, MANIFEST.json, COMPLETE (written last)
-    global_step_N.corrupt-<time>/       found damaged at resume, set aside (never deleted)
-    latest_checkpointed_iteration.txt   "N", replaced atomically after the rename
-
-A save goes into `global_step_N.tmp-<uuid>/`; `commit` writes COMPLETE, renames it into place and only
-then moves the `latest` pointer, so a crash (even SIGKILL) leaves the previous state or the new one.
-The COMPLETE markers decide what is resumable; the pointer is kept for verl's tools and for people.
-At resume the newest is checked against its manifest (`damage`): every file's size, but checksums only
-under SMALL_FILE bytes, since summing a 7B run's ~100 GB at each save and resume would cost more than
-the failures sizes already catch (a copy cut short, a full disk). Nothing here unpickles: the trainer
-state is JSON, RNG states included. What users see: docs/faults.md.
+The layout and what counts as complete: logicrl/checkpoint_layout.py. A save goes into
+`global_step_N.tmp-<uuid>/`; `commit` writes the manifest and COMPLETE, renames it into place and only
+then moves the `latest` pointer, so a crash (even SIGKILL) leaves the previous state or the new one. A
+file system that refuses the save (full, read-only) ends it with `SaveFailed`, one line naming the
+cause, the directory and the checkpoint still intact. MANIFEST.json holds every file's size and CRC-32,
+taken from what the writers summed as they wrote (logicrl/checksums.py; only the controller's own
+small JSON files are summed by reading them); at resume the chosen checkpoint is read in full against
+it before any rank loads it, and a damaged one is set aside. Nothing here unpickles: the trainer state
+is JSON, RNG states included. What users see: docs/faults.md.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import uuid
@@ -29,19 +26,23 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from logicrl.checkpoint_layout import (  # noqa: F401 - re-exported: the trainer's callers use these names from here
+    COMPLETE_MARKER,
+    LATEST_FILE,
+    MANIFEST_FILE,
+    STATE_FILE,
+    TMP_DIR,
+    complete_checkpoints,
+    is_complete,
+    read_latest_pointer,
+    step_dir,
+)
+from logicrl.checksums import file_checksum, is_sidecar, recorded
 from logicrl.config.errors import ConfigError
 
 log = logging.getLogger("logicrl.trainer")
-LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name, so its tooling finds our runs
-COMPLETE_MARKER = "COMPLETE"
-MANIFEST_FILE = "MANIFEST.json"
-SMALL_FILE = 1 << 20  # files up to this size also get a CRC-32 in the manifest
-STATE_FILE = "trainer_state.json"
+MANIFEST_FORMAT = 2  # 1: [size, CRC-32 as an int, or None above 1 MiB]; 2: [size, "crc32:<hex>"] for every file
 STATE_FORMAT = 1  # bump when trainer_state.json changes shape; read_trainer_state refuses newer ones
-
-_STEP_DIR = re.compile(r"global_step_(\d+)")
-# Only names `begin` creates: `prune` and `remove_stale_tmp` delete nothing else.
-_TMP_DIR = re.compile(r"global_step_(\d+)\.tmp-[0-9a-f]{32}")
 
 
 # ---------------------------------------------------------------- trainer state
@@ -70,10 +71,6 @@ def read_trainer_state(directory: str | Path) -> TrainerState:
 
 
 # ---------------------------------------------------------------- atomic commit
-def step_dir(root: str | Path, step: int) -> Path:
-    return Path(root) / f"global_step_{step}"
-
-
 def begin(root: str | Path, step: int) -> Path:
     """A fresh, empty `global_step_N.tmp-<uuid>/` under `root` for ranks and controller to write into."""
     Path(root).mkdir(parents=True, exist_ok=True)
@@ -85,7 +82,7 @@ def begin(root: str | Path, step: int) -> Path:
 def commit(tmp: str | Path) -> Path:
     """Mark `tmp` complete, rename it to `global_step_N`, then move the `latest` pointer. Returns the final path."""
     tmp = Path(tmp)
-    match = _TMP_DIR.fullmatch(tmp.name)
+    match = TMP_DIR.fullmatch(tmp.name)
     if match is None:
         raise ValueError(f"{tmp} is not a directory made by checkpoint.begin")
     step = int(match.group(1))
@@ -111,20 +108,69 @@ def commit(tmp: str | Path) -> Path:
 def abort(tmp: str | Path) -> None:
     """Drop an unfinished save (only ever a tmp dir)."""
     tmp = Path(tmp)
-    if _TMP_DIR.fullmatch(tmp.name):
+    if TMP_DIR.fullmatch(tmp.name):
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class SaveFailed(Exception):
+    """The file system refused a save (full, read-only, no permission): one line for the user."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(message.split()))
+
+
+_FIXES = {errno.ENOSPC: "free disk there or point trainer.default_local_dir elsewhere",
+          errno.EDQUOT: "free some of your quota there or point trainer.default_local_dir elsewhere",
+          errno.EROFS: "make it writable again or point trainer.default_local_dir elsewhere",
+          errno.EACCES: "make it writable again or point trainer.default_local_dir elsewhere",
+          errno.EPERM: "make it writable again or point trainer.default_local_dir elsewhere"}
+
+
+# What a file system says when it refuses a write; the first five have a fix of their own above.
+_FILE_SYSTEM_ERRORS = {*_FIXES, errno.EIO, errno.ENOENT, errno.ESTALE, errno.EFBIG}
+
+
+def save_failed(err: BaseException, root: str | Path, step: int) -> SaveFailed | None:
+    """`err` as a SaveFailed when a file system error is behind it (raised here, or by a rank: the
+    worker group's error carries the rank's exception as `cause`), else None."""
+    cause = err if isinstance(err, OSError) else getattr(err, "cause", None)
+    if not isinstance(cause, OSError) or cause.errno not in _FILE_SYSTEM_ERRORS:
+        return None  # a lost connection between ranks is an OSError too, and not the disk's doing
+    root = Path(root)
+    what = cause.strerror or os.strerror(cause.errno)
+    where = ""
+    if cause.filename:
+        name = Path(cause.filename)
+        # The file inside the save's tmp dir says which writer met it (actor/__0_0.distcp, huggingface/...).
+        tmp = next((p for p in name.parents if TMP_DIR.fullmatch(p.name)), None)
+        base = tmp if tmp is not None else root if root in name.parents else None
+        where = f" ({name.relative_to(base) if base is not None else name})"
+    fix = _FIXES.get(cause.errno, "check that file system or point trainer.default_local_dir elsewhere")
+    found = complete_checkpoints(root)
+    kept = (f"{found[-1][1].name} is intact and the same command resumes from it" if found
+            else "no checkpoint was saved before it, so the same command starts over")
+    return SaveFailed(f"saving global_step_{step} in {root} failed: {what}{where}: {fix}; {kept}")
 
 
 @contextmanager
 def saving(root: str | Path, step: int) -> Iterator[Path]:
-    """`with saving(root, step) as tmp:` write into tmp; committed on success, dropped on an exception."""
-    tmp = begin(root, step)
+    """`with saving(root, step) as tmp:` write into tmp; committed on success, dropped on an exception.
+    A file system error (here or on a rank) comes out as SaveFailed; what could not be removed of the
+    tmp dir (a read-only directory) is swept at the next start (remove_stale_tmp)."""
+    try:
+        tmp = begin(root, step)
+    except OSError as err:
+        if (failed := save_failed(err, root, step)) is None:
+            raise
+        raise failed from err
     try:
         yield tmp
-    except BaseException:
+        commit(tmp)
+    except BaseException as err:
         abort(tmp)
+        if (failed := save_failed(err, root, step)) is not None:
+            raise failed from err
         raise
-    commit(tmp)
 
 
 def write_durably(path: Path, text: str) -> None:
@@ -165,34 +211,49 @@ def _fsync_tree(directory: Path) -> None:
 
 # ---------------------------------------------------------------- integrity
 def manifest(directory: Path) -> dict:
-    """{relative path: [size, crc32 or None]} of every file under `directory`."""
+    """{relative path: [size, checksum]} of every file under `directory`. A checksum comes from the
+    writer's record when its size still matches (no second read: logicrl/checksums.py), else from
+    reading the file; the records are folded in and removed."""
+    sums = recorded(directory, remove=True)
     files = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         rel = path.relative_to(directory).as_posix()
-        if rel in (MANIFEST_FILE, COMPLETE_MARKER):
+        if rel in (MANIFEST_FILE, COMPLETE_MARKER) or is_sidecar(path):
             continue
         size = path.stat().st_size
-        files[rel] = [size, zlib.crc32(path.read_bytes()) if size <= SMALL_FILE else None]
-    return {"format": 1, "files": files}
+        known = sums.get(rel)
+        files[rel] = [size, known[1] if known is not None and known[0] == size else file_checksum(path)]
+    return {"format": MANIFEST_FORMAT, "files": files}
 
 
 def damage(directory: str | Path) -> str | None:
-    """What is wrong with a complete checkpoint by its manifest, or None (also without a manifest)."""
+    """What is wrong with a complete checkpoint by its manifest, or None (also without a manifest).
+    Sizes first (a file cut short is named without reading the rest), then every file's checksum:
+    the whole checkpoint is read once."""
     directory = Path(directory)
     try:
-        files = json.loads((directory / MANIFEST_FILE).read_text())["files"]
+        data = json.loads((directory / MANIFEST_FILE).read_text())
+        files = data["files"]
+        entries = [(rel, int(size), checksum) for rel, (size, checksum) in files.items()]
     except FileNotFoundError:
         return None  # saved before manifests existed
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         return f"its {MANIFEST_FILE} is unreadable"
-    for rel, (size, crc) in files.items():
+    for rel, size, _ in entries:
         path = directory / rel
         if not path.is_file():
             return f"{rel} is missing"
         actual = path.stat().st_size
         if actual != size:
             return f"{rel} is {actual} bytes, {size} when saved"
-        if crc is not None and zlib.crc32(path.read_bytes()) != crc:
+    for rel, _, checksum in entries:
+        if checksum is None:
+            continue  # format 1 summed only files up to 1 MiB
+        if isinstance(checksum, int):  # format 1: a bare CRC-32
+            same = zlib.crc32((directory / rel).read_bytes()) == checksum
+        else:
+            same = file_checksum(directory / rel) == checksum
+        if not same:
             return f"{rel} changed since it was saved (CRC-32)"
     return None
 
@@ -208,32 +269,6 @@ def set_aside(path: Path, problem: str) -> Path:
 
 
 # ---------------------------------------------------------------- what is on disk
-def is_complete(path: str | Path) -> bool:
-    path = Path(path)
-    return _STEP_DIR.fullmatch(path.name) is not None and (path / COMPLETE_MARKER).is_file()
-
-
-def complete_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint under `root`, oldest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = []
-    for entry in root.iterdir():
-        match = _STEP_DIR.fullmatch(entry.name)
-        if match and entry.is_dir() and is_complete(entry):
-            found.append((int(match.group(1)), entry))
-    return sorted(found)
-
-
-def read_latest_pointer(root: str | Path) -> int | None:
-    """The step in `latest_checkpointed_iteration.txt`, or None when there is none."""
-    try:
-        return int((Path(root) / LATEST_FILE).read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def remove_stale_tmp(root: str | Path) -> list[Path]:
     """Delete leftover `global_step_N.tmp-<uuid>` dirs of a crashed save; returns what it removed.
 
@@ -245,7 +280,7 @@ def remove_stale_tmp(root: str | Path) -> list[Path]:
         return []
     removed = []
     for entry in root.iterdir():
-        if _TMP_DIR.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink():
+        if TMP_DIR.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
@@ -258,15 +293,15 @@ def find_resume_point(root: str | Path, resume_mode: str, clean: bool = True) ->
     anything else is a path to one checkpoint, which must be complete. With `clean`, leftover tmp
     dirs under `root` are removed first (they are ignored either way).
     """
+    if clean:
+        remove_stale_tmp(root)  # a failed save's debris, also when starting over
     if resume_mode == "disable":
         return None
-    if clean:
-        remove_stale_tmp(root)
     if resume_mode == "auto":
         found = complete_checkpoints(root)
         while found:
             step, path = found.pop()
-            problem = damage(path)
+            problem = verified(path)
             if problem is None:
                 if read_latest_pointer(root) != step:
                     write_durably(Path(root) / LATEST_FILE, f"{step}\n")
@@ -280,10 +315,21 @@ def find_resume_point(root: str | Path, resume_mode: str, clean: bool = True) ->
     if not is_complete(path):
         raise ConfigError(f"trainer.resume_mode={resume_mode} is not a complete checkpoint (a global_step_N "
                           f"directory with a {COMPLETE_MARKER} file): pick an older global_step_N or use auto")
-    if problem := damage(path):
+    if problem := verified(path):
         raise ConfigError(f"trainer.resume_mode={resume_mode} is damaged ({problem}): pick an older global_step_N "
                           "or use auto, which skips damaged ones")
     return path
+
+
+def verified(path: Path) -> str | None:
+    """damage(path), saying how long the full read took: a large checkpoint takes a while to verify."""
+    start = time.perf_counter()
+    problem = damage(path)
+    if problem is None:
+        size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        log.info(f"verified {path} ({size / 1e9:.2f} GB) against its {MANIFEST_FILE} in "
+                 f"{time.perf_counter() - start:.1f} s")
+    return problem
 
 
 def prune(root: str | Path, keep: int | None) -> list[Path]:

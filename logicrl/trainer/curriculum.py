@@ -17,7 +17,7 @@ from logicrl.config.plan import ARR
 from logicrl.config.errors import ConfigError
 from logicrl.config.stages import Stage
 from logicrl.faults import Faults
-from logicrl.trainer.checkpoint import complete_checkpoints, write_durably
+from logicrl.trainer.checkpoint import complete_checkpoints, damage, write_durably
 from logicrl.trainer.ppo import PPOTrainer
 from logicrl.trainer.summaries import stage_row, write_summaries
 
@@ -80,6 +80,12 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
             log.info(f"stage {stage.index + 1}/{len(stages)} ({stage.name}) already finished: {previous_final}")
             continue
         cfg = stage.cfg
+        # Read in full before any rank loads it, as a resume's checkpoint is; there is no older one
+        # to fall back to here (trainer/checkpoint.py).
+        if previous_final is not None and (problem := damage(previous_final)):
+            where = f"stage {stage.index + 1}/{len(stages)} ({stage.name})"
+            raise ConfigError(f"{previous_final}, where {where} starts, is damaged ({problem}): restore it from a "
+                              "copy, or start over with trainer.resume_mode=disable")
         r = cfg[ARR].rollout
         print(f"logicrl: stage {stage.index + 1}/{len(stages)} ({stage.name}): train_batch_size="
               f"{stage.plan.prompts}, rollout.n={stage.plan.n}, temperature={r.temperature}, "

@@ -27,6 +27,7 @@ from logicrl.data.dataset import load_prompts
 from logicrl.faults import Faults
 from logicrl.logs import quiet_driver
 from logicrl.models.loading import load_tokenizer
+from logicrl.preflight.checkpoints import write_run_shape
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
@@ -201,6 +202,7 @@ class PPOTrainer:
                                         "train_batch_size": self.plan.prompts,
                                         "train_rows": len(self.train_set)})
             write_trainer_state(tmp, state)
+            write_run_shape(tmp, self.cfg)  # what it fits, for the next run's preflight (preflight/checkpoints.py)
             self.faults.kill_if_due("save", step)
         pruned = prune(self.ckpt_root, t.max_actor_ckpt_to_keep)
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))

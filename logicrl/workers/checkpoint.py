@@ -10,6 +10,8 @@ plain value types. `export_hf` gathers one parameter at a time (weight_sync, LoR
 safetensors on rank 0; with LoRA also the adapter alone, in peft's format. The sharded state holds the
 fp32 masters and AdamW states, so a resume continues from exactly the trained values; the export is in
 the compute dtype (what the engine serves, at half the size), and nothing resumes from it.
+Every file goes through logicrl/checksums.py as it is written (DCP through `_SummingWriter`, the
+export through its own streaming safetensors writer), so the manifest needs no second read of them.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ import json
 import os
 import pickle
 import shutil
+import struct
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -32,6 +38,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from logicrl.checksums import Checksums
 from logicrl.models.loading import checkpoint_dir
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.workers.fsdp import full_tensor
@@ -93,27 +100,75 @@ class _SafeFileSystemReader(dcp.FileSystemReader):
         return metadata
 
 
+# ---------------------------------------------------------------- summing DCP's writes
+class _SummingFileSystem(FileSystem):
+    """DCP's local file system, with every file it writes going through a Checksums record."""
+
+    def __init__(self, sums: Checksums):
+        super().__init__()
+        self.sums = sums
+
+    @contextmanager
+    def create_stream(self, path, mode: str):
+        if "w" not in mode:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with self.sums.open(path) as stream:
+            yield stream
+
+    def rename(self, path, new_path) -> None:
+        super().rename(path, new_path)
+        self.sums.moved(path, new_path)  # .metadata is written as .metadata.tmp, then renamed
+
+
+class _SummingWriter(dcp.FileSystemWriter):
+    def __init__(self, directory: Path, sums: Checksums):
+        super().__init__(directory)
+        self.fs = _SummingFileSystem(sums)
+
+
+def _disk_error(err: CheckpointException) -> OSError | None:
+    """The first OSError behind DCP's CheckpointException ("ranks:dict_keys([0])", which names no
+    cause): a full disk or a read-only directory must reach the user as itself."""
+    for failure in err.failures.values():
+        cause = failure[0] if isinstance(failure, tuple) else failure
+        if isinstance(cause, OSError):
+            return cause
+    return None
+
+
 # ---------------------------------------------------------------- model + optimizer + scheduler
 def save_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 scheduler, trainable_only: bool = False) -> None:
+                 scheduler, trainable_only: bool = False, fault: OSError | None = None) -> None:
     """Every rank: write its shards of `model` and `optimizer`, plus the scheduler (rank 0) and its RNG.
 
     `trainable_only` (for LoRA) skips frozen parameters: the base weights come back from
     actor_rollout_ref.model.path on load, so a checkpoint holds only the adapter and its optimizer.
+    A file system error comes out as the OSError itself (every rank raises it: DCP gathers failures).
+    `fault`: a test's injected disk error (logicrl/faults.py), raised by the first write.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     options = StateDictOptions(ignore_frozen_params=trainable_only)
     model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
-    dcp.save({"model": model_sd, "optim": optim_sd}, storage_writer=dcp.FileSystemWriter(directory))
-    (directory / f"rng_rank{_rank()}.json").write_text(json.dumps(capture_rng_state()))
-    if _rank() == 0:
-        sched = scheduler.state_dict()
-        # LambdaLR stores plain functions as None (they are rebuilt from config); a callable object
-        # here would need pickle, so fail loudly at save time rather than at resume.
-        (directory / SCHEDULER_FILE).write_text(json.dumps(sched))
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        (directory / META_FILE).write_text(json.dumps({"trainable_only": trainable_only, "world_size": world}))
+    with Checksums(directory, f"rank{_rank()}", fault) as sums:
+        try:
+            dcp.save({"model": model_sd, "optim": optim_sd}, storage_writer=_SummingWriter(directory, sums))
+        except CheckpointException as err:
+            cause = _disk_error(err)
+            if cause is None:
+                raise
+            raise cause from err
+        sums.write_bytes(directory / f"rng_rank{_rank()}.json", json.dumps(capture_rng_state()).encode())
+        if _rank() == 0:
+            sched = scheduler.state_dict()
+            # LambdaLR stores plain functions as None (they are rebuilt from config); a callable object
+            # here would need pickle, so fail loudly at save time rather than at resume.
+            sums.write_bytes(directory / SCHEDULER_FILE, json.dumps(sched).encode())
+            world = dist.get_world_size() if dist.is_initialized() else 1
+            meta = {"trainable_only": trainable_only, "world_size": world}
+            sums.write_bytes(directory / META_FILE, json.dumps(meta).encode())
     _barrier()  # the controller commits after this returns on every rank: all files are written
 
 
@@ -163,18 +218,51 @@ def _is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config")
 
 
-def _copy_source_files(source: Path, out_dir: Path) -> None:
+def _copy_source_files(source: Path, out_dir: Path, sums: Checksums) -> None:
     """config.json, tokenizer and generation config from the source checkpoint; never its weights."""
     for entry in source.iterdir():
         if entry.is_file() and not entry.name.endswith(_WEIGHT_SUFFIXES) and not entry.name.startswith("."):
-            shutil.copy2(entry, out_dir / entry.name)
+            with open(entry, "rb") as src, sums.open(out_dir / entry.name) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+
+
+# safetensors' dtype names (its format spec); the export holds floating weights, the rest for completeness.
+_SAFETENSORS_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+                       torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+                       torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], sums: Checksums,
+                      metadata: dict[str, str] | None = None) -> None:
+    """`tensors` as one safetensors file, streamed tensor by tensor through `sums`.
+
+    The format (an 8-byte little-endian header length, a JSON header padded with spaces to 8 bytes,
+    then each tensor's bytes back to back, little-endian) written here rather than by safetensors'
+    save_file, which writes from Rust where no checksum can see the bytes; its `save` would hold the
+    whole file in memory a second time. safetensors' own loaders read what this writes (tested).
+    """
+    header: dict = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for name, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with sums.open(path) as f:
+        f.write(struct.pack("<Q", len(encoded)) + encoded)
+        for tensor in tensors.values():
+            if tensor.numel():
+                # x86 and ARM are little-endian, as the format is: the bytes go as they are in memory.
+                f.write(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
 class _ShardWriter:
     """Buffers tensors up to `limit` bytes, then writes one safetensors file; names fixed at close."""
 
-    def __init__(self, out_dir: Path, limit: int):
-        self.out_dir, self.limit = out_dir, limit
+    def __init__(self, out_dir: Path, limit: int, sums: Checksums):
+        self.out_dir, self.limit, self.sums = out_dir, limit, sums
         self.buffer: dict[str, torch.Tensor] = {}
         self.size = 0
         self.files: list[tuple[Path, list[str]]] = []
@@ -189,31 +277,33 @@ class _ShardWriter:
         self.total += nbytes
 
     def _flush(self) -> None:
-        from safetensors.torch import save_file
-
         path = self.out_dir / f".shard-{len(self.files):05d}.partial"
-        save_file(self.buffer, str(path), metadata={"format": "pt"})
+        write_safetensors(path, self.buffer, self.sums, metadata={"format": "pt"})
         self.files.append((path, list(self.buffer)))
         self.buffer, self.size = {}, 0
+
+    def _rename(self, path: Path, final: str) -> None:
+        os.replace(path, self.out_dir / final)
+        self.sums.moved(path, self.out_dir / final)
 
     def close(self) -> None:
         if self.buffer or not self.files:
             self._flush()
         if len(self.files) == 1:
-            os.replace(self.files[0][0], self.out_dir / "model.safetensors")
+            self._rename(self.files[0][0], "model.safetensors")
             return
         weight_map = {}
         n = len(self.files)
         for i, (path, names) in enumerate(self.files):
             final = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
-            os.replace(path, self.out_dir / final)
+            self._rename(path, final)
             weight_map.update(dict.fromkeys(names, final))
         index = {"metadata": {"total_size": self.total}, "weight_map": weight_map}
-        (self.out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+        self.sums.write_bytes(self.out_dir / "model.safetensors.index.json", json.dumps(index, indent=2).encode())
 
 
 def export_hf(model: torch.nn.Module, out_dir: str | Path, source_path: str, merge_lora: bool = False,
-              shard_bytes: int = SHARD_BYTES, dtype: torch.dtype | None = None) -> None:
+              shard_bytes: int = SHARD_BYTES, dtype: torch.dtype | None = None, fault: OSError | None = None) -> None:
     """Every rank: write `model` as a HF directory in `out_dir` (rank 0 writes; the others help gather).
 
     `source_path` is actor_rollout_ref.model.path: config.json and the tokenizer are copied from it.
@@ -221,30 +311,35 @@ def export_hf(model: torch.nn.Module, out_dir: str | Path, source_path: str, mer
     (peft's save format, loadable with PeftModel.from_pretrained over the source model), and the
     merged full model goes to `out_dir` only when `merge_lora` (it is the size of the base model).
     Peak extra memory on rank 0 is one shard plus one gathered parameter. `dtype`: the weights' dtype
-    in the export (None: as the model stores them); the adapter stays in its own (fp32).
+    in the export (None: as the model stores them); the adapter stays in its own (fp32). `fault` as
+    for save_sharded.
     """
     out_dir = Path(out_dir)
     rank0 = _rank() == 0
     lora = _is_lora(model)
     if rank0:
         out_dir.mkdir(parents=True, exist_ok=True)
+    # Only rank 0 writes here; the others' record stays empty and is not written.
+    sums = Checksums(out_dir, "rank0", fault)
     if lora:
-        _export_lora_adapter(model, out_dir / LORA_ADAPTER_DIR, source_path, rank0)
+        _export_lora_adapter(model, out_dir / LORA_ADAPTER_DIR, source_path, rank0, sums)
     if not lora or merge_lora:
-        writer = _ShardWriter(out_dir, shard_bytes) if rank0 else None
+        writer = _ShardWriter(out_dir, shard_bytes, sums) if rank0 else None
         # Every rank iterates: each full_tensor() is a collective all-gather.
         for name, tensor in iter_engine_weights(model, dtype=dtype):
             if writer is not None:
                 writer.add(name, tensor)
         if rank0:
             writer.close()
-            _copy_source_files(checkpoint_dir(source_path), out_dir)
+            _copy_source_files(checkpoint_dir(source_path), out_dir, sums)
+    if rank0:
+        sums.write_record()
     _barrier()
 
 
-def _export_lora_adapter(model: torch.nn.Module, out_dir: Path, source_path: str, rank0: bool) -> None:
+def _export_lora_adapter(model: torch.nn.Module, out_dir: Path, source_path: str, rank0: bool,
+                         sums: Checksums) -> None:
     from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
 
     # Gather only the adapter parameters (small); peft then maps names to its save format
     # (drops the adapter name, keeps the `base_model.model.` prefix it expects on load).
@@ -254,11 +349,12 @@ def _export_lora_adapter(model: torch.nn.Module, out_dir: Path, source_path: str
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     adapter = get_peft_model_state_dict(model, state_dict=gathered)
-    save_file({k: v.contiguous() for k, v in adapter.items()}, str(out_dir / "adapter_model.safetensors"),
-              metadata={"format": "pt"})
+    write_safetensors(out_dir / "adapter_model.safetensors", {k: v.contiguous() for k, v in adapter.items()}, sums,
+                      metadata={"format": "pt"})
     config = model.peft_config["default"]
     previous = config.base_model_name_or_path
     # Point the adapter at the real directory (the embedded tiny model's cache, or the user's path).
+    # peft writes adapter_config.json itself (a few hundred bytes): the manifest sums it by reading.
     config.base_model_name_or_path = str(checkpoint_dir(source_path).resolve())
     try:
         config.save_pretrained(str(out_dir))

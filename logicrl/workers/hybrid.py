@@ -27,6 +27,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
+from logicrl.checkpoint_layout import step_of
 from logicrl.config.phases import WORKER_PHASES
 from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import StepPlan
@@ -406,12 +407,14 @@ class HybridWorker:
         """Every rank writes its shards into `directory` (the controller's tmp dir, committed after). The
         reference and the reward model are frozen: they load again from their paths, never from here."""
         metrics: dict = {}
+        directory = Path(directory)
+        # A test's full disk or read-only directory (logicrl/faults.py), met by the first file written.
+        fault = self.faults.disk_error_due("save", step_of(directory), self.rank)
         # Not a phase of the step (the plan has no row for it): its memory goes under perf/checkpoint/.
         with measure("save", metrics, self.device, memory_prefix="perf/checkpoint"):
-            directory = Path(directory)
             # With LoRA only the adapter trains: the base comes back from model.path on load.
             save_sharded(directory / "actor", self.actor.model, self.actor.optimizer, self.actor.scheduler,
-                         trainable_only=self.lora)
+                         trainable_only=self.lora, fault=fault)
             if self.critic is not None:
                 save_sharded(directory / "critic", self.critic.model, self.critic.optimizer, self.critic.scheduler)
             if save_hf:

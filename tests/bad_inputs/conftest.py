@@ -36,10 +36,10 @@ def small_run(tmp_path: Path) -> list[str]:
             f"hydra.run.dir={tmp_path / 'run'}"]
 
 
-def timed_main(*args: str, env: dict | None = None, cwd: Path | None = None):
-    """run_main, with the seconds it took; `env` adds to the run's environment."""
+def timed_main(*args: str, env: dict | None = None, cwd: Path | None = None, fault: str | None = None):
+    """run_main, with the seconds it took; `env` adds to the run's environment, `fault` is run_main's."""
     start = time.monotonic()
-    result = run_main(*args, cwd=cwd, env=env)
+    result = run_main(*args, cwd=cwd, env=env, fault=fault)
     return result, time.monotonic() - start
 
 

@@ -1,5 +1,11 @@
-"""Damaged checkpoints: the newest one cut short is set aside with one warning, never deleted, and
-the run resumes from the newest intact one (not a traceback on every re-run)."""
+"""Damaged checkpoints and checkpoints that do not fit, on a real run's checkpoints.
+
+The newest one changed in place (same size) is set aside with one warning, never deleted, and the
+run resumes from the newest intact one, training as the first run did; one that does not fit the
+run is refused by the preflight before anything starts; a disk that fills up mid-save ends the run
+with one line, the previous checkpoint intact. One run of several launches, so the checkpoints are
+written once. Every file kind's same-size damage, in-process: tests/trainer/test_checkpoint_integrity.py.
+"""
 
 from __future__ import annotations
 
@@ -8,34 +14,71 @@ import re
 
 import pytest
 
+from logicrl.config.phases import ARR
 from logicrl.trainer.checkpoint import MANIFEST_FILE, damage, manifest
-from tests.bad_inputs.conftest import timed_main
+from tests.bad_inputs.conftest import refused, timed_main
 from tests.conftest import ROLE_DATA, TINY_RUN, tail
 
 RUN = [*ROLE_DATA, *TINY_RUN, "trainer.save_freq=1"]
 
 
+def metrics(run_dir) -> dict[int, dict]:
+    return {row["step"]: row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+
+
 @pytest.mark.integration
-def test_a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(tmp_path):
+def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_disk_said(tmp_path):
     ckpt = tmp_path / "ckpt"
     first, _ = timed_main(*RUN, "trainer.total_training_steps=2", f"trainer.default_local_dir={ckpt}",
                           f"hydra.run.dir={tmp_path / 'run1'}")
     assert first.returncode == 0, tail(first)
     shard = next((ckpt / "global_step_2" / "actor").glob("*.distcp"))
-    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # a copy that stopped halfway
+    size = shard.stat().st_size
+    data = bytearray(shard.read_bytes())
+    middle = size // 2
+    data[middle - 100_000:middle + 100_000] = bytes(200_000)  # 200 KB zeroed in the middle: the size is unchanged
+    shard.write_bytes(bytes(data))
+    assert shard.stat().st_size == size
 
-    second, seconds = timed_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
-                                 f"hydra.run.dir={tmp_path / 'run2'}")
-    assert second.returncode == 0, tail(second)
+    # Before anything starts: a run the checkpoint cannot load into is refused, and nothing on disk changes.
+    for override, says in (("algorithm.adv_estimator=gae", "global_step_2 holds no critic (it was saved with "
+                                                           "algorithm.adv_estimator=grpo)"),
+                           (f"{ARR}.model.lora_rank=8", f"global_step_2 was saved with {ARR}.model.lora_rank=0, "
+                                                        "this run has 8")):
+        result, seconds = timed_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
+                                     f"hydra.run.dir={tmp_path / 'refused'}", override)
+        refused(result, seconds, f"trainer.default_local_dir={ckpt}: ", says, "trainer.resume_mode=disable",
+                "another trainer.default_local_dir")
+    assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_1", "global_step_2",
+                                                      "latest_checkpointed_iteration.txt"]
+
+    # The resume reads the newest in full: the damage is found, the one before it is used, and the
+    # steps run again as they first ran. The disk then fills up in step 4's save.
+    second, seconds = timed_main(*RUN, "trainer.total_training_steps=4", f"trainer.default_local_dir={ckpt}",
+                                 f"hydra.run.dir={tmp_path / 'run2'}", fault="enospc@save:4")
     out = second.stdout + second.stderr
     warnings = [line for line in out.splitlines() if "is damaged" in line]
-    assert len(warnings) == 1 and f"{ckpt / 'global_step_2'} is damaged (actor/{shard.name} is" in warnings[0]
+    assert len(warnings) == 1 and (f"{ckpt / 'global_step_2'} is damaged (actor/{shard.name} changed since it was "
+                                   "saved (CRC-32))") in warnings[0], tail(second)
     assert f"resumed from {ckpt / 'global_step_1'} at step 1" in out
+    errors = [line for line in second.stderr.splitlines() if line.startswith("error: ")]
+    assert second.returncode == 1 and len(errors) == 1 and second.stderr.rstrip().endswith(errors[0]), tail(second)
+    assert "Traceback" not in second.stderr, tail(second)
+    assert errors[0] == (f"error: saving global_step_4 in {ckpt} failed: No space left on device, injected by "
+                         f"LOGICRL_INJECT_FAULT (actor/{shard.name}): free disk there or point "
+                         "trainer.default_local_dir elsewhere; global_step_3 is intact and the same command resumes "
+                         "from it"), errors[0]
     aside = [p.name for p in ckpt.iterdir() if ".corrupt-" in p.name]
     assert len(aside) == 1 and re.fullmatch(r"global_step_2\.corrupt-\d{8}-\d{6}", aside[0])
     assert (ckpt / aside[0] / "actor" / shard.name).is_file()  # kept for the user, never deleted
     assert damage(ckpt / "global_step_2") is None and damage(ckpt / "global_step_3") is None  # re-saved intact
+    assert not (ckpt / "global_step_4").exists() and not [p for p in ckpt.iterdir() if ".tmp-" in p.name]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    # Not garbage: the re-run step 2 is the first run's step 2 (same data, RNG and weights), loss and
+    # grad norm included (resuming the damaged one gave reward -1 and no loss: issue 24).
+    before, after = metrics(tmp_path / "run1")[2], metrics(tmp_path / "run2")[2]
+    for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
+        assert after[key] == pytest.approx(before[key], rel=1e-5, abs=1e-6), key
 
     # The set-aside one is never picked again: a third run finds step 3 and has nothing to do.
     third, _ = timed_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
@@ -76,3 +119,18 @@ def test_the_manifest_finds_missing_short_and_changed_files(tmp_path):
 def test_a_checkpoint_from_before_manifests_is_taken_as_it_is(tmp_path):
     (tmp_path / "trainer_state.json").write_text("{}")
     assert damage(tmp_path) is None
+
+
+def test_the_stop_hint_says_intact_only_where_a_checkpoint_is(tmp_path):
+    from omegaconf import OmegaConf
+
+    import main_ppo
+
+    cfg = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
+    assert main_ppo.resume_hint(cfg) == f"no checkpoint under {tmp_path} yet: the same command starts over"
+    (tmp_path / "global_step_1.tmp-" f"{'0' * 32}").mkdir()  # a save cut short is not a checkpoint
+    assert "no checkpoint" in main_ppo.resume_hint(cfg)
+    stage = tmp_path / "01_stage1" / "global_step_1"  # a curriculum's are in its stages' directories
+    stage.mkdir(parents=True)
+    (stage / "COMPLETE").write_text("1\n")
+    assert main_ppo.resume_hint(cfg) == f"checkpoints under {tmp_path} are intact: run the same command to resume"

@@ -81,9 +81,15 @@ def test_too_little_disk_for_one_checkpoint_is_refused(tmp_path, monkeypatch):
     cfg, spec, plan = config(f"trainer.default_local_dir={tmp_path}/ckpt")
     need = disk.checkpoint_bytes(plan_for(cfg, spec, plan)[0], cfg.trainer.save_hf_model)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * need, 9 * need, need - 1))
-    with pytest.raises(ConfigError, match=rf"trainer.default_local_dir={tmp_path}/ckpt: 0.0 GB free, one checkpoint "
-                                          r"needs about 0.0 GB"):
+    with pytest.raises(ConfigError, match=rf"trainer.default_local_dir={tmp_path}/ckpt: [\d.]+ MB free, one checkpoint "
+                                          r"needs about [\d.]+ MB: free disk there"):
         disk.check_directories(cfg, plan, need)
+    # A tiny run's checkpoint is MBs: sizes below a GB are shown in MB, never "0.0 GB free ... needs 0.0 GB".
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * need, 0, 3_400_000))
+    with pytest.raises(ConfigError, match=r": 3\.4 MB free, one checkpoint needs about 5\.0 MB"):
+        disk.check_directories(cfg, plan, 5_000_000)
+    assert (disk.size(0), disk.size(640_000), disk.size(11_049_000), disk.size(2.5e9)) == \
+        ("0 kB", "640 kB", "11.0 MB", "2.5 GB")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * need, 0, 2 * need))
     disk.check_directories(cfg, plan, need)  # room for one: the new one commits before the old is pruned
 

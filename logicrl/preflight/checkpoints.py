@@ -1,0 +1,141 @@
+"""Does the checkpoint this run would resume from fit it? Said before Ray starts, not by DCP after.
+
+    write_run_shape(tmp_dir, cfg)   # the trainer, into every checkpoint: shape.json
+    check_checkpoint(cfg)           # the preflight: raises ConfigError naming the difference and the choices
+
+shape.json records what decides whether a checkpoint can load into a run: the shape of each trained
+model (from its config.json), the LoRA rank, alpha and target modules, and which roles hold sharded
+state (actor, critic: the reference and the reward model are frozen and load from their paths).
+Without it a LoRA rank-8 checkpoint resumed at rank 16 ends after Ray starts with DCP's
+`CheckpointException ranks:dict_keys([0])`, and a GRPO one resumed with gae with a missing
+critic/meta.json. A checkpoint saved before this record existed is compared on its roles only (a
+critic/ directory or none); the rest is skipped. The comparison is against the checkpoint resume_mode
+picks: the newest complete one (auto) or the one it names; its integrity is the trainer's check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from logicrl.checkpoint_layout import SHAPE_FILE, complete_checkpoints
+from logicrl.config.errors import ConfigError
+from logicrl.config.plan import ARR, uses_critic
+from logicrl.models.spec import ModelSpecError, load_model_spec
+
+log = logging.getLogger("logicrl.preflight")
+SHAPE_FORMAT = 1
+# What of a model's config.json fixes its parameters' shapes (models/spec.py's names).
+SHAPE_FIELDS = ("model_type", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                "intermediate_size", "vocab_size", "tie_word_embeddings", "attention_bias")
+LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules")
+
+
+def _model_shape(path: str) -> dict:
+    spec = load_model_spec(path)
+    return {name: getattr(spec, name) for name in SHAPE_FIELDS}
+
+
+def _targets(value):
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    return sorted(value) if isinstance(value, list) else value
+
+
+def run_shape(cfg: DictConfig) -> dict:
+    """What a checkpoint of this run holds and what it can be loaded into (shape.json's content)."""
+    model = cfg[ARR].model
+    models = {f"{ARR}.model.path": {"path": str(model.path), "shape": _model_shape(model.path)}}
+    roles = ["actor"]
+    if uses_critic(cfg):
+        roles.append("critic")
+        models["critic.model.path"] = {"path": str(cfg.critic.model.path), "shape": _model_shape(cfg.critic.model.path)}
+    lora = {f"{ARR}.model.{key}": _targets(model[key]) for key in LORA_KEYS}
+    return {"format": SHAPE_FORMAT, "roles": roles, "algorithm.adv_estimator": str(cfg.algorithm.adv_estimator),
+            "models": models, "lora": lora}
+
+
+def write_run_shape(directory: str | Path, cfg: DictConfig) -> None:
+    """shape.json into a checkpoint being saved (a few hundred bytes; the manifest sums it)."""
+    (Path(directory) / SHAPE_FILE).write_text(json.dumps(run_shape(cfg), indent=1))
+
+
+def resume_candidate(cfg: DictConfig) -> Path | None:
+    """The checkpoint trainer.resume_mode would pick, by name only (the trainer verifies its content)."""
+    mode = str(cfg.trainer.resume_mode)
+    if mode == "disable":
+        return None
+    if mode != "auto":
+        path = Path(mode)
+        return path if path.is_dir() else None  # a missing one is the trainer's one line
+    found = complete_checkpoints(cfg.trainer.default_local_dir)
+    return found[-1][1] if found else None
+
+
+def check_checkpoint(cfg: DictConfig) -> None:
+    """Raises ConfigError when the checkpoint this run would resume from cannot load into it."""
+    path = resume_candidate(cfg)
+    if path is None:
+        return
+    mode = str(cfg.trainer.resume_mode)
+    where = (f"trainer.default_local_dir={cfg.trainer.default_local_dir}: {path.name}" if mode == "auto"
+             else f"trainer.resume_mode={mode}")
+    elsewhere = "use another trainer.default_local_dir" if mode == "auto" else "name another checkpoint"
+    try:
+        saved = json.loads((path / SHAPE_FILE).read_text())
+    except FileNotFoundError:
+        saved = None  # saved before shape.json existed: the roles on disk are all there is to compare
+    except (OSError, json.JSONDecodeError):
+        log.warning(f"{path / SHAPE_FILE} is unreadable: not comparing that checkpoint with this run")
+        return
+    if (problem := _difference(cfg, path, saved)) is not None:
+        difference, old = problem
+        resume = f"resume it with {old}, " if old else ""
+        raise ConfigError(f"{where} {difference}: {resume}start over with trainer.resume_mode=disable, or {elsewhere}")
+
+
+def _difference(cfg: DictConfig, path: Path, saved: dict | None) -> tuple[str, str | None] | None:
+    """(what differs, the setting that would resume it or None), or None when the checkpoint fits."""
+    estimator = cfg.algorithm.adv_estimator
+    if uses_critic(cfg) and not (path / "critic").is_dir():
+        old = saved.get("algorithm.adv_estimator") if saved else None
+        how = f"it was saved with algorithm.adv_estimator={old}" if old else "it was saved by a run without one"
+        return (f"holds no critic ({how}) and this run's algorithm.adv_estimator={estimator} trains one",
+                f"algorithm.adv_estimator={old}" if old else None)
+    if saved is None or saved.get("format") != SHAPE_FORMAT:
+        return None
+    try:
+        current = run_shape(cfg)
+    except ModelSpecError:
+        return None  # a model directory the model checks refuse, in their own words
+    lora_was, lora_is = saved["lora"].get(f"{ARR}.model.lora_rank", 0), current["lora"][f"{ARR}.model.lora_rank"]
+    for key in (f"{ARR}.model.lora_rank", f"{ARR}.model.lora_alpha", f"{ARR}.model.target_modules"):
+        if key != f"{ARR}.model.lora_rank" and not (lora_was and lora_is):
+            continue  # alpha and targets mean nothing without LoRA
+        old, new = saved["lora"].get(key), current["lora"][key]
+        if old != new:
+            return f"was saved with {key}={_show(old)}, this run has {_show(new)}", f"{key}={_show(old)}"
+    for key, model in current["models"].items():
+        was = saved["models"].get(key)
+        if was is None:
+            continue  # a critic in the checkpoint that this run does not train is left unread
+        changed = [name for name in SHAPE_FIELDS if was["shape"].get(name) != model["shape"][name]]
+        if changed:
+            old = ", ".join(f"{name}={was['shape'].get(name)}" for name in changed)
+            new = ", ".join(f"{name}={model['shape'][name]}" for name in changed)
+            return (f"was saved from a model with {old} ({key}={was['path']}), and {key}={model['path']} has {new}",
+                    f"{key}={was['path']}")
+        if lora_is and was["path"] != model["path"] and key == f"{ARR}.model.path":
+            # Same shapes: it loads, but the adapter will sit on another base model's weights.
+            log.warning(f"{path} holds a LoRA adapter trained on {key}={was['path']}; this run's base is "
+                        f"{model['path']} (same shapes): resuming on it")
+    return None
+
+
+def _show(value) -> str:
+    """As the user would type it on the command line: [q_proj,v_proj], 16 (not 16.0)."""
+    if isinstance(value, list):
+        return "[" + ",".join(map(str, value)) + "]"
+    return f"{value:g}" if isinstance(value, float) else str(value)
