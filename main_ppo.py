@@ -18,9 +18,11 @@ import traceback
 from pathlib import Path
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config import check_overrides, validate
+from logicrl.config.cli import hydra_error_line
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
 from logicrl.errors import BadInput
@@ -38,6 +40,8 @@ EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
 # Stopped by SIGUSR1/SIGTERM at a step boundary with a checkpoint, or by SIGUSR1 before training:
 # resumable, so slurm/train.sbatch requeues the job (EX_TEMPFAIL: "try again later").
 EXIT_PREEMPTED = 75
+# The user's own HYDRA_FULL_ERROR, read before __main__ sets it for Hydra (see there).
+FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
 class Ended(Exception):
@@ -127,7 +131,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
     faults = Faults.from_env()  # test-only fault injection, read once and passed down
-    show_all = cfg.trainer.verbose or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    show_all = cfg.trainer.verbose or FULL_ERROR
     try:
         if curriculum:
             from logicrl.trainer.curriculum import run_curriculum
@@ -198,9 +202,18 @@ if __name__ == "__main__":
         # through to validation, which maps, ignores or refuses each (config/verl_keys.py).
         sys.argv[1:] = check_overrides(sys.argv[1:])
         register_resolver()  # names sweep jobs' directories (conf/ppo_trainer.yaml: hydra.sweep.subdir)
+        # Hydra prints an override it cannot compose (`+key` on a set key, an index past a list's
+        # end) as several lines and exits 1; with HYDRA_FULL_ERROR it raises instead, so the error
+        # reaches the handler below and becomes one line with exit 2.
+        os.environ["HYDRA_FULL_ERROR"] = "1"
         main()
     except BadInput as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    except HydraException as err:
+        if FULL_ERROR:
+            traceback.print_exc()
+        print(f"error: {BadInput(hydra_error_line(err))}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
     except Stopped as err:  # before any model or Ray started: nothing to save
         print(f"error: stopped by {err} before training started", file=sys.stderr)
