@@ -121,7 +121,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
 
     # Before Ray is imported: it reads RAY_AUTH_MODE once (logicrl/logs.py).
     pin_ray_auth(joining=bool(cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS")))
-    from logicrl.controller.cluster import stop_ray  # imports Ray
+    from logicrl.controller.cluster import ClusterLost, stop_ray  # imports Ray
     from logicrl.controller.worker_group import WorkerFailed
     from logicrl.faults import Faults
     from logicrl.logs import run_log_file
@@ -152,6 +152,8 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         if isinstance(err.cause, OutOfMemoryAtMinimum):  # its message names the knob and the checkpoint
             raise Ended(EXIT_OOM, f"error: {str(err.cause).splitlines()[0]}", err) from None
         stop(err, f"{err} (traceback in {keep_traceback(run_log_file(run_dir), err)})", EXIT_FAILED, show_all)
+    except ClusterLost as err:  # its line names the GCS, its log and what to do
+        raise Ended(EXIT_FAILED, f"error: {err}", err) from None
     except Preempted as err:
         raise Ended(EXIT_PREEMPTED, f"logicrl: {err}; run the same command (or requeue the job) to resume", err) from None
     except KeyboardInterrupt as err:  # Stopped is one; inside a Ray wait it comes out as a plain one
