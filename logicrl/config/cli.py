@@ -138,7 +138,8 @@ def hydra_error_line(err: HydraException) -> str:
         options = re.search(r"Available options in '([^']+)':\n((?:\t.*\n?)+)", text)
         what = f"{found.group(1).replace('/', '=', 1)}: there is no such config" if found else text.splitlines()[0]
         if options:
-            what += f" (available for {options.group(1)}: {', '.join(o.strip() for o in options.group(2).splitlines())})"
+            available = ", ".join(o.strip() for o in options.group(2).splitlines())
+            what += f" (available for {options.group(1)}: {available})"
         return what
     lines = [line.strip() for line in text.split("Config search path:")[0].splitlines() if line.strip()]
     first_cause = cause.splitlines()[0] if cause else ""
