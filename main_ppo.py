@@ -40,8 +40,9 @@ EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
 # Stopped by SIGUSR1/SIGTERM at a step boundary with a checkpoint, or by SIGUSR1 before training:
 # resumable, so slurm/train.sbatch requeues the job (EX_TEMPFAIL: "try again later").
 EXIT_PREEMPTED = 75
-# The user's own HYDRA_FULL_ERROR, read before __main__ sets it for Hydra (see there).
-FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"
+# The user's own HYDRA_FULL_ERROR: __main__ sets it for Hydra (see there) and keeps the user's value in
+# LOGICRL_FULL_ERROR, for this process and for what inherits its environment (a submitit sweep job).
+FULL_ERROR = os.environ.get("LOGICRL_FULL_ERROR", os.environ.get("HYDRA_FULL_ERROR")) == "1"
 
 
 class Ended(Exception):
@@ -207,6 +208,7 @@ if __name__ == "__main__":
         # Hydra prints an override it cannot compose (`+key` on a set key, an index past a list's
         # end) as several lines and exits 1; with HYDRA_FULL_ERROR it raises instead, so the error
         # reaches the handler below and becomes one line with exit 2.
+        os.environ.setdefault("LOGICRL_FULL_ERROR", "1" if FULL_ERROR else "0")
         os.environ["HYDRA_FULL_ERROR"] = "1"
         main()
     except BadInput as err:
