@@ -18,10 +18,12 @@ import traceback
 from pathlib import Path
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.checkpoint_layout import holds_checkpoints
 from logicrl.config import check_overrides, validate
+from logicrl.config.cli import hydra_error_line
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
 from logicrl.errors import BadInput
@@ -42,6 +44,9 @@ EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
 # Stopped by SIGUSR1/SIGTERM at a step boundary with a checkpoint, or by SIGUSR1 before training:
 # resumable, so slurm/train.sbatch requeues the job (EX_TEMPFAIL: "try again later").
 EXIT_PREEMPTED = 75
+# The user's own HYDRA_FULL_ERROR: __main__ sets it for Hydra (see there) and keeps the user's value in
+# LOGICRL_FULL_ERROR, for this process and for what inherits its environment (a submitit sweep job).
+FULL_ERROR = os.environ.get("LOGICRL_FULL_ERROR", os.environ.get("HYDRA_FULL_ERROR")) == "1"
 
 
 class Ended(Exception):
@@ -121,7 +126,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
 
     # Before Ray is imported: it reads RAY_AUTH_MODE once (logicrl/logs.py).
     pin_ray_auth(joining=bool(cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS")))
-    from logicrl.controller.cluster import stop_ray  # imports Ray
+    from logicrl.controller.cluster import ClusterLost, stop_ray  # imports Ray
     from logicrl.controller.worker_group import WorkerFailed
     from logicrl.faults import Faults
     from logicrl.logs import run_log_file
@@ -133,7 +138,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
     faults = Faults.from_env()  # test-only fault injection, read once and passed down
-    show_all = cfg.trainer.verbose or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    show_all = cfg.trainer.verbose or FULL_ERROR
     try:
         if curriculum:
             from logicrl.trainer.curriculum import run_curriculum
@@ -159,6 +164,8 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         if isinstance(err.cause, OutOfMemoryAtMinimum):  # its message names the knob and the checkpoint
             raise Ended(EXIT_OOM, f"error: {str(err.cause).splitlines()[0]}", err) from None
         stop(err, f"{err} (traceback in {keep_traceback(run_log_file(run_dir), err)})", EXIT_FAILED, show_all)
+    except ClusterLost as err:  # its line names the GCS, its log and what to do
+        raise Ended(EXIT_FAILED, f"error: {err}", err) from None
     except Preempted as err:
         raise Ended(EXIT_PREEMPTED, f"logicrl: {err}; run the same command (or requeue the job) to resume", err) from None
     except KeyboardInterrupt as err:  # Stopped is one; inside a Ray wait it comes out as a plain one
@@ -212,9 +219,19 @@ if __name__ == "__main__":
         # through to validation, which maps, ignores or refuses each (config/verl_keys.py).
         sys.argv[1:] = check_overrides(sys.argv[1:])
         register_resolver()  # names sweep jobs' directories (conf/ppo_trainer.yaml: hydra.sweep.subdir)
+        # Hydra prints an override it cannot compose (`+key` on a set key, an index past a list's
+        # end) as several lines and exits 1; with HYDRA_FULL_ERROR it raises instead, so the error
+        # reaches the handler below and becomes one line with exit 2.
+        os.environ.setdefault("LOGICRL_FULL_ERROR", "1" if FULL_ERROR else "0")
+        os.environ["HYDRA_FULL_ERROR"] = "1"
         main()
     except BadInput as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    except HydraException as err:
+        if FULL_ERROR:
+            traceback.print_exc()
+        print(f"error: {BadInput(hydra_error_line(err))}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
     except Stopped as err:  # before any model or Ray started: nothing to save
         print(f"error: stopped by {err} before training started", file=sys.stderr)

@@ -4,14 +4,17 @@ Hydra rejects an unknown override key with a multi-line message and exit code 1;
 one line, exit code 2 and the closest valid key. So main_ppo checks the override keys against
 the schema before handing argv to Hydra. Keys only verl has (verl_keys.py) are let through as
 `++key=value`, which Hydra adds to the composed config, where validate maps, ignores or refuses them.
+What only composing can find (a `+` on a key the recipe already set, a list index past its end, a
+missing config group option) comes out of Hydra as an exception; `hydra_error_line` makes it one line.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+import re
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
+from hydra.errors import HydraException, MissingConfigException
 
 from logicrl.config.errors import ConfigError
 from logicrl.config.schema import all_keys
@@ -22,6 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = ROOT / "conf"
 RECIPES_DIR = ROOT / "recipes"
 CONFIG_NAME = "ppo_trainer"
+# A stage's overlay key: `curriculum.stages.<i>.overrides.<key>`. The overlay is a plain mapping that
+# may or may not already set the key, so Hydra's `+` (add, refused when set) and plain (set, refused
+# when absent) would each fail half the time; such overrides go to Hydra as `++` (add or set).
+STAGE_OVERLAY = re.compile(r"^\+{0,2}(curriculum\.stages\.\d+\.overrides\..+)$")
 # Hydra flags that take the next argument as their value.
 FLAGS_WITH_VALUE = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg",
                     "-p", "--package", "--experimental-rerun", "-i", "--info"}
@@ -77,18 +84,66 @@ def check_overrides(argv: list[str]) -> list[str]:
         # its stage (config/stages.py), where the stage is named in the error.
         if key.startswith("curriculum.stages."):
             continue
-        if not (o.is_add() or o.is_force_add() or o.is_delete()) and key not in valid and not verl_rule_key(key):
+        if not (o.is_add() or o.is_force_add() or o.is_delete()) and key not in valid and not verl_rule_key(key) \
+                and not list_item(key, valid):
             raise unknown_key(key)
     return rewritten
 
 
-def for_hydra(argv: list[str]) -> list[str]:
-    """argv with each plain `key=value` whose key only verl has made `++key=value`: Hydra's struct
-    mode refuses a key its config lacks, and force-adding it hands it on to validate (verl_keys.py)."""
-    def verl_only(arg: str) -> bool:
-        return "=" in arg and not arg.startswith(("+", "~")) and bool(verl_rule_key(arg.split("=", 1)[0]))
+def list_item(key: str, valid: set[str]) -> bool:
+    """`trainer.logger.0`, `data.val_files.1`: an item of a list-valued key. Whether the index exists
+    depends on the composed list; Hydra says so if not, and hydra_error_line makes that one line."""
+    parts = key.split(".")
+    return any(part.isdigit() and ".".join(parts[:i]) in valid for i, part in enumerate(parts) if i)
 
-    return [f"++{arg}" if is_override and verl_only(arg) else arg for arg, is_override in _tagged(argv)]
+
+def for_hydra(argv: list[str]) -> list[str]:
+    """argv as Hydra should get it: each plain `key=value` whose key only verl has made `++key=value`
+    (Hydra's struct mode refuses a key its config lacks, and force-adding it hands it on to validate:
+    verl_keys.py), and a stage's overlay key made `++` (STAGE_OVERLAY)."""
+    def rewrite(arg: str) -> str:
+        if "=" not in arg or arg.startswith("~"):
+            return arg
+        if stage := STAGE_OVERLAY.match(arg):
+            return f"++{stage.group(1)}"
+        return f"++{arg}" if not arg.startswith("+") and verl_rule_key(arg.split("=", 1)[0]) else arg
+
+    return [rewrite(arg) if is_override else arg for arg, is_override in _tagged(argv)]
+
+
+def hydra_error_line(err: HydraException) -> str:
+    """One line for an override Hydra refused while composing, naming the override and the fix.
+    Hydra's messages are several lines (a hint, the full key, the search path); the known ones are
+    reworded, any other is its lines joined."""
+    text = str(err)
+    cause = str(err.__cause__ or "")
+    if m := re.search(r"An item is already at '([^']+)'", text):
+        key = m.group(1)
+        given = re.search(r"Either remove \+ prefix: '([^']+)'", text)
+        plain = given.group(1) if given else f"{key}=..."
+        return (f"+{plain}: {key} is already set (by the config or a recipe), and `+` only adds a key that is not: "
+                f"write {plain} to change it (or ++{plain} to set it either way)")
+    if (m := re.search(r"Error merging override (\S+)", text)) and "list index out of range" in cause + text:
+        where = re.search(r"full_key: (\S+)\[(\d+)\]", cause + text)
+        item = f"{where.group(1)} has no item {where.group(2)}" if where else "a list has no such item"
+        given = m.group(1).removeprefix("++") if STAGE_OVERLAY.match(m.group(1)) else m.group(1)  # as typed
+        return f"{given}: {item} (items count from 0): use an index it has, or set the whole list (key=[a,b])"
+    if m := re.search(r"Multiple values for (\S+)\. To override a value use 'override \S+: (\S+)'", text):
+        return (f"{m.group(1)} is selected twice (the second: {m.group(2)}): select one "
+                f"(a recipe that builds on another names it in its defaults)")
+    if m := re.search(r"Could not delete from config\. '([^']+)' does not exist", text):
+        return f"~{m.group(1)}: there is no {m.group(1)} in the config to delete: check the key's spelling"
+    if isinstance(err, MissingConfigException):
+        found = re.search(r"Could not find '([^']+)'", text)
+        options = re.search(r"Available options in '([^']+)':\n((?:\t.*\n?)+)", text)
+        what = f"{found.group(1).replace('/', '=', 1)}: there is no such config" if found else text.splitlines()[0]
+        if options:
+            available = ", ".join(o.strip() for o in options.group(2).splitlines())
+            what += f" (available for {options.group(1)}: {available})"
+        return what
+    lines = [line.strip() for line in text.split("Config search path:")[0].splitlines() if line.strip()]
+    first_cause = cause.splitlines()[0] if cause else ""
+    return "; ".join(lines + ([first_cause] if first_cause and first_cause not in text else [])) or type(err).__name__
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()):

@@ -6,14 +6,23 @@ left in /tmp/ray (anyone's, e.g. another job's on a shared node) and then refuse
 asked of it. Joining is explicit: the SLURM wrapper (slurm/train.sbatch) passes its own job's head.
 Token auth follows the environment (RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH), which Ray reads itself;
 a cluster that refuses the driver is named with those two variables.
+
+A private cluster cannot outlive its GCS server (no GCS fault tolerance without Redis): Ray's own
+processes wait 60 s for it, then end themselves with "Failed to connect to GCS" (the driver too,
+from C++, so no line of logicrl's and no clean-up), and its two agents outlive everything. So a
+thread watches the GCS process (`_GcsWatch`): the wait for the ranks raises ClusterLost at once,
+and if the driver is blocked elsewhere the thread itself ends the run after GCS_GRACE_S.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
+import threading
 import time
 
+import psutil
 import ray
 
 from logicrl.errors import BadInput
@@ -22,6 +31,92 @@ from logicrl.signals import stop_on_signals
 # How long a joined cluster may take to show the nodes a run asks for: a SLURM job's workers
 # join the head some seconds after it starts.
 NODES_TIMEOUT_S = 120
+# After the GCS ends, how long the controller's own way out (ClusterLost from a wait, then stop_ray)
+# may take before the watch thread ends the run itself. Below Ray's 60 s: past that Ray's C++ code
+# kills the driver without a word.
+GCS_GRACE_S = 20
+WATCH_EVERY_S = 0.5
+EXIT_CLUSTER_LOST = 1  # main_ppo's EXIT_FAILED: the cluster, not the input, failed
+
+
+class ClusterLost(RuntimeError):
+    """The run's private Ray cluster lost its GCS server: no call into the cluster can complete,
+    so the run ends. The message is the line to print."""
+
+
+class _GcsWatch(threading.Thread):
+    """Polls the private cluster's GCS process; remembers every process that descends from the
+    driver (Ray's agents are re-parented to init when the raylet dies, and ignore SIGTERM, so
+    stop_ray must know them from before)."""
+
+    def __init__(self, gcs: psutil.Process, logs: str):
+        super().__init__(name="logicrl-gcs-watch", daemon=True)
+        self.gcs, self.logs, self.lost = gcs, logs, None
+        self.started: dict[int, psutil.Process] = {}
+        self.stopping = threading.Event()
+        self.remember()
+
+    def remember(self) -> None:
+        for proc in psutil.Process().children(recursive=True):
+            self.started.setdefault(proc.pid, proc)
+
+    def run(self) -> None:
+        polls = 0
+        while alive(self.gcs):
+            if self.stopping.wait(WATCH_EVERY_S):
+                return
+            polls += 1
+            if polls % 10 == 0:  # new workers (the ranks, Ray's idle ones) start after ray.init
+                self.remember()
+        self.lost = (f"Ray's GCS server (pid {self.gcs.pid}) of this run's private Ray cluster ended mid-run "
+                     f"(killed, or out of memory: see gcs_server.out in {self.logs}); the cluster cannot work "
+                     "without it, so the run stopped and its Ray processes were ended: run the same command "
+                     "again to resume from the newest checkpoint")
+        if self.stopping.wait(GCS_GRACE_S):
+            return
+        # The controller is blocked in a call that will not return (e.g. removing a placement
+        # group): print the line and end the processes here, before Ray's own fatal exit.
+        print(f"error: {self.lost}", file=sys.stderr, flush=True)
+        kill_all(self.processes())
+        os._exit(EXIT_CLUSTER_LOST)
+
+    def processes(self) -> list[psutil.Process]:
+        self.remember()
+        return list(self.started.values())
+
+
+_watch: _GcsWatch | None = None
+
+
+def alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def check_cluster() -> None:
+    """Raise ClusterLost if the private cluster's GCS server has ended (cheap: a flag)."""
+    if _watch is not None and _watch.lost:
+        raise ClusterLost(_watch.lost)
+
+
+def cluster_lost() -> bool:
+    return _watch is not None and _watch.lost is not None
+
+
+def watch_gcs() -> None:
+    """Start watching the GCS server that ray.init just started (a descendant of this driver)."""
+    global _watch
+    gcs = [p for p in psutil.Process().children(recursive=True) if p.name() == "gcs_server"]
+    if not gcs:
+        return  # not one this driver started: nothing to watch
+    try:  # Ray has no public name for it; only the message uses it
+        logs = ray._private.worker._global_node.get_logs_dir_path()
+    except AttributeError:
+        logs = "Ray's session directory (/tmp/ray/session_latest/logs)"
+    _watch = _GcsWatch(gcs[0], logs)
+    _watch.start()
 
 
 def join_address(configured: str | None) -> tuple[str | None, str]:
@@ -53,6 +148,7 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
         # is set explicitly (controller/placement.py).
         ray.init(address="local", num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=False,
                  log_to_driver=True, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+        watch_gcs()
     stop_on_signals()  # ray.init installed its own handler: take the signals back (logicrl/signals.py)
     check_room(n_ranks, use_cuda)
     if nnodes > 1:
@@ -61,20 +157,33 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
 
 def stop_ray() -> None:
     """ray.shutdown, then end what is left of the processes this driver started: its descendants
-    (the GCS, the raylet, the workers), found before the raylet dies and orphans the workers;
-    never by name, so other clusters on the machine are left alone, as is a joined cluster."""
-    import psutil
-
-    mine = psutil.Process().children(recursive=True)
+    (the GCS, the raylet, the workers), found before the raylet dies and orphans the workers, and
+    those the GCS watch saw descend from it; never by name, so other clusters on the machine are
+    left alone, as is a joined cluster. With the GCS gone they are killed first: they only wait for it."""
+    global _watch
+    mine = {p.pid: p for p in psutil.Process().children(recursive=True)}
+    watch, _watch = _watch, None
+    if watch is not None:
+        mine.update({p.pid: p for p in watch.processes() if p.pid not in mine})
+        if watch.lost:
+            kill_all(list(mine.values()))
+        else:
+            watch.stopping.set()  # ray.shutdown ends the GCS: not a loss
     if ray.is_initialized():
-        ray.shutdown()
-    _, alive = psutil.wait_procs(mine, timeout=5)
-    for proc in alive:
+        ray.shutdown()  # ~5 s without a GCS (the driver's core worker gives up on it)
+    _, left = psutil.wait_procs(list(mine.values()), timeout=5)
+    kill_all(left)
+    if watch is not None:
+        watch.stopping.set()  # after a loss it stayed armed, in case the shutdown hung on the GCS
+
+
+def kill_all(procs: list[psutil.Process]) -> None:
+    for proc in procs:
         try:
-            proc.kill()
+            proc.kill()  # psutil checks the process is still the one it saw (pid reuse)
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=5)
+    psutil.wait_procs(procs, timeout=5)
 
 
 def reachable(address: str, key: str = "trainer.ray_address", timeout_s: float = 5.0) -> None:

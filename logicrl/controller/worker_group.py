@@ -15,7 +15,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from logicrl.controller.cluster import ensure_ray
+from logicrl.controller.cluster import check_cluster, cluster_lost, ensure_ray
 from logicrl.controller.placement import place
 from logicrl.errors import BadInput
 
@@ -91,16 +91,21 @@ class WorkerGroup:
             # In slices: Python runs a signal handler only when the main thread is back in bytecode,
             # and a stop request repeated while it is blocked in one long wait would arrive as one.
             done, pending = ray.wait(pending, num_returns=1, timeout=WAIT_SLICE_S)
+            check_cluster()  # without its GCS the ranks' calls crawl, then Ray kills every process
             if not done:
                 continue
             try:
                 ray.get(done[0])
             except (RayTaskError, RayActorError) as err:
+                check_cluster()  # a rank lost with the GCS: the GCS is the cause to name
                 rank = rank_of[done[0]]
                 raise failure(rank, phase, err, self.nodes[rank]) from err
         return ray.get(futures)
 
     def shutdown(self) -> None:
+        if cluster_lost():  # removing the placement group would wait on the GCS for good; stop_ray ends them
+            self.workers = []
+            return
         for w in self.workers:
             ray.kill(w)
         remove_placement_group(self.pg)

@@ -5,13 +5,20 @@ after a stage's final checkpoint is committed. Re-running the same command skips
 lists, and the first unfinished stage resumes from its own newest complete checkpoint (or starts
 from the previous stage's final one): after a crash at any point the curriculum continues at the
 right stage and step. `trainer.resume_mode=disable` ignores the record and starts over.
+
+Each finished stage's row keeps its resolved config, so a re-run whose stage now says something
+else (an edited recipe, another command-line value) is refused, naming the keys, rather than the
+change being silently ignored; keys that steer how a run runs, not what it trains, are not compared.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from fnmatch import fnmatch
 from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config.plan import ARR
 from logicrl.config.errors import ConfigError
@@ -24,6 +31,18 @@ from logicrl.trainer.summaries import stage_row, write_summaries
 log = logging.getLogger("logicrl.trainer")
 RECORD_FILE = "curriculum.json"
 RECORD_FORMAT = 1
+# Keys a finished stage is not compared on: where and how fast it runs (devices, micro-batches,
+# offload, engine memory), logging, checkpoints and validation. A re-run on another allocation or
+# with other logging is the same curriculum. Its length is compared by steps (finished_changes).
+NOT_TRAINING = ("trainer.*", "curriculum.*", "data.val_*", "actor_rollout_ref.rollout.val_kwargs.*",
+                "*micro_batch_size*", "*max_token_len_per_gpu", "*use_dynamic_bsz", "*fsdp_config.*",
+                "*.enable_gradient_checkpointing", "*.use_remove_padding", "reward_model.forward_max_token_len_per_gpu",
+                *(f"actor_rollout_ref.rollout.{k}" for k in (
+                    "name", "gpu_memory_utilization", "kv_cache_gb", "max_num_seqs", "max_num_batched_tokens",
+                    "enforce_eager", "free_cache_engine", "enable_prefix_caching", "update_weights_bucket_mb",
+                    "tensor_model_parallel_size")))
+TRAINING_TRAINER_KEYS = ("trainer.seed", "trainer.critic_warmup")
+SHOWN_CHANGES = 4  # the line lists this many changed keys, then a count
 
 
 def read_record(root: Path, stages: list[Stage]) -> dict:
@@ -43,6 +62,64 @@ def write_record(root: Path, stages: list[Stage], done: dict) -> None:
     root.mkdir(parents=True, exist_ok=True)
     payload = {"format": RECORD_FORMAT, "stages": [s.name for s in stages], "done": done}
     write_durably(root / RECORD_FILE, json.dumps(payload, indent=1))
+
+
+def flat_config(cfg: DictConfig) -> dict:
+    """{dotted key: value} of a stage's resolved config (lists as values), as the record keeps it."""
+    out: dict = {}
+
+    def walk(node, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = value
+
+    walk(json.loads(json.dumps(OmegaConf.to_container(cfg, resolve=True))), "")  # JSON's types, as read back
+    return out
+
+
+def finished_row(stage: Stage, history: list[dict], elapsed_s: float, final: Path) -> dict:
+    """A finished stage's row in the record: its summary, and its config to compare re-runs with."""
+    return {**stage_row(stage, history, elapsed_s, final), "config": flat_config(stage.cfg)}
+
+
+def compared(key: str) -> bool:
+    return key in TRAINING_TRAINER_KEYS or not any(fnmatch(key, pattern) for pattern in NOT_TRAINING)
+
+
+def finished_changes(stage: Stage, row: dict) -> list[str]:
+    """What `stage` now sets differently from what it finished with: `key old -> new` each. A row
+    written before configs were recorded has none to compare (nothing is said)."""
+    recorded = row.get("config")
+    if recorded is None:
+        return []
+    now = flat_config(stage.cfg)
+    changes = [f"{key} {show(recorded[key])} -> {show(now[key])}" for key in sorted(recorded.keys() & now.keys())
+               if compared(key) and recorded[key] != now[key]]
+    if finished_step(row) > stage.plan.total_steps:
+        changes.append(f"steps {finished_step(row)} -> {stage.plan.total_steps}")
+    return changes
+
+
+def show(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def refuse_edited(stages: list[Stage], done: dict) -> None:
+    """A finished stage is not trained again, so a change to it would be ignored: say so instead."""
+    for stage in stages:
+        row = done.get(stage.name)
+        changes = finished_changes(stage, row) if row is not None else []
+        if not changes:
+            continue
+        more = f" and {len(changes) - SHOWN_CHANGES} more" if len(changes) > SHOWN_CHANGES else ""
+        raise ConfigError(
+            f"curriculum stage {stage.index + 1}/{len(stages)} ({stage.name}) already finished with other settings "
+            f"than it has now: {', '.join(changes[:SHOWN_CHANGES])}{more}; a finished stage is not trained again, "
+            "so the change would be ignored: undo it (to change only the stages still to run, set it in their "
+            "overrides: +curriculum.stages.<index>.overrides.<key>=<value>), or start over with "
+            "trainer.resume_mode=disable, or use another trainer.default_local_dir")
 
 
 def finished_step(row: dict) -> int:
@@ -73,6 +150,7 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
     """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage."""
     done = read_record(root, stages) if resume else {}
     reopen_lengthened(stages, done)
+    refuse_edited(stages, done)
     previous_final: Path | None = None
     for stage in stages:
         if stage.name in done:
@@ -94,7 +172,7 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
                              carry_optimizer=carry_optimizer, stage=stage.index, faults=faults)
         trainer.fit()
         final = complete_checkpoints(cfg.trainer.default_local_dir)[-1][1]
-        done[stage.name] = stage_row(stage, trainer.history, trainer.elapsed_s, final)
+        done[stage.name] = finished_row(stage, trainer.history, trainer.elapsed_s, final)
         write_record(root, stages, done)
         previous_final = final
         write_summaries(stages, done, run_dir)

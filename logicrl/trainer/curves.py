@@ -29,7 +29,8 @@ def plot_curves(run_dir: Path) -> Path:
                 ax.plot(*zip(*points[label]), label=label, marker="." if len(points[label]) < 40 else None)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:  # no curve (e.g. no validation): legend() warns on stderr
+            ax.legend()
     axes[0].set_title("reward")
     axes[1].set_title("accuracy")
     fig.tight_layout()

@@ -83,7 +83,8 @@ def plot_stages(stages: list[Stage], done: dict, out: Path) -> Path:
     for ax in (ax_r, ax_v):
         ax.set_xlabel("step (across stages)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # no curve (e.g. no validation): legend() warns on stderr
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

@@ -92,6 +92,24 @@ def test_nothing_calls_ray_stop():
     assert calls == []
 
 
+def test_run_with_bash_outside_slurm_says_use_sbatch_in_one_line(tmp_path):
+    """`bash slurm/train.sbatch` (no SLURM job around it) stops before anything starts, saying how to
+    run it, not on `set -u`'s "SLURM_SUBMIT_DIR: unbound variable"."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    start = time.monotonic()
+    result = subprocess.run(["bash", str(WRAPPER), "+recipe=stage1"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=30)
+    seconds = time.monotonic() - start
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, tail(result)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "run it with sbatch" in lines[0], lines
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []  # nothing ran, nothing written
+    assert seconds < 5, seconds
+
+
 REQUEUE_SETTLE_S = 5
 
 

@@ -140,16 +140,22 @@ def test_a_finished_curriculum_rerun_with_a_longer_last_stage_continues_it(refer
     # The command line wins over a stage's overrides, so each stage's length is set per stage here.
     base = [a for a in RUN if not a.startswith("trainer.total_training_steps=")]
 
-    def rerun(first: int, second: int) -> subprocess.CompletedProcess:
+    def rerun(first: int, second: int, *extra: str) -> subprocess.CompletedProcess:
         steps = [f"++curriculum.stages.0.overrides.trainer.total_training_steps={first}",
                  f"++curriculum.stages.1.overrides.trainer.total_training_steps={second}"]
-        return run_main(*base, *steps, f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}")
+        return run_main(*base, *steps, *extra, f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}")
 
     # Lengthening a stage that a later one trained from is refused: that would mean retraining it.
     refused = rerun(4, 3)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
         "error: stage 3ppl now has 4 steps but finished at 3, and stage(s) 5ppl trained from its end: lengthen only "
         "the last finished stage, or start over with trainer.resume_mode=disable"], tail(refused)
+
+    # A finished stage edited: refused (the record a real run wrote keeps each stage's config), not ignored.
+    edited = rerun(3, 4, "+curriculum.stages.0.overrides.actor_rollout_ref.rollout.temperature=0.5")
+    assert edited.returncode == 2 and edited.stderr.strip().startswith(
+        "error: curriculum stage 1/2 (3ppl) already finished with other settings than it has now: "
+        "actor_rollout_ref.rollout.temperature 1.0 -> 0.5;"), tail(edited)
 
     result = rerun(3, 4)
     assert result.returncode == 0, tail(result)

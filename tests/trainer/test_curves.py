@@ -1,0 +1,34 @@
+"""The end-of-run PNGs (trainer/curves.py, trainer/summaries.py) from a run or a curriculum stage
+that had no validation: drawn without a word on stderr (matplotlib warns when asked for the legend
+of an empty plot)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from types import SimpleNamespace
+
+from logicrl.trainer.curves import curve_points, plot_curves
+from logicrl.trainer.summaries import plot_stages
+
+
+def test_curves_without_accuracy_draw_quietly(tmp_path, capfd):
+    # No validation and a reward without an accuracy component: the accuracy panel is empty.
+    rows = [{"step": s, "critic/score/mean": -1.0 + s / 2} for s in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        out = plot_curves(tmp_path)
+    assert out.stat().st_size > 0
+    assert curve_points(tmp_path)["validation accuracy"] == curve_points(tmp_path)["train accuracy"] == []
+    assert capfd.readouterr().err == ""
+
+
+def test_curriculum_curves_without_validation_draw_quietly(tmp_path, capfd):
+    stages = [SimpleNamespace(name="3ppl"), SimpleNamespace(name="5ppl")]
+    done = {"3ppl": {"history": [{"step": 1, "reward": -0.5}, {"step": 2, "reward": 0.0}]}}  # no val_acc anywhere
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = plot_stages(stages, done, tmp_path / "curriculum_curves.png")
+    assert out.stat().st_size > 0
+    assert capfd.readouterr().err == ""
