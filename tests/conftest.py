@@ -158,6 +158,12 @@ def write_jsonl(path: Path, rows: int) -> Path:
     return path
 
 
+@pytest.fixture
+def stage_files(tmp_path) -> dict[str, str]:
+    """Three 40-row jsonl sets (a, b, val) for two-stage curricula (tests/config/test_stages.py two_stages)."""
+    return {name: str(write_jsonl(tmp_path / f"{name}.jsonl", 40)) for name in ("a", "b", "val")}
+
+
 # The batch the config tests' hand-computed numbers assume, pinned so that retuning the embedded
 # default does not change them: 8 prompts x 4 responses, mini-batches of 4 prompts, micro 4.
 BASE_BATCH = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",

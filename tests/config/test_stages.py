@@ -5,12 +5,7 @@ import pytest
 from logicrl.config import ConfigError, compose
 from logicrl.config.phases import ARR
 from logicrl.config.stages import build_stages, has_stages
-from tests.conftest import run_main, write_jsonl
-
-
-@pytest.fixture
-def stage_files(tmp_path) -> dict[str, str]:
-    return {name: str(write_jsonl(tmp_path / f"{name}.jsonl", 40)) for name in ("a", "b", "val")}
+from tests.conftest import run_main
 
 
 def two_stages(files: dict[str, str], *extra: str) -> list[str]:

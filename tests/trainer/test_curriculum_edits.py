@@ -11,7 +11,7 @@ import pytest
 from logicrl.config import ConfigError
 from logicrl.config.phases import ARR
 from logicrl.trainer.curriculum import finished_changes, finished_row, refuse_edited
-from tests.config.test_stages import stage_files, stages_of, two_stages  # noqa: F401 (stage_files: a fixture)
+from tests.config.test_stages import stages_of, two_stages
 
 
 def record(stages, steps: int = 3) -> dict:
