@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.bad_inputs.conftest import jsonl, refused, row, small_run, timed_main
@@ -18,6 +20,10 @@ BAD_ROWS = {
     "ground truth no answer can match": (row(reward_model={"ground_truth": {"role": "liar"}}),
                                          "does not fit the 'kk_role' reward"),
     "a line that is not JSON": ("{not json", "not valid JSON"),
+    # Before: trained on the literal text, reward -1 from then on.
+    "a chat list stored as JSON text": (row(prompt=json.dumps([{"role": "user", "content": "Who is Zoey?"}])),
+                                        "prompt is a string holding a JSON chat list"),
+    "an empty prompt": (row(prompt=""), "prompt is an empty string"),
 }
 
 

@@ -65,3 +65,14 @@ def test_a_broken_model_directory_is_one_line(tmp_path, tiny_dir, case):
     breaker(model)
     result, seconds = timed_main(*small_run(tmp_path), f"{ARR}.model.path={model}")
     refused(result, seconds, f"{ARR}.model.path", str(model), says)
+
+
+@pytest.mark.parametrize("targets, says", [
+    ("[qq_proj,vv_proj]", "no entry matches a module of the model: qq_proj (did you mean q_proj?)"),
+    ("[q_proj,v_porj]", "v_porj (did you mean v_proj?) matches no module of the model"),
+])
+def test_lora_target_modules_that_match_nothing_are_one_line(tmp_path, targets, says):
+    # Before: a planner traceback (none matching) or adapters silently missing (some not matching).
+    result, seconds = timed_main(*small_run(tmp_path), f"{ARR}.model.lora_rank=4",
+                                 f"{ARR}.model.target_modules={targets}")
+    refused(result, seconds, f"{ARR}.model.target_modules", says)
