@@ -152,15 +152,17 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
     reopen_lengthened(stages, done)
     refuse_edited(stages, done)
     previous_final: Path | None = None
+    from_earlier_run = False  # previous_final was written by an earlier launch, not just now by this one
     for stage in stages:
         if stage.name in done:
-            previous_final = Path(done[stage.name]["final_checkpoint"])
+            previous_final, from_earlier_run = Path(done[stage.name]["final_checkpoint"]), True
             log.info(f"stage {stage.index + 1}/{len(stages)} ({stage.name}) already finished: {previous_final}")
             continue
         cfg = stage.cfg
-        # Read in full before any rank loads it, as a resume's checkpoint is; there is no older one
-        # to fall back to here (trainer/checkpoint.py).
-        if previous_final is not None and (problem := damage(previous_final)):
+        # One an earlier launch wrote is read in full before any rank loads it, as a resume's checkpoint
+        # is; there is no older one to fall back to here (trainer/checkpoint.py). One this launch just
+        # committed was summed as it was written: reading it back (~100 GB at 7B) would find nothing new.
+        if from_earlier_run and (problem := damage(previous_final)):
             where = f"stage {stage.index + 1}/{len(stages)} ({stage.name})"
             raise ConfigError(f"{previous_final}, where {where} starts, is damaged ({problem}): restore it from a "
                               "copy, or start over with trainer.resume_mode=disable")
@@ -174,6 +176,6 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
         final = complete_checkpoints(cfg.trainer.default_local_dir)[-1][1]
         done[stage.name] = finished_row(stage, trainer.history, trainer.elapsed_s, final)
         write_record(root, stages, done)
-        previous_final = final
+        previous_final, from_earlier_run = final, False
         write_summaries(stages, done, run_dir)
     return done

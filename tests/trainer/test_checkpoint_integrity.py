@@ -226,14 +226,12 @@ def test_a_format_1_manifest_still_verifies(tmp_path):
     assert ckpt.damage(tmp_path) == "state.json changed since it was saved (CRC-32)"
 
 
-def test_a_damaged_checkpoint_a_curriculum_stage_starts_from_is_refused_before_it_loads(tmp_path):
+def test_a_damaged_checkpoint_a_curriculum_stage_starts_from_is_refused_before_it_loads(tmp_path, stage_files):
     from logicrl.trainer.curriculum import run_curriculum, write_record
     from tests.config.test_stages import stages_of, two_stages
-    from tests.conftest import write_jsonl
 
-    files = {name: str(write_jsonl(tmp_path / f"{name}.jsonl", 40)) for name in ("a", "b", "val")}
     root = tmp_path / "ck"
-    stages = stages_of([*two_stages(files), f"trainer.default_local_dir={root}"])
+    stages = stages_of([*two_stages(stage_files), f"trainer.default_local_dir={root}"])
     final = root / "01_s1" / "global_step_3"  # stage 1 finished at its step 3
     (final / "actor").mkdir(parents=True)
     (final / "actor" / "__0_0.distcp").write_bytes(b"w" * 64)
