@@ -131,7 +131,8 @@ def has_nonfinite(tensors) -> bool:
     One min-max pass over each tensor where it lives (offloaded ones on the host), the extremes stacked
     per device and read back once per device: NaN and +-inf survive a min-max, and unlike a sum or a
     norm a large finite value cannot overflow into a false alarm. torch's inf-norm does the same job
-    at a third of the speed on the host (0.7 against 2.3 GB/s a core here). Not a collective.
+    at a sixth of the speed on the host (1.2 against 7.0 GB/s on one idle core here, 512 MB of fp32).
+    Not a collective.
     """
     extremes: dict[torch.device, list[torch.Tensor]] = {}
     for t in tensors:
