@@ -95,8 +95,10 @@ class Actor:
             log_probs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True,
                                                    remove_padding=self.remove_padding)
             old = log_probs.detach() if on_policy else micro["old_log_probs"]
-            if on_policy:
-                diffs.append(logprob_diff_metrics(old, micro))
+            if on_policy or corr.bypass_mode:
+                # Bypass runs no old-log-prob pass to measure the gap: it is measured here, on every forward
+                # (after a mini-batch's optimizer step it includes the update's own move, as in verl).
+                diffs.append(logprob_diff_metrics(log_probs.detach(), micro))
             stats, weights, keep = {}, None, mask.bool()
             if "rollout_log_probs" in micro.keys():
                 # pi_trainer / pi_rollout: the sampling-time trainer policy (decoupled), or the current one in
@@ -104,8 +106,6 @@ class Actor:
                 trainer = log_probs.detach() if corr.bypass_mode else old
                 out = apply_correction(trainer, micro["rollout_log_probs"], mask, corr)
                 weights, keep, stats = out.weights, out.keep, out.metrics
-                if corr.bypass_mode:  # no old-log-prob pass measured the gap: measure it here (verl does too)
-                    stats.update(mismatch_metrics(trainer, micro["rollout_log_probs"], mask))
             loss_mode = "gpg" if corr.bypass_mode and corr.loss_type == "reinforce" else cfg.policy_loss.loss_mode
             pl = cfg.policy_loss
             out = compute_policy_loss(loss_mode, log_probs, old, micro["advantages"], mask,

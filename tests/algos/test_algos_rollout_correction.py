@@ -160,8 +160,8 @@ def test_bypass_with_ppo_clip_does_not_weight_twice():
 
 
 # ---------------------------------------------------------------- what it does to the loss
-LOSS_PARAMS = dict(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_cov_ratio=0.5, clip_cov_lb=-100.0, clip_cov_ub=100.0,
-                   kl_cov_ratio=0.5)
+LOSS_PARAMS = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_cov_ratio": 0.5, "clip_cov_lb": -100.0,
+               "clip_cov_ub": 100.0, "kl_cov_ratio": 0.5}
 
 
 @pytest.mark.parametrize("mode", sorted(POLICY_LOSSES))
