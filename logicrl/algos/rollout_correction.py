@@ -52,7 +52,7 @@ def parse_rejection(rollout_rs: str | None, threshold: Any) -> tuple[RejectRule,
     options = list(dict.fromkeys(RS_ALIASES.get(o.strip(), o.strip()) for o in str(rollout_rs).split(",") if o.strip()))
     unknown = [o for o in options if o not in RS_OPTIONS]
     if unknown or not options:
-        raise ValueError(f"rollout_rs={rollout_rs!r}: {unknown or 'no option'} is not one of "
+        raise ValueError(f"rollout_rs={rollout_rs}: {', '.join(unknown) or 'no option'} is not one of "
                          f"{', '.join(RS_OPTIONS + tuple(RS_ALIASES))}")
     if threshold is None:
         raise ValueError(f"rollout_rs={rollout_rs} needs rollout_rs_threshold (e.g. 0.5_2.0 for k1, 0.01 for k2/k3)")
@@ -60,7 +60,7 @@ def parse_rejection(rollout_rs: str | None, threshold: Any) -> tuple[RejectRule,
     if len(specs) == 1:
         specs *= len(options)
     if len(specs) != len(options):
-        raise ValueError(f"rollout_rs_threshold={threshold!r} gives {len(specs)} bounds for {len(options)} options: "
+        raise ValueError(f"rollout_rs_threshold={threshold} gives {len(specs)} bounds for {len(options)} options: "
                          "give one, or one per option")
     rules = []
     for option, spec in zip(options, specs):
@@ -74,10 +74,10 @@ def parse_rejection(rollout_rs: str | None, threshold: Any) -> tuple[RejectRule,
             else:
                 lower, upper = None, float(spec)
         except (ValueError, ZeroDivisionError):
-            raise ValueError(f"rollout_rs_threshold={threshold!r}: {spec!r} is not a bound for {option} "
+            raise ValueError(f"rollout_rs_threshold={threshold}: {spec} is not a bound for {option} "
                              "(k1: lower_upper ratios such as 0.5_2.0; k2/k3: one positive number)") from None
         if upper <= 0 or (lower is not None and lower <= 0):
-            raise ValueError(f"rollout_rs_threshold={threshold!r}: bounds for {option} must be positive")
+            raise ValueError(f"rollout_rs_threshold={threshold}: bounds for {option} must be positive")
         rules.append(RejectRule(option, lower, upper))
     return tuple(rules)
 
