@@ -124,3 +124,19 @@ def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
     else:  # bypass: no old-log-prob pass; the gap is measured in the loss, the weights self-normalised
         assert "timing_s/old_log_prob" not in rows[-1] and abs(rows[-1]["rollout_corr/kl"]) < 1e-3
         assert rows[-1]["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(1, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_each_verl_loss_trains_through_the_entry_point(tmp_path):
+    # One step per loss (a multirun: a launch each), with token TIS and token + geometric rejection on.
+    sweep = tmp_path / "sweep"
+    modes = "cispo,geo_mean,sapo,gpg,clip_cov,kl_cov"
+    result = run_main("-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", f"hydra.sweep.dir={sweep}",
+                      f"{ARR}.actor.policy_loss.loss_mode={modes}", f"{CORR}.rollout_rs='token,geometric'",
+                      f"{CORR}.rollout_rs_threshold='0.5_2.0,0.9_1.1'", f"trainer.default_local_dir={tmp_path}/ckpt",
+                      cwd=tmp_path)
+    assert result.returncode == 0, tail(result)
+    for mode in modes.split(","):
+        rows = [json.loads(line) for line in next(sweep.glob(f"*loss_mode={mode}*/metrics.jsonl")).read_text()
+                .splitlines()]
+        assert rows[-1]["actor/grad_norm"] > 0 and rows[-1]["rollout_corr/rollout_rs_masked_fraction"] == 0, mode
