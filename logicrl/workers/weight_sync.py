@@ -104,8 +104,8 @@ def iter_adapter_weights(model: torch.nn.Module, dtype: torch.dtype | None = Non
     """(peft name, full tensor) for every LoRA A/B matrix of the active adapters, in `dtype` (None: as
     stored), e.g. 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight'.
 
-    Each tensor is its own copy, never the trained parameter itself: an engine that keeps it (vLLM's
-    adapter cache) must not see the next optimizer step. stats, when given, receives `bytes` and
+    Each tensor is its own copy, never the trained parameter's storage: an engine that keeps it (vLLM's
+    adapter cache) must not see the next optimizer step, nor write into it (vLLM scales B in place). stats, when given, receives `bytes` and
     `tensors` (what was handed over).
     """
     stats = {} if stats is None else stats
@@ -115,9 +115,11 @@ def iter_adapter_weights(model: torch.nn.Module, dtype: torch.dtype | None = Non
             if ".lora_A." not in name and ".lora_B." not in name:
                 continue
             tensor = _gathered(param, dtype)
-            if not hasattr(param, "full_tensor") and \
-                    tensor.untyped_storage().data_ptr() == param.untyped_storage().data_ptr():
-                tensor = tensor.clone()  # a plain (unsharded) parameter comes back as itself
+            local = param.to_local() if hasattr(param, "to_local") else param
+            if tensor.untyped_storage().data_ptr() == local.untyped_storage().data_ptr():
+                # A plain parameter comes back as itself, a DTensor over one rank as a view of its
+                # shard; vLLM scales lora_B in place (LoRALayerWeights.optimize): the trainer's, then.
+                tensor = tensor.clone()
             stats["bytes"] += tensor.numel() * tensor.element_size()
             stats["tensors"] += 1
             yield name, tensor

@@ -98,3 +98,11 @@ def test_sync_adapters_refuses_an_engine_built_without_lora(engine, monkeypatch)
     monkeypatch.setattr(engine, "lora", None)
     with pytest.raises(RuntimeError, match="built without LoRA"):
         engine.sync_adapters([])
+
+
+def test_the_engine_never_writes_into_the_trainers_adapters(engine, actor):
+    # vLLM folds the scale into lora_B in place: handed the parameter itself, it rescaled the trainer's
+    # (found on one FSDP2 rank, where full_tensor() is a view of the shard). iter_adapter_weights copies.
+    before = {n: p.detach().clone() for n, p in actor.named_parameters() if ".lora_" in n}
+    engine.sync_adapters(iter_adapter_weights(actor))  # no dtype: nothing to cast, the aliasing case
+    assert all(torch.equal(p, before[n]) for n, p in actor.named_parameters() if ".lora_" in n)
