@@ -104,8 +104,9 @@ def iter_adapter_weights(model: torch.nn.Module, dtype: torch.dtype | None = Non
     """(peft name, full tensor) for every LoRA A/B matrix of the active adapters, in `dtype` (None: as
     stored), e.g. 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight'.
 
-    Each tensor is its own copy, never the trained parameter's storage: an engine that keeps it (vLLM's
-    adapter cache) must not see the next optimizer step, nor write into it (vLLM scales B in place). stats, when given, receives `bytes` and
+    Each tensor is its own copy, never the trained parameter's storage: an engine that keeps it
+    (vLLM's adapter cache) must not see the next optimizer step, nor write into the trainer's (vLLM
+    scales B in place). stats, when given, receives `bytes` and
     `tensors` (what was handed over).
     """
     stats = {} if stats is None else stats
