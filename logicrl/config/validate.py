@@ -251,8 +251,10 @@ def check_lora_sync(arr: DictConfig) -> None:
     targets = model.target_modules
     if isinstance(targets, str):
         return  # all-linear, or a regular expression over the full names: decoder Linears as the preflight finds
+    # The embedding and the output layer, the modules peft adapts beside the Linears; a name that matches
+    # nothing is the preflight's to refuse (preflight/lora.py: with a "did you mean").
     linears = ATTENTION + MLP
-    other = [t for t in targets if t.rsplit(".", 1)[-1] not in linears]
+    other = [t for t in targets if t.rsplit(".", 1)[-1] in ("embed_tokens", "lm_head")]
     if other:
         raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: vLLM's adapter sync takes "
                           f"the decoder's Linear layers ({', '.join(linears)}) only; set {key}=merged for the others")

@@ -16,14 +16,15 @@ def arr(rank=8, targets=("q_proj", "v_proj"), sync="adapters", engine="vllm"):
 @pytest.mark.parametrize("case", [
     arr(), arr(targets="all-linear"), arr(targets=["self_attn.o_proj", "mlp.down_proj"]), arr(rank=512),
     arr(targets=["embed_tokens"], sync="merged"), arr(targets=["lm_head"], engine="hf"), arr(rank=0),
-], ids=["q-v", "all-linear", "dotted", "rank-512", "merged", "hf", "no-lora"])
+    arr(targets=["qq_proj"]),  # a typo: the preflight's "did you mean" (preflight/lora.py), not this check's
+], ids=["q-v", "all-linear", "dotted", "rank-512", "merged", "hf", "no-lora", "typo"])
 def test_what_vllm_adapter_sync_takes_passes(case):
     check_lora_sync(case)
 
 
 @pytest.mark.parametrize("case, says", [
     (arr(targets=["q_proj", "lm_head"]), "target_modules has lm_head"),
-    (arr(targets=["embed_tokens"]), "target_modules has embed_tokens"),
+    (arr(targets=["model.embed_tokens"]), "target_modules has model.embed_tokens"),
     (arr(rank=1024), "lora_rank=1024 is above vLLM's largest max_lora_rank 512"),
 ])
 def test_what_it_cannot_take_is_one_line_naming_merged(case, says):
