@@ -240,8 +240,8 @@ VLLM_MAX_LORA_RANK = 512  # the largest of vLLM 0.32's MaxLoRARanks (rollout/vll
 
 
 def check_lora_sync(arr: DictConfig) -> None:
-    """rollout.lora_sync=adapters on vLLM: the adapters must be ones vLLM's LoRA layers take (the
-    decoder's Linear layers, a rank it offers); otherwise the merged sync, which any target allows."""
+    """rollout.lora_sync=adapters on vLLM: the adapters must be ones it covers (the decoder's Linear
+    layers, the ones tested; a rank vLLM offers); otherwise the merged sync, which any target allows."""
     model, key = arr.model, f"{ARR}.rollout.lora_sync"
     if model.lora_rank == 0 or arr.rollout.lora_sync != "adapters" or arr.rollout.name != "vllm":
         return
@@ -256,7 +256,7 @@ def check_lora_sync(arr: DictConfig) -> None:
     linears = ATTENTION + MLP
     other = [t for t in targets if t.rsplit(".", 1)[-1] in ("embed_tokens", "lm_head")]
     if other:
-        raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: vLLM's adapter sync takes "
+        raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: the adapter sync into vLLM covers "
                           f"the decoder's Linear layers ({', '.join(linears)}) only; set {key}=merged for the others")
 
 
