@@ -13,6 +13,9 @@ over; its seconds are the median of `--syncs` (gather + the engine's load + pref
 After the last sync both engines decode the same greedy prompts and the largest |engine - trainer|
 log-prob is printed: the adapter path must sit at the merged path's level.
 
+Measured (2 CPU cores shared with other jobs): adapters 10,092,544 bytes and 0.0051 s a sync, merged
+107,038,720 bytes and 0.150 s: 10.6x the bytes, 29.6x the time; both log-prob gaps 1.9e-6. 7B shape: 94x.
+
 The bytes of a 7B shape (Qwen2.5-7B: 28 layers, hidden 3584, 28/4 heads of 128, MLP 18944, vocab
 152064, untied) are computed from the shapes, the same rank and targets (memory/footprint.py).
 """
