@@ -256,8 +256,9 @@ def check_lora_sync(arr: DictConfig) -> None:
     linears = ATTENTION + MLP
     other = [t for t in targets if t.rsplit(".", 1)[-1] in ("embed_tokens", "lm_head")]
     if other:
-        raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: the adapter sync into vLLM covers "
-                          f"the decoder's Linear layers ({', '.join(linears)}) only; set {key}=merged for the others")
+        raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: the adapter sync into vLLM "
+                          f"covers the decoder's Linear layers ({', '.join(linears)}) only; set {key}=merged for "
+                          "the others")
 
 
 def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:

@@ -255,8 +255,9 @@ class VLLMRolloutEngine:
 
     def sleep(self) -> None:
         """CUDA: vLLM sleep level 2 (KV cache and weights discarded: weights_valid until the next sync
-        is False); level 1 with the adapter sync (the weights offloaded to the host, back on wake). CPU: drop the prefix cache only; the KV cache and the weights stay allocated (vLLM
-        has no sleep mode on CPU)."""
+        is False); level 1 with the adapter sync (the weights offloaded to the host, back on wake).
+        CPU: drop the prefix cache only; the KV cache and the weights stay allocated (vLLM has no sleep
+        mode on CPU)."""
         if not self.free_cache_engine or self.asleep:
             return
         if self.sleep_mode:
