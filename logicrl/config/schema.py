@@ -167,6 +167,7 @@ class RolloutConfig:
     enable_prefix_caching: bool = key()
     free_cache_engine: bool = key()
     update_weights_bucket_mb: int = key(ge=1)
+    lora_sync: str = key(choices=("adapters", "merged"))
     val_kwargs: ValKwargs = group(ValKwargs)
 
 

@@ -80,6 +80,10 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
     ]
     if plan.runs("ref") and cfg[ARR].model.lora_rank > 0:
         lines.append(f"{'':<10} with LoRA the reference is the actor with its adapter disabled (no second copy)")
+    if cfg[ARR].model.lora_rank > 0:  # both engines take either sync (docs/engines.md, LoRA)
+        lines.append(f"{'':<10} weight sync: " + (
+            "LoRA adapters only, the engine holds the base once" if cfg[ARR].rollout.lora_sync == "adapters" else
+            "LoRA merged into full weights, the whole model every sync (rollout.lora_sync=merged)"))
     lines.append(memory)
     return "\n".join(lines)
 

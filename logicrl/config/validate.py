@@ -26,6 +26,7 @@ from logicrl.config.verl_keys import take_verl_keys
 from logicrl.data.files import DATA_SUFFIXES, data_sources, dataset_rows
 from logicrl.reward.combine import CombineError, CombineRule
 from logicrl.reward.custom import CustomRewardError, load_custom_reward
+from logicrl.models.lora_targets import ATTENTION, MLP
 from logicrl.models.reward_head import reward_head
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
 from logicrl.models.tiny import EMBEDDED_CONFIGS, EMBEDDED_TINY, EMBEDDED_TINY_RM
@@ -132,6 +133,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
                           "name the modules (e.g. [q_proj,v_proj]) or use all-linear")
 
     check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
+    check_lora_sync(arr)
     check_reward_model(cfg)
     check_rollout_correction(algo.rollout_correction)
 
@@ -248,6 +250,31 @@ def check_reward_model(cfg: DictConfig) -> None:
                 hint = f"did you mean {close[0]}?" if close else f"they hold: {', '.join(sorted(present))}"
                 raise ConfigError(f"reward.combine.by_data_source.{source}: no row of data.train_files or "
                                   f"data.val_files has data_source={source} ({hint})")
+
+
+VLLM_MAX_LORA_RANK = 512  # the largest of vLLM 0.32's MaxLoRARanks (rollout/vllm_lora.py rounds up to one)
+
+
+def check_lora_sync(arr: DictConfig) -> None:
+    """rollout.lora_sync=adapters on vLLM: the adapters must be ones it covers (the decoder's Linear
+    layers, the ones tested; a rank vLLM offers); otherwise the merged sync, which any target allows."""
+    model, key = arr.model, f"{ARR}.rollout.lora_sync"
+    if model.lora_rank == 0 or arr.rollout.lora_sync != "adapters" or arr.rollout.name != "vllm":
+        return
+    if model.lora_rank > VLLM_MAX_LORA_RANK:
+        raise ConfigError(f"{ARR}.model.lora_rank={model.lora_rank} is above vLLM's largest max_lora_rank "
+                          f"{VLLM_MAX_LORA_RANK}: set {key}=merged or lower the rank")
+    targets = model.target_modules
+    if isinstance(targets, str):
+        return  # all-linear, or a regular expression over the full names: decoder Linears as the preflight finds
+    # The embedding and the output layer, the modules peft adapts beside the Linears; a name that matches
+    # nothing is the preflight's to refuse (preflight/lora.py: with a "did you mean").
+    linears = ATTENTION + MLP
+    other = [t for t in targets if t.rsplit(".", 1)[-1] in ("embed_tokens", "lm_head")]
+    if other:
+        raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: the adapter sync into vLLM "
+                          f"covers the decoder's Linear layers ({', '.join(linears)}) only; set {key}=merged for "
+                          "the others")
 
 
 def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:

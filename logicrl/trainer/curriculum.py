@@ -40,7 +40,7 @@ NOT_TRAINING = ("trainer.*", "curriculum.*", "data.val_*", "actor_rollout_ref.ro
                 *(f"actor_rollout_ref.rollout.{k}" for k in (
                     "name", "gpu_memory_utilization", "kv_cache_gb", "max_num_seqs", "max_num_batched_tokens",
                     "enforce_eager", "free_cache_engine", "enable_prefix_caching", "update_weights_bucket_mb",
-                    "tensor_model_parallel_size")))
+                    "lora_sync", "tensor_model_parallel_size")))
 TRAINING_TRAINER_KEYS = ("trainer.seed", "trainer.critic_warmup")
 SHOWN_CHANGES = 4  # the line lists this many changed keys, then a count
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ from logicrl.workers.rollout import SamplingParams
 from logicrl.workers.rollout.engines import build_engine
 from logicrl.workers.sharded_load import load_sharded_model
 from logicrl.workers.update import Trained
-from logicrl.workers.weight_sync import iter_engine_weights
+from logicrl.workers.weight_sync import iter_adapter_weights, iter_engine_weights
 
 
 @dataclass(frozen=True)
@@ -382,13 +383,23 @@ class HybridWorker:
     @worker_phase("update_weights", retried=False)  # streamed in buckets of a fixed size: nothing to halve
     def _update_weights(self, _batch: None, _retry):
         stream: dict = {}
-        bucket_mb = self.cfg.actor_rollout_ref.rollout.update_weights_bucket_mb
+        rollout = self.cfg.actor_rollout_ref.rollout
+        adapters = self.lora and rollout.lora_sync == "adapters"
+        start = time.perf_counter()
         # Cast to the engine's dtype shard by shard, before gathering: half the bytes all-gathered.
-        self.engine.sync_weights(iter_engine_weights(self.actor.model, bucket_mb, stream, dtype=self.dtype))
-        # The gathered bytes the stream held at once (its largest bucket), counted as it goes: free,
-        # unlike an allocation tracker; the engine's own share shows in perf/memory/update_weights/.
-        return None, {"perf/update_weights/bucket_peak_mb": stream["peak_bucket_bytes"] / 2**20,
-                      "perf/update_weights/buckets": stream["buckets"]}
+        if adapters:  # only the LoRA A/B tensors: the engine holds the base since it was built
+            self.engine.sync_adapters(iter_adapter_weights(self.actor.model, self.dtype, stream))
+        else:
+            self.engine.sync_weights(iter_engine_weights(self.actor.model, rollout.update_weights_bucket_mb, stream,
+                                                         dtype=self.dtype))
+        metrics = {"perf/update_weights/bytes": stream["bytes"], "perf/update_weights/seconds":
+                   time.perf_counter() - start, "perf/update_weights/adapters_only": float(adapters)}
+        if not adapters:
+            # The gathered bytes the stream held at once (its largest bucket), counted as it goes: free,
+            # unlike an allocation tracker; the engine's own share shows in perf/memory/update_weights/.
+            metrics.update({"perf/update_weights/bucket_peak_mb": stream["peak_bucket_bytes"] / 2**20,
+                            "perf/update_weights/buckets": stream["buckets"]})
+        return None, metrics
 
     # ---------------------------------------------------------------- checkpoints
     def nonfinite_state(self) -> list[str]:

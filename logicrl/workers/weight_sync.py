@@ -11,6 +11,10 @@ With `dtype` each shard is cast BEFORE it is gathered (fp32 masters, a bf16 engi
 all-gathered, the same result, a cast being elementwise). With LoRA each adapted Linear is sent merged,
 W + scale * B @ A, formed in fp32 from the gathered base and adapter matrices, then cast; it takes the
 base tensor's place in the bucket, so nothing else is copied. docs/engines.md.
+
+`iter_adapter_weights` is the adapter-only sync (rollout.lora_sync=adapters): only the LoRA A/B
+matrices, gathered and cast the same way, for an engine that holds the base once and applies the
+adapters itself (rollout/vllm_lora.py, rollout/hf.py). Both streams count the bytes they hand over.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ def iter_engine_weights(model: torch.nn.Module, bucket_mb: float | None = None,
     buckets of at most `bucket_mb` MiB (None: one tensor at a time), in `dtype` (None: as stored).
 
     stats, when given, receives `peak_bucket_bytes` (the largest bucket gathered, i.e. the most
-    gathered bytes this stream held at once) and `buckets` (how many were gathered).
+    gathered bytes this stream held at once), `buckets` (how many were gathered) and `bytes` (all
+    the bytes handed over).
     """
     try:
         from peft.tuners.lora import LoraLayer
@@ -65,7 +70,7 @@ def iter_engine_weights(model: torch.nn.Module, bucket_mb: float | None = None,
     adapted = {name: m for name, m in model.named_modules() if LoraLayer and isinstance(m, LoraLayer)}
     limit = 0 if bucket_mb is None else bucket_mb * MB
     stats = {} if stats is None else stats
-    stats.update(peak_bucket_bytes=0, buckets=0)
+    stats.update(peak_bucket_bytes=0, buckets=0, bytes=0)
     bucket: deque[tuple[str, torch.Tensor]] = deque()
     held = 0
 
@@ -89,5 +94,33 @@ def iter_engine_weights(model: torch.nn.Module, bucket_mb: float | None = None,
                 yield from hand_over()  # before gathering: never a full bucket plus one more tensor
             bucket.append((_plain_name(name), _merged(param, layer, dtype)))
             held += size
+            stats["bytes"] += size
         if bucket:
             yield from hand_over()
+
+
+def iter_adapter_weights(model: torch.nn.Module, dtype: torch.dtype | None = None,
+                         stats: dict | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(peft name, full tensor) for every LoRA A/B matrix of the active adapters, in `dtype` (None: as
+    stored), e.g. 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight'.
+
+    Each tensor is its own copy, never the trained parameter's storage: an engine that keeps it
+    (vLLM's adapter cache) must not see the next optimizer step, nor write into the trainer's (vLLM
+    scales B in place). stats, when given, receives `bytes` and
+    `tensors` (what was handed over).
+    """
+    stats = {} if stats is None else stats
+    stats.update(bytes=0, tensors=0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_A." not in name and ".lora_B." not in name:
+                continue
+            tensor = _gathered(param, dtype)
+            local = param.to_local() if hasattr(param, "to_local") else param
+            if tensor.untyped_storage().data_ptr() == local.untyped_storage().data_ptr():
+                # A plain parameter comes back as itself, a DTensor over one rank as a view of its
+                # shard; vLLM scales lora_B in place (LoRALayerWeights.optimize): the trainer's, then.
+                tensor = tensor.clone()
+            stats["bytes"] += tensor.numel() * tensor.element_size()
+            stats["tensors"] += 1
+            yield name, tensor

@@ -89,8 +89,9 @@ def test_multirun_two_jobs(tmp_path):
 
 
 # On one rank, LoRA with a KL loss: the reference is the actor without its adapters, and vLLM's weight
-# sync merges the adapters into the engine's base weights. Also REINFORCE++ over two epochs, so the
-# old-log-prob pass runs, with validation at step 2 (vLLM's sampling of the 200 validation prompts).
+# sync sends the adapters alone (rollout.lora_sync=adapters; the merged sync is checked in
+# tests/workers/test_hybrid_worker.py). Also REINFORCE++ over two epochs, so the old-log-prob pass runs,
+# with validation at step 2 (vLLM's sampling of the 200 validation prompts).
 # Two ranks on the vLLM engine: tests/trainer/test_console.py; a separate reference model: the dry-run
 # test above.
 CORR = "algorithm.rollout_correction"
@@ -114,6 +115,11 @@ def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
     # log-probs still match the trainer's (fp32 on CPU).
     assert rows[-1]["rollout/logprob_diff_max"] < 1e-3
     if extra == LORA:
+        # rollout.lora_sync=adapters, the default: each sync sent the engine only the LoRA A/B tensors
+        # (2 layers x q, v x (A [4, 128] + B [out, 4]), fp32: 14,336 bytes, the base never again), and
+        # the engine's log-probs still match the trainer's within the merged sync's bound above.
+        assert rows[-1]["perf/update_weights/adapters_only"] == 1.0
+        assert rows[-1]["perf/update_weights/bytes"] == 2 * (4 * 128 + 128 * 4 + 4 * 128 + 64 * 4) * 4
         # The adapterless reference runs and the KL loss is reported; two optimizer steps per step: the
         # old-log-prob pass must run, and the second epoch sees a moved policy.
         assert "actor/kl_loss" in rows[-1] and "timing_s/ref" in rows[-1] and "timing_s/old_log_prob" in rows[-1]

@@ -142,7 +142,8 @@ def test_lora_adapters_are_fp32_masters_that_compute_in_bf16():
     lora_a = next(m for name, m in worker.actor.model.named_modules() if name.endswith("q_proj.lora_A.default"))
     seen = []
     handle = lora_a.register_forward_hook(lambda module, _, out: seen.append((module.weight.dtype, out.dtype)))
-    # An update, the merged-weight sync, fresh samples, and the trainer's recomputation of them
+    # An update, the adapter-only sync (rollout.lora_sync=adapters: the hf engine's own peft adapters,
+    # bf16), fresh samples, and the trainer's recomputation of them
     # (adapters on) within the bf16 bound; the reference pass runs the base with the adapters off.
     assert_engine_agrees_within_the_bf16_bound(worker, prompts)
     handle.remove()

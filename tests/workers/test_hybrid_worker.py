@@ -97,14 +97,24 @@ def test_update_moves_actor_not_reference_and_syncs_engine(setup):
     torch.testing.assert_close(batch["old_log_probs"][mask], batch["rollout_log_probs"][mask], atol=1e-4, rtol=0)
 
 
-def test_lora_actor_streams_merged_weights_into_vllm():
-    # The engine holds a plain model: W + scale * B @ A is what it must receive (weight_sync.py).
-    worker, prompts = make_worker("vllm", f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8")
+@pytest.mark.parametrize("engine, sync", [("vllm", "merged"), ("vllm", "adapters"), ("hf", "adapters")])
+def test_lora_actor_syncs_its_engine(engine, sync):
+    # merged: the engine holds a plain model and receives W + scale * B @ A (weight_sync.py), the whole
+    # model. adapters: the engine holds the base under LoRA and receives only the A/B tensors.
+    worker, prompts = make_worker(engine, f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8",
+                                  f"{ARR}.rollout.lora_sync={sync}")
     before, _ = generate(worker, prompts, seed=3)
     add(worker, before, "ref")
     before["advantages"] = torch.randn(before["responses"].shape, generator=torch.Generator().manual_seed(0))
     worker.run(before, "update_actor")
-    worker.run(None, "update_weights")
+    _, metrics = worker.run(None, "update_weights")
+    # The bytes handed over: the fp32 tiny model's every weight, or its adapters' alone.
+    params = dict(worker.actor.model.named_parameters())
+    adapter_bytes = sum(p.numel() * 4 for n, p in params.items() if ".lora_" in n)
+    model_bytes = sum(t.numel() * 4 for t in worker.actor_state().values())
+    assert metrics["perf/update_weights/bytes"] == (adapter_bytes if sync == "adapters" else model_bytes)
+    assert metrics["perf/update_weights/adapters_only"] == float(sync == "adapters")
+    assert metrics["perf/update_weights/seconds"] > 0
 
     after, _ = generate(worker, prompts, seed=3)  # same seed: only the weights differ
     assert not torch.allclose(after["rollout_log_probs"], before["rollout_log_probs"])

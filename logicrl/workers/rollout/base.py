@@ -96,6 +96,12 @@ class RolloutEngine(Protocol):
         parameter names (HF `named_parameters()` names)."""
         ...
 
+    def sync_adapters(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """LoRA's adapter-only sync (rollout.lora_sync=adapters): load the actor's adapter tensors, (peft
+        name, full LoRA A or B tensor) pairs (weight_sync.iter_adapter_weights), over the base the engine
+        loaded once; the next generate() uses them. An engine built without the run's LoRA raises."""
+        ...
+
     def sleep(self) -> None:
         """Release what the engine holds between rollouts (KV cache, its own weight copy)."""
         ...

@@ -19,12 +19,27 @@ from logicrl.memory.footprint import MIN_KV_CACHE_GB  # the floor the memory pla
 log = logging.getLogger("logicrl.rollout")
 
 
+def adapter_sync(cfg: DictConfig):
+    """The run's LoRA as a LoraSpec when each sync sends only the adapters (rollout.lora_sync=adapters,
+    lora_rank > 0), else None: no LoRA, or the merged sync."""
+    from logicrl.models.loading import LoraSpec
+
+    model = cfg.actor_rollout_ref.model
+    if model.lora_rank == 0 or cfg.actor_rollout_ref.rollout.lora_sync != "adapters":
+        return None
+    targets = model.target_modules if isinstance(model.target_modules, str) else list(model.target_modules)
+    return LoraSpec(model.lora_rank, model.lora_alpha, targets)
+
+
 def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
     from logicrl.models.loading import load_causal_lm
     from logicrl.workers.rollout.hf import HFRolloutEngine
 
     arr = cfg.actor_rollout_ref
-    model = load_causal_lm(arr.model.path, dtype).to(device).eval().requires_grad_(False)
+    # With the adapter sync the engine holds the base under its own peft adapters, which each sync
+    # overwrites in place; .to(dtype) puts them in the compute dtype, as the actor gathers its own.
+    model = load_causal_lm(arr.model.path, dtype, lora=adapter_sync(cfg)).to(device=device, dtype=dtype)
+    model = model.eval().requires_grad_(False)
     return HFRolloutEngine(model, pad_id=tokenizer.pad_token_id, eos_ids=stop_ids(cfg, tokenizer),
                            micro_batch_size=max_num_seqs)
 
@@ -70,7 +85,7 @@ def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, 
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=r.max_num_batched_tokens, enforce_eager=r.enforce_eager,
         enable_prefix_caching=r.enable_prefix_caching, free_cache_engine=r.free_cache_engine,
-        tensor_model_parallel_size=r.tensor_model_parallel_size)
+        tensor_model_parallel_size=r.tensor_model_parallel_size, lora=adapter_sync(cfg))
 
 
 ENGINES = {"hf": _hf, "vllm": _vllm}

@@ -173,6 +173,12 @@ class HFRolloutEngine:
                 if target.data_ptr() != tensor.data_ptr():
                     target.copy_(tensor)
 
+    def sync_adapters(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy the actor's LoRA A/B tensors (peft names, weight_sync.iter_adapter_weights) into the
+        engine's own peft adapters, in place; the base is never touched (engines._hf builds the model
+        with the run's adapters when rollout.lora_sync=adapters)."""
+        self.sync_weights(named_tensors)
+
     weights_valid = True  # sleep() never discards anything
 
     def sleep(self) -> None:

@@ -12,7 +12,10 @@ what base.py needs on its own (docs/engines.md says why, for each):
 4. Sleep at level 2 on CUDA (weights and KV cache discarded, every sync reloads every parameter);
    `weights_valid` makes generate() wait for the next sync. On CPU sleep only drops the prefix cache.
 5. enforce_eager=None: eager on CPU, CUDA graphs on CUDA.
-LoRA: each adapted Linear arrives merged (weight_sync.py); the engine never sees an adapter.
+LoRA: with `lora` given (rollout.lora_sync=adapters) the engine is built with LoRA enabled and each
+sync hands it only the adapter tensors (sync_adapters, vllm_lora.py); the base is loaded once and
+never re-sent, so sleep on CUDA keeps it (level 1: offloaded to the host, back on wake). Without
+`lora` (lora_sync=merged) each adapted Linear arrives merged (weight_sync.py) through sync_weights.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from logicrl.models.loading import LoraSpec
+from logicrl.workers.rollout import vllm_lora
 from logicrl.workers.rollout.base import RolloutOutput, SamplingParams
 from logicrl.workers.rollout.vllm_logprobs import patch_worker_sampler
 from logicrl.workers.rollout.vllm_tp import TPGroup, external_launcher_env
@@ -67,7 +72,7 @@ class VLLMRolloutEngine:
                  dtype: str = "float32", seed: int = 0, gpu_memory_utilization: float = 0.5,
                  kv_cache_gb: float | None = None, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
                  enforce_eager: bool | None = None, enable_prefix_caching: bool = True, free_cache_engine: bool = True,
-                 tensor_model_parallel_size: int = 1):
+                 tensor_model_parallel_size: int = 1, lora: LoraSpec | None = None):
         self.tp = tensor_model_parallel_size
         if self.tp > 1:
             external_launcher_env(self.tp)  # vllm_tp.py: vLLM adopts our world and cuts it into TP groups
@@ -82,6 +87,11 @@ class VLLMRolloutEngine:
         cuda = torch.cuda.is_available()
         # vLLM's sleep mode (CUDA only) must be chosen at creation; on CPU the worker ignores sleep.
         self.sleep_mode = free_cache_engine and cuda
+        # Adapter sync never re-sends the base, so a sleep must not discard it (module docstring).
+        self.sleep_level = 1 if lora is not None else SLEEP_LEVEL
+        self.lora = lora
+        self.lora_request = None  # None until the first sync_adapters: the base alone (peft's B starts at 0)
+        self.adapter_id = 0
         self.asleep = False
         self.weights_valid = True  # loaded from model_path; cleared by a level-2 sleep (docstring, point 4)
         self.micro_batch_size = None  # RolloutEngine: vLLM schedules its own batches, nothing to halve
@@ -109,6 +119,7 @@ class VLLMRolloutEngine:
                 # Ray shows each rank one GPU, so TP reductions go through NCCL (as verl's SPMD rollout did).
                 disable_custom_all_reduce=self.tp > 1,
                 logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode,
+                **({} if lora is None else vllm_lora.engine_args(lora)),
             )
         finally:
             torch.set_num_threads = set_num_threads
@@ -183,7 +194,8 @@ class VLLMRolloutEngine:
         from vllm.inputs import TokensPrompt
 
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                                    [self._vllm_params(params, s) for s in seeds], use_tqdm=False)
+                                    [self._vllm_params(params, s) for s in seeds], use_tqdm=False,
+                                    lora_request=self.lora_request)
         # LLM.generate returns requests in input order.
         samples = [request.outputs[0] for request in outputs]
 
@@ -221,15 +233,36 @@ class VLLMRolloutEngine:
         # nothing discarded is left. A stream that raised part-way leaves the flag as it was.
         self.weights_valid = True
 
+    def sync_adapters(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> list[int]:
+        """Hand the engine the actor's adapters: (peft name, full A or B tensor) pairs, nothing else
+        (weight_sync.iter_adapter_weights). They become a new adapter id, the old one is dropped, and
+        the next generate() uses it. Returns the adapter ids the worker holds afterwards."""
+        if self.lora is None:
+            raise RuntimeError("sync_adapters on a vLLM engine built without LoRA: pass lora= (rollout.lora_sync="
+                               "adapters), or sync merged weights with sync_weights")
+        from vllm.lora.request import LoRARequest
+
+        tensors = vllm_lora.adapter_tensors(named_tensors)
+        new_id = self.adapter_id + 1
+        held = self.llm.collective_rpc(vllm_lora.load_adapter, args=(new_id, tensors,
+                                                                     vllm_lora.peft_config(self.lora)))[0]
+        self.adapter_id = new_id
+        # A fresh name too: vLLM keys prefix-cache blocks by the adapter's name.
+        self.lora_request = LoRARequest(lora_name=f"logicrl-{new_id}", lora_int_id=new_id,
+                                        lora_path=vllm_lora.IN_MEMORY)
+        self.llm.reset_prefix_cache()
+        return held
+
     def sleep(self) -> None:
         """CUDA: vLLM sleep level 2 (KV cache and weights discarded: weights_valid until the next sync
-        is False). CPU: drop the prefix cache only; the KV cache and the weights stay allocated (vLLM
-        has no sleep mode on CPU)."""
+        is False); level 1 with the adapter sync (the weights offloaded to the host, back on wake).
+        CPU: drop the prefix cache only; the KV cache and the weights stay allocated (vLLM has no sleep
+        mode on CPU)."""
         if not self.free_cache_engine or self.asleep:
             return
         if self.sleep_mode:
-            self.llm.sleep(level=SLEEP_LEVEL)
-            self.weights_valid = SLEEP_LEVEL < 2
+            self.llm.sleep(level=self.sleep_level)
+            self.weights_valid = self.sleep_level < 2
         else:
             self.llm.reset_prefix_cache()
         self.asleep = True
