@@ -56,8 +56,7 @@ from logicrl.trainer.divergence import (
 from logicrl.trainer.micro_sizes import apply_saved, ended_by_oom
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
-from logicrl.trainer.step_perf import FORWARD_PHASES, UPDATE_PHASES, FlopModel, generation_metrics, mfu_metrics, \
-    peak_bf16_flops, phase_shares, trainer_metrics
+from logicrl.trainer.step_perf import FlopModel, peak_bf16_flops, phase_shares, step_metrics
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
 from logicrl.trainer.validation import validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
@@ -414,21 +413,11 @@ class PPOTrainer:
 
     def _perf_metrics(self, batch: TensorDict | None, metrics: dict) -> dict:
         """Where the step's time went (trainer/step_perf.py): generation, forward passes, updates, MFU."""
-        plan, arr = self.plan, self.cfg[ARR]
-        rank_tokens = [sum(tokens[r] for tokens, _ in self.generated) for r in range(plan.ranks)]
-        rank_seconds = [m.get("timing_s/generate", 0.0) for m in self.rank_metrics]
-        lengths = [n for _, round_lengths in self.generated for n in round_lengths]
-        out = generation_metrics(rank_tokens, rank_seconds, metrics["timing_s/generate"], lengths)
-        if batch is None:
-            return out
-        seqs = batch["attention_mask"].sum(-1).tolist()
+        plan = self.plan
         epochs = {"update_actor": plan.actor.ppo_epochs, "update_critic": plan.critic.ppo_epochs if plan.critic else 1}
-        timed = {p: metrics[f"timing_s/{p}"] for p in (*FORWARD_PHASES, *UPDATE_PHASES) if f"timing_s/{p}" in metrics}
-        out.update(trainer_metrics(seqs, timed, epochs))
-        if "perf/worker_timing_s/update_actor" in metrics:
-            out.update(mfu_metrics(self.flops, seqs, plan.actor.ppo_epochs, arr.model.enable_gradient_checkpointing,
-                                   metrics["perf/worker_timing_s/update_actor"], plan.ranks, self.peak))
-        return out
+        return step_metrics(self.generated, [m.get("timing_s/generate", 0.0) for m in self.rank_metrics], metrics,
+                            None if batch is None else batch["attention_mask"], epochs, self.flops,
+                            self.cfg[ARR].model.enable_gradient_checkpointing, plan.ranks, self.peak)
 
     def _kl_in_reward(self, batch, token_scores):
         old = batch.get("old_log_probs", None)

@@ -106,6 +106,27 @@ def mfu_metrics(flops: FlopModel, lengths: list[int], epochs: int, checkpointing
             "perf/update_actor/tflops_per_rank": epochs * model / seconds / ranks / 1e12}
 
 
+def step_metrics(generated: list[tuple[list[int], list[int]]], rank_seconds: list[float], metrics: dict,
+                 attention_mask, epochs: dict[str, int], flops: FlopModel, checkpointing: bool, ranks: int,
+                 peak: float | None) -> dict[str, float]:
+    """All of a step's perf/ metrics. `generated`: per generation round, each rank's generated tokens and
+    every response's length; `rank_seconds`: each rank's own generate time (its rounds summed); `metrics`:
+    the step's so far (timing_s/<phase>, perf/worker_timing_s/update_actor); `attention_mask` [N, P+R] of
+    the trained rows, None when nothing was trained."""
+    rank_tokens = [sum(tokens[r] for tokens, _ in generated) for r in range(ranks)]
+    lengths = [n for _, round_lengths in generated for n in round_lengths]
+    out = generation_metrics(rank_tokens, rank_seconds, metrics["timing_s/generate"], lengths)
+    if attention_mask is None:
+        return out
+    seqs = attention_mask.sum(-1).tolist()
+    timed = {p: metrics[f"timing_s/{p}"] for p in (*FORWARD_PHASES, *UPDATE_PHASES) if f"timing_s/{p}" in metrics}
+    out.update(trainer_metrics(seqs, timed, epochs))
+    if "perf/worker_timing_s/update_actor" in metrics:
+        out.update(mfu_metrics(flops, seqs, epochs["update_actor"], checkpointing,
+                               metrics["perf/worker_timing_s/update_actor"], ranks, peak))
+    return out
+
+
 def phase_shares(totals: dict[str, float]) -> str:
     """'generate 61%, update_actor 22%, ...' over the phases' summed times, largest first."""
     whole = sum(totals.values())
