@@ -173,9 +173,6 @@ class PPOTrainer:
                     if test_freq > 0 and (step % test_freq == 0 or step == self.total_steps):
                         metrics.update(self.run_validation(step))
                     self.elapsed_s += time.perf_counter() - start
-                    for key, value in metrics.items():
-                        if key.startswith("timing_s/") and key != "timing_s/step":
-                            self.phase_totals[key[9:]] = self.phase_totals.get(key[9:], 0.0) + value
                     self.history.append(history_row(step, metrics))
                     stop = requested()
                     try:  # a step that ends the run is logged too: its NaN show where the run diverged
@@ -189,6 +186,9 @@ class PPOTrainer:
                         elif stop or step == self.total_steps or periodic:
                             metrics.update(self.save(step))
                     finally:
+                        for key, value in metrics.items():  # the closing line's breakdown, the save's time too
+                            if key.startswith("timing_s/") and key != "timing_s/step":
+                                self.phase_totals[key[9:]] = self.phase_totals.get(key[9:], 0.0) + value
                         tracker.log(metrics, step)
                     last = metrics
                     if stop and step < self.total_steps:
