@@ -88,10 +88,25 @@ class StepPlan:
     actor: Update
     critic: Update | None  # only with a critic (gae)
     phases: tuple[PhasePlan, ...]  # in PHASES order
+    # Dynamic sampling (algorithm.filter_groups): prompts per generation round (data.gen_batch_size) and the
+    # rounds a step may take (None: no limit). Without it one round of `prompts` per step.
+    filter_groups: bool = False
+    gen_prompts: int = 0  # 0: `prompts` (plans built by hand in tests)
+    max_gen_rounds: int | None = 1
 
     @property
     def responses(self) -> int:
         return self.prompts * self.n
+
+    @property
+    def round_prompts(self) -> int:
+        """Prompts per generation round."""
+        return self.gen_prompts or self.prompts
+
+    @property
+    def gen_per_rank_responses(self) -> int:
+        """Responses one rank generates per round: what the generate phase holds at once."""
+        return self.round_prompts * self.n // self.ranks
 
     @property
     def per_rank_responses(self) -> int:
@@ -129,6 +144,9 @@ class StepPlan:
         if train_rows < self.prompts:
             raise ConfigError(f"data.train_files hold {train_rows} usable prompts, fewer than data.train_batch_size="
                               f"{self.prompts}: no step could run; lower the batch or add data")
+        if train_rows < self.round_prompts:
+            raise ConfigError(f"data.train_files hold {train_rows} usable prompts, fewer than data.gen_batch_size="
+                              f"{self.round_prompts}: no generation round could run; lower it or add data")
         return replace(self, train_rows=train_rows)
 
     def with_micro(self, values: dict[str, int]) -> StepPlan:
@@ -235,6 +253,15 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
         raise ConfigError(
             f"data.train_batch_size={prompts} x {ARR}.rollout.n={n} = {prompts * n} responses do not split "
             f"across trainer.n_gpus={ranks} ranks: make the product a multiple of {ranks}")
+    fg = algo.filter_groups
+    gen_prompts, max_rounds = prompts, 1
+    if fg.enable:
+        gen_prompts = cfg.data.gen_batch_size or prompts
+        max_rounds = fg.max_num_gen_batches if fg.max_num_gen_batches > 0 else None
+        if (gen_prompts * n) % ranks:
+            raise ConfigError(
+                f"data.gen_batch_size={gen_prompts} x {ARR}.rollout.n={n} = {gen_prompts * n} responses do not split "
+                f"across trainer.n_gpus={ranks} ranks: make the product a multiple of {ranks}")
     actor = _update(cfg, "update_actor", f"{ARR}.actor", prompts, n, ranks)
     critic = _update(cfg, "update_critic", "critic", prompts, n, ranks) if uses_critic(cfg) else None
 
@@ -255,5 +282,6 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
                "update_critic": no_critic}
     phases = tuple(PhasePlan(name, skipped.get(name), micro[name]) for name in PHASES)
     plan = StepPlan(prompts=prompts, n=n, ranks=ranks, train_rows=train_rows, total_epochs=cfg.trainer.total_epochs,
-                    max_steps=cfg.trainer.total_training_steps, actor=actor, critic=critic, phases=phases)
+                    max_steps=cfg.trainer.total_training_steps, actor=actor, critic=critic, phases=phases,
+                    filter_groups=fg.enable, gen_prompts=gen_prompts, max_gen_rounds=max_rounds)
     return plan.for_rows(train_rows)

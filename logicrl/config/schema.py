@@ -53,6 +53,7 @@ class DataConfig:
     max_prompt_length: int = key(ge=1)
     max_response_length: int = key(ge=1)
     train_batch_size: int = key(ge=1)
+    gen_batch_size: Optional[int] = key(ge=1)
     val_batch_size: Optional[int] = key(ge=1)
     shuffle: bool = key()
     truncation: str = key(choices=("error", "filter", "left", "right"))
@@ -256,6 +257,14 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    enable: bool = key()
+    metric: str = key()  # a reward component name is valid too: checked on the first round's results
+    max_num_gen_batches: int = key()
+    on_limit: str = key(choices=("train", "error"))
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = key(choices=ADV_ESTIMATORS)
     gamma: float = key(ge=0, le=1)
@@ -265,6 +274,7 @@ class AlgorithmConfig:
     kl_penalty: str = key(choices=KL_ESTIMATORS)
     kl_ctrl: KLCtrlConfig = group(KLCtrlConfig)
     rollout_correction: RolloutCorrectionConfig = group(RolloutCorrectionConfig)
+    filter_groups: FilterGroupsConfig = group(FilterGroupsConfig)
 
 
 # ---------------------------------------------------------------- reward

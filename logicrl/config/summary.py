@@ -48,6 +48,22 @@ def _reward_line(cfg: DictConfig, plan: StepPlan) -> str:
             f"{sources}")
 
 
+def _sampling_lines(cfg: DictConfig, plan: StepPlan) -> list[str]:
+    """Dynamic sampling's rounds: what a step may generate before it trains (trainer/dynamic_sampling.py)."""
+    if not plan.filter_groups:
+        return []
+    fg = cfg.algorithm.filter_groups
+    rounds = (f"up to {plan.max_gen_rounds} generation rounds" if plan.max_gen_rounds
+              else "generation rounds without limit (max_num_gen_batches<=0)")
+    at_most = (f", at most {plan.max_gen_rounds * plan.round_prompts} prompts"
+               if plan.max_gen_rounds else "")
+    short = ("train on the whole mini-batches kept" if fg.on_limit == "train" else "end the run")
+    return [f"{'sampling':<10} dynamic (algorithm.filter_groups, metric={fg.metric}): {rounds} of "
+            f"{plan.round_prompts} prompts x n={plan.n} ({plan.gen_per_rank_responses} responses per rank per "
+            f"round){at_most} per step, until {plan.prompts} groups with a spread are kept; short at the limit: "
+            f"{short}"]
+
+
 def _steps(plan: StepPlan) -> str:
     line = f"{plan.steps_per_epoch} steps per epoch, {plan.total_steps} steps in all"
     if plan.max_steps and plan.total_steps < plan.max_steps:
@@ -72,6 +88,7 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
         f"{'ranks':<10} {plan.ranks} ({trainer.nnodes} node(s) x {trainer.n_gpus_per_node}), device {trainer.device}",
         f"{'per step':<10} {plan.prompts} prompts x n={plan.n} = {plan.responses} responses; "
         f"{plan.per_rank_responses} responses per rank",
+        *_sampling_lines(cfg, plan),
         _reward_line(cfg, plan),
         *_update_lines("actor", plan, plan.actor),
         *(_update_lines("critic", plan, plan.critic) if plan.critic else []),

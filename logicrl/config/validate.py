@@ -141,6 +141,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     if overlong.enable and overlong.len > data.max_response_length:
         raise ConfigError(f"reward.overlong_buffer.len={overlong.len} exceeds data.max_response_length="
                           f"{data.max_response_length}: the ramp must fit inside the response")
+    check_filter_groups(cfg)
     actor = arr.actor
     if actor.clip_ratio_low >= 1:
         raise ConfigError(f"{ARR}.actor.clip_ratio_low={actor.clip_ratio_low} must be below 1 (the ratio floor is "
@@ -187,6 +188,23 @@ def check_rollout_correction(corr: DictConfig) -> None:
     if corr.loss_type == "reinforce" and not corr.bypass_mode:
         raise ConfigError(f"{key}.loss_type=reinforce applies in bypass mode only (verl's rule): set "
                           f"{key}.bypass_mode=true, or loss_type=ppo_clip")
+
+
+def check_filter_groups(cfg: DictConfig) -> None:
+    """DAPO's dynamic sampling keys and data.gen_batch_size (config/plan.py counts the rounds)."""
+    fg, data = cfg.algorithm.filter_groups, cfg.data
+    if not fg.enable:
+        if data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
+            raise ConfigError(f"data.gen_batch_size={data.gen_batch_size} is read only with dynamic sampling: set "
+                              "algorithm.filter_groups.enable=true, or drop it (each step generates "
+                              f"data.train_batch_size={data.train_batch_size} prompts)")
+        return
+    if cfg[ARR].rollout.n < 2:
+        raise ConfigError(f"algorithm.filter_groups.enable=true needs {ARR}.rollout.n >= 2 (got {cfg[ARR].rollout.n}): "
+                          "a group of one response has no spread to test, and verl keeps every such group")
+    if fg.metric == "seq_final_reward" and cfg.algorithm.use_kl_in_reward:
+        raise ConfigError("algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: "
+                          "logicrl applies the KL penalty after filtering; use metric=seq_reward")
 
 
 def check_reward_model(cfg: DictConfig) -> None:

@@ -213,6 +213,11 @@ VERL_KEYS: dict[str, Rule] = {
     "reward_model.reward_manager": ignore("verl's reward manager for rule rewards; logicrl scores rules by "
                                           "data_source (reward.custom.path replaces them), with DAPO's overlong "
                                           "penalty as reward.overlong_buffer.*"),
+    # verl's DAPO recipe (recipe/dapo, tests/special_e2e/run_dapo.sh) spells the overlong penalty here.
+    "reward_model.overlong_buffer.enable": rename("reward.overlong_buffer.enable"),
+    "reward_model.overlong_buffer.len": rename("reward.overlong_buffer.len"),
+    "reward_model.overlong_buffer.penalty_factor": rename("reward.overlong_buffer.penalty_factor"),
+    "reward_model.overlong_buffer.log": ignore("logicrl always logs reward/overlong_penalty/mean"),
     "reward_model.reward_kwargs": refuse("logicrl's reward manager takes no kwargs: DAPO's overlong penalty is "
                                          "reward.overlong_buffer.*, a custom reward function reward.custom.path"),
     "reward_model.launch_reward_fn_async": ignore("when rule rewards are computed, not what they are"),

@@ -130,7 +130,7 @@ def generate_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: int
     base = {**base, "engine": weights, "kv_cache": kv}
     if x.engine != "hf":
         return _phase("generate", base)
-    b, rows = x.dtype_bytes, min(x.gen_micro, x.responses_per_rank)
+    b, rows = x.dtype_bytes, min(x.gen_micro, x.gen_rows)
     per_token = kv_bytes_per_token(x.spec, b)
     # The prefill runs beside the prompt's KV only; the sampler's buffers beside the full cache.
     prompt_cache = rows * x.prompt_len * per_token

@@ -183,7 +183,7 @@ def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
         one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
         fits = generate.parts["kv_cache"] // one
         notes.append(f"vLLM's KV cache holds {fits} sequences of {x.width} tokens at once; this rank generates "
-                     f"{x.responses_per_rank} (more queue, they do not fail)")
+                     f"{x.gen_rows} (more queue, they do not fail)")
     steps = micro_batches(x, *x.split("update_actor"), x.actor_per_rank_mini)
     if x.world > 1 and steps > 1:
         if x.actor_grad_accum == "sharded":

@@ -101,6 +101,9 @@ class PlanInputs:
     # use_remove_padding: None (padded), "flash" (varlen, no mask) or "sdpa" (a packed [L, L] mask)
     packing: str | None = None  # the actor's and the reference's forwards
     critic_packing: str | None = None
+    # Responses one rank generates per round: responses_per_rank, or with dynamic sampling
+    # (algorithm.filter_groups) data.gen_batch_size's share (0: responses_per_rank).
+    gen_responses_per_rank: int = 0
 
     def phase(self, name: str) -> PhasePlan:
         return next(p for p in self.phases if p.name == name)
@@ -122,6 +125,11 @@ class PlanInputs:
         """The same inputs with micro-batches or token budgets set by config key, as StepPlan.with_micro
         sets them (a budget key switches its phase to tokens); `auto_micro_batch`'s picks apply as they are."""
         return replace(self, phases=swap_micro(self.phases, values))
+
+    @property
+    def gen_rows(self) -> int:
+        """Responses one rank generates in one round (config/plan.py gen_per_rank_responses)."""
+        return self.gen_responses_per_rank or self.responses_per_rank
 
     @property
     def gen_micro(self) -> int:
@@ -183,7 +191,7 @@ class PlanInputs:
             spec=spec, critic_spec=(critic_spec or spec) if plan.critic else None, device=device,
             dtype_bytes=dtype_bytes, world=plan.ranks,
             prompt_len=cfg.data.max_prompt_length, response_len=cfg.data.max_response_length,
-            responses_per_rank=plan.per_rank_responses,
+            responses_per_rank=plan.per_rank_responses, gen_responses_per_rank=plan.gen_per_rank_responses,
             phases=tuple(replace(p, skipped=skip_rm) if p.name == "reward_model" else p for p in plan.phases),
             actor_per_rank_mini=plan.actor.per_rank_mini,
             actor_ckpt=arr.model.enable_gradient_checkpointing, actor_offload=arr.actor.fsdp_config.param_offload,

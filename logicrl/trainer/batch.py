@@ -21,11 +21,40 @@ from tensordict import TensorDict
 from logicrl.data.dataset import NON_TENSOR_FIELDS, collate_prompts
 
 
-def prompt_batch(rows: list, n: int, pad_id: int) -> TensorDict:
-    """[len(rows) * n] rows, prompt-major: rows i*n .. i*n+n-1 are prompt i's group (uid i)."""
+def prompt_batch(rows: list, n: int, pad_id: int, first_uid: int = 0) -> TensorDict:
+    """[len(rows) * n] rows, prompt-major: rows i*n .. i*n+n-1 are prompt i's group (uid first_uid + i;
+    dynamic sampling's later rounds start after the earlier rounds' groups)."""
     batch = collate_prompts(rows, pad_id)
-    batch["uid"] = torch.arange(len(rows))
+    batch["uid"] = torch.arange(first_uid, first_uid + len(rows))
     return batch.repeat_interleave(n) if n > 1 else batch
+
+
+# After generation: [N, P+R] tensors (the left-padded prompt, then the right-padded response), and
+# [N, R] ones; what cat_rounds pads to a common P and R. Their padding values: 0 but for the ids.
+SEQUENCE_FIELDS = ("input_ids", "attention_mask", "position_ids")
+RESPONSE_FIELDS = ("responses", "response_mask", "rollout_log_probs", "token_level_scores")
+
+
+def cat_rounds(parts: list[TensorDict], pad_id: int) -> TensorDict:
+    """Generated batches of different widths (each round pads its prompts to its longest and its
+    responses to its longest) as one: prompts left-padded and responses right-padded to the widest.
+    Padding is masked everywhere (attention_mask 0, response_mask 0, position 0), so no result changes."""
+    if len(parts) == 1:
+        return parts[0]
+    resp = max(p["responses"].shape[1] for p in parts)
+    prompt = max(p["input_ids"].shape[1] - p["responses"].shape[1] for p in parts)
+    padded = []
+    for p in parts:
+        r = p["responses"].shape[1]
+        left, right = prompt - (p["input_ids"].shape[1] - r), resp - r
+        p = p.clone(recurse=False)
+        for name in SEQUENCE_FIELDS:
+            p[name] = torch.nn.functional.pad(p[name], (left, right), value=pad_id if name == "input_ids" else 0)
+        for name in RESPONSE_FIELDS:
+            if name in p.keys():
+                p[name] = torch.nn.functional.pad(p[name], (0, right), value=pad_id if name == "responses" else 0)
+        padded.append(p)
+    return torch.cat(padded)
 
 
 def tensors(batch: TensorDict, keep: tuple[str, ...] = ()) -> TensorDict:

@@ -51,7 +51,7 @@ class TrainerState:
     """What the controller needs to continue exactly where it stopped (the ranks save the rest)."""
 
     step: int  # global steps completed; the next step to run is `step`
-    sampler_position: int  # EpochSampler's position; today equal to `step`, kept apart so it can diverge
+    sampler_position: int  # generation rounds drawn: `step`, or more with dynamic sampling (trainer/dynamic_sampling.py)
     kl_coef: float | None = None  # the KL controller's `.value` (adaptive controllers move it)
     curriculum_stage: int | None = None
     rng: dict = field(default_factory=dict)  # logicrl.rng.capture_rng_state()

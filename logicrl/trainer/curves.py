@@ -38,3 +38,37 @@ def plot_curves(run_dir: Path) -> Path:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def phase_points(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """What phases.png draws: each phase -> its (step, seconds) points (the controller's timing_s/<phase>,
+    which counts the Ray transfers; timing_s/step is their sum plus the controller's own work)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if "timing_s/step" in r]
+    phases = sorted({k[9:] for r in steps for k in r if k.startswith("timing_s/") and k != "timing_s/step"})
+    return {p: [(r["step"], r.get(f"timing_s/{p}", 0.0)) for r in steps] for p in phases}
+
+
+def plot_phases(run_dir: Path) -> Path | None:
+    """phases.png: the time of each step by phase, stacked; None when no step was logged."""
+    points = phase_points(run_dir)
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    steps = [s for s, _ in next(iter(points.values()))]
+    ax.stackplot(steps, *[[v for _, v in pts] for pts in points.values()], labels=list(points))
+    ax.set_xlabel("step")
+    ax.set_ylabel("seconds")
+    ax.set_title("where each step's time goes")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=7, ncol=2)
+    fig.tight_layout()
+    out = run_dir / "phases.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -31,7 +31,9 @@ from logicrl.preflight.checkpoints import write_run_shape
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
-from logicrl.trainer.batch import balanced_order, merge_rank_metrics, prompt_batch, shards
+from logicrl.errors import BadInput
+from logicrl.models.spec import load_model_spec
+from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch, shards
 from logicrl.trainer.checkpoint import (
     TrainerState,
     complete_checkpoints,
@@ -42,7 +44,8 @@ from logicrl.trainer.checkpoint import (
     step_dir,
     write_trainer_state,
 )
-from logicrl.trainer.curves import plot_curves
+from logicrl.trainer.curves import plot_curves, plot_phases
+from logicrl.trainer.dynamic_sampling import FilterMetricError, Round, fill, metric_values, trainable_prompts
 from logicrl.trainer.divergence import (
     DivergenceGuard,
     Diverged,
@@ -53,6 +56,7 @@ from logicrl.trainer.divergence import (
 from logicrl.trainer.micro_sizes import apply_saved, ended_by_oom
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
+from logicrl.trainer.step_perf import FlopModel, peak_bf16_flops, phase_shares, step_metrics
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
 from logicrl.trainer.validation import validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
@@ -108,7 +112,14 @@ class PPOTrainer:
         resume = find_resume_point(self.ckpt_root, cfg.trainer.resume_mode)
         state = read_trainer_state(resume) if resume is not None else None
         self.start_step, self.history, self.elapsed_s = 0, [], 0.0
+        # Generation rounds drawn from the sampler so far: one per step, or with dynamic sampling as many
+        # as the steps took (the sampler's position, checkpointed).
+        self.rounds = 0
         self.workers, self.rank_metrics = None, []
+        self.phase_totals: dict[str, float] = {}  # this launch's time per phase, for the closing line
+        arr = cfg[ARR]
+        self.flops = FlopModel.of(load_model_spec(arr.model.path), arr.model.lora_rank, arr.model.target_modules)
+        self.peak = peak_bf16_flops(torch.cuda.get_device_name(0)) if use_cuda else None
         if state is not None and state.step >= self.total_steps:
             self._adopt(state)
             log.info(f"{resume} is at step {state.step} of {self.total_steps}: nothing left to train "
@@ -131,10 +142,11 @@ class PPOTrainer:
         if state is not None:
             self._resume(resume, state)
 
-    def sampling(self, step: int) -> dict:
+    def sampling(self, draw: int) -> dict:
+        """Sampling parameters of the `draw`-th generation round (1-based: the step, without dynamic sampling)."""
         r = self.cfg[ARR].rollout
         return dict(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                    max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed * 100_003 + step)
+                    max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed * 100_003 + draw)
 
     def fit(self) -> dict:
         if self.workers is None:
@@ -174,6 +186,9 @@ class PPOTrainer:
                         elif stop or step == self.total_steps or periodic:
                             metrics.update(self.save(step))
                     finally:
+                        for key, value in metrics.items():  # the closing line's breakdown, the save's time too
+                            if key.startswith("timing_s/") and key != "timing_s/step":
+                                self.phase_totals[key[9:]] = self.phase_totals.get(key[9:], 0.0) + value
                         tracker.log(metrics, step)
                     last = metrics
                     if stop and step < self.total_steps:
@@ -181,8 +196,10 @@ class PPOTrainer:
         finally:
             tracker.close()
             self.workers.shutdown()
-        png = plot_curves(self.run_dir)
-        print(f"logicrl: {self.total_steps} steps done; metrics in {self.run_dir / 'metrics.jsonl'}, curves in {png}")
+        png, phases_png = plot_curves(self.run_dir), plot_phases(self.run_dir)
+        shares = phase_shares(self.phase_totals)
+        print(f"logicrl: {self.total_steps} steps done; metrics in {self.run_dir / 'metrics.jsonl'}, curves in {png}"
+              + (f"; time by phase: {shares} (per step in {phases_png})" if shares and phases_png else ""))
         return last
 
     # ---------------------------------------------------------------- checkpoints
@@ -196,7 +213,8 @@ class PPOTrainer:
             raise self.diverged(nonfinite_state_reason(parts, step), [part.split()[0] for part in parts])
         with saving(self.ckpt_root, step) as tmp:
             rank_metrics = self.workers.call("save_checkpoint", str(tmp), t.save_hf_model, t.save_merged_lora)
-            state = TrainerState(step=step, sampler_position=step, kl_coef=float(self.kl_ctrl.value),
+            position = self.rounds if self.plan.filter_groups else step
+            state = TrainerState(step=step, sampler_position=position, kl_coef=float(self.kl_ctrl.value),
                                  curriculum_stage=self.stage, rng=capture_rng_state(),
                                  extra={"history": self.history, "elapsed_s": self.elapsed_s,
                                         "train_batch_size": self.plan.prompts,
@@ -217,6 +235,7 @@ class PPOTrainer:
     def _adopt(self, state: TrainerState) -> None:
         """The controller's side of a checkpoint: where the run is, its history, KL coef and RNG."""
         self.start_step, self.history = state.step, list(state.extra.get("history", []))
+        self.rounds = state.sampler_position  # generation rounds drawn (the step, without dynamic sampling)
         self.elapsed_s = float(state.extra.get("elapsed_s", 0.0))
         if state.kl_coef is not None:
             self.kl_ctrl.value = state.kl_coef
@@ -254,33 +273,121 @@ class PPOTrainer:
             parts = [out for out, _ in outs if out is not None]
             if parts:
                 batch.update(torch.cat(parts)[:len(batch)])
-            self.rank_metrics += [m for _, m in outs]
+            self.add_rank_metrics([m for _, m in outs])
+
+    def add_rank_metrics(self, per_rank: list[dict]) -> None:
+        """Each rank's metrics of one phase call into its step total: a phase called more than once (dynamic
+        sampling's generation rounds) sums its times and keeps its highest memory peak."""
+        if not self.rank_metrics:
+            self.rank_metrics = [{} for _ in per_rank]
+        for total, m in zip(self.rank_metrics, per_rank):
+            for key, value in m.items():
+                if key.startswith("timing_s/") and key in total:
+                    total[key] += value
+                elif key.startswith("perf/memory/") and key in total:
+                    total[key] = max(total[key], value)
+                else:
+                    total[key] = value
 
     @contextmanager
     def timed(self, phase: str, metrics: dict, step: int | None):
         self.faults.kill_if_due(phase, step)  # crash tests' fault injection; a no-op unless asked
         start = time.perf_counter()
         yield
-        metrics[f"timing_s/{phase}"] = time.perf_counter() - start
+        # Summed: dynamic sampling's rounds run generate and reward more than once a step.
+        metrics[f"timing_s/{phase}"] = metrics.get(f"timing_s/{phase}", 0.0) + time.perf_counter() - start
 
     def step(self, step: int) -> dict:
         cfg, plan = self.cfg, self.plan
         metrics: dict = {}
         self.rank_metrics: list[dict] = []
+        self.generated: list[tuple[list[int], list[int]]] = []  # per round: each rank's tokens, every length
         start = time.perf_counter()
-        rows = [self.train_set[i] for i in self.sampler.batch(step - 1)]
-        batch = prompt_batch(rows, plan.n, self.tokenizer.pad_token_id)
+        if plan.filter_groups:
+            batch, prompts = self._dynamic_batch(step, metrics)
+            token_scores = batch.pop("token_level_scores") if batch is not None else None
+        else:
+            rows = [self.train_set[i] for i in self.sampler.batch(step - 1)]
+            self.rounds, prompts = step, len(rows)
+            batch, token_scores, reward_metrics, _ = self._generate_and_score(rows, 0, step, metrics,
+                                                                              self.sampling(step), balance=True)
+            metrics.update(reward_metrics)
+        if batch is not None:
+            self._train(step, batch, token_scores, metrics)
+            metrics.update(length_metrics(batch["response_mask"], cfg.data.max_response_length))
+        metrics.update(merge_rank_metrics(self.rank_metrics))
+        # What this step really ran (a curriculum stage's batch size and rollout.n show here).
+        metrics["batch/prompts"] = float(prompts)
+        metrics["batch/responses"] = float(len(batch)) if batch is not None else 0.0
+        # What loading did to the training set, in every step's row so no curve hides it.
+        data = self.train_set
+        metrics.update({"data/prompts_truncated": float(data.truncated), "data/prompts_filtered":
+                        float(data.too_long_filtered), "data/rows_skipped": float(data.bad_rows_skipped)})
+        metrics["timing_s/step"] = time.perf_counter() - start
+        metrics.update(self._perf_metrics(batch, metrics))
+        metrics["perf/rollout_tokens_per_s"] = metrics["perf/gen_tokens_per_s"]
+        return metrics
 
-        self.run_phase("generate", batch, metrics, step, params=self.sampling(step))
-        if cfg.trainer.balance_batch and plan.ranks > 1:
+    def _generate_and_score(self, rows: list, first_uid: int, step: int, metrics: dict, params: dict,
+                            balance: bool) -> tuple[TensorDict, torch.Tensor, dict, list[dict]]:
+        """One generation round: `rows`' prompts x n generated, balanced across ranks (`balance`), scored."""
+        plan = self.plan
+        batch = prompt_batch(rows, plan.n, self.tokenizer.pad_token_id, first_uid)
+        self.run_phase("generate", batch, metrics, step, params=params)
+        lengths = batch["response_mask"].sum(-1)
+        self.generated.append(([int(part.sum()) for part in lengths.chunk(plan.ranks)], lengths.tolist()))
+        if balance and self.cfg.trainer.balance_batch and plan.ranks > 1:
             batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.ranks))]
-
         if plan.runs("reward_model"):
             # The prompts' chats travel with the shards: a reward model with its own tokenizer re-renders them.
             self.run_phase("reward_model", batch, metrics, step, keep=("raw_prompt",))
         with self.timed("reward", metrics, step):
-            token_scores, reward_metrics, _, _ = self.rewards(batch)
-        metrics.update(reward_metrics)
+            token_scores, reward_metrics, _, results = self.rewards(batch)
+        return batch, token_scores, reward_metrics, results
+
+    def _dynamic_batch(self, step: int, metrics: dict) -> tuple[TensorDict | None, int]:
+        """DAPO's dynamic sampling (trainer/dynamic_sampling.py): rounds of data.gen_batch_size prompts until
+        train_batch_size groups with a spread are kept; the batch to train (None: nothing) and the prompts drawn."""
+        cfg, plan = self.cfg, self.plan
+        fg = cfg.algorithm.filter_groups
+
+        def next_round(i: int) -> Round:
+            rows = [self.train_set[j] for j in self.sampler.batch(self.rounds)]
+            self.rounds += 1
+            batch, scores, reward_metrics, results = self._generate_and_score(
+                rows, i * plan.round_prompts, step, metrics, self.sampling(self.rounds), balance=False)
+            batch["token_level_scores"] = scores
+            try:
+                values = metric_values(fg.metric, scores, results)
+            except FilterMetricError as err:
+                raise BadInput(str(err)) from None
+            return Round(batch, values, reward_metrics)
+
+        filled = fill(next_round, plan.prompts, plan.n, plan.max_gen_rounds,
+                      cat=lambda parts: cat_rounds(parts, self.tokenizer.pad_token_id))
+        metrics.update(filled.reward_metrics)
+        metrics.update(filled.step_metrics())
+        batch = filled.batch
+        if filled.short:
+            limit = (f"{filled.rounds} generation rounds (algorithm.filter_groups.max_num_gen_batches="
+                     f"{fg.max_num_gen_batches})")
+            if fg.on_limit == "error":
+                raise BadInput(f"step {step}: {filled.kept} of data.train_batch_size={plan.prompts} groups have a "
+                               f"spread in {fg.metric} after {limit}: raise the limit (0: none), or set "
+                               "algorithm.filter_groups.on_limit=train")
+            minis = [plan.actor.mini_prompts] + ([plan.critic.mini_prompts] if plan.critic else [])
+            kept = trainable_prompts(filled.kept, minis)
+            log.warning(f"step {step}: {filled.kept} of {plan.prompts} groups kept after {limit}: "
+                        + (f"training on {kept} prompts (whole mini-batches)" if kept else
+                           f"fewer than one mini-batch ({max(minis)} prompts), no update this step"))
+            batch = batch[:kept * plan.n] if kept else None
+        if batch is not None and cfg.trainer.balance_batch and plan.ranks > 1:
+            batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.ranks))]
+        return batch, filled.prompts
+
+    def _train(self, step: int, batch: TensorDict, token_scores: torch.Tensor, metrics: dict) -> None:
+        """The step after its batch is scored: forward passes, advantages, updates, weight sync."""
+        cfg, plan = self.cfg, self.plan
         for phase in ("old_log_prob", "ref", "values"):
             if plan.runs(phase):
                 self.run_phase(phase, batch, metrics, step)
@@ -306,18 +413,13 @@ class PPOTrainer:
             self.run_phase("update_actor", batch, metrics, step)
             self.run_phase("update_weights", None, metrics, step)
 
-        metrics.update(merge_rank_metrics(self.rank_metrics))
-        metrics.update(length_metrics(batch["response_mask"], cfg.data.max_response_length))
-        # What this step really ran (a curriculum stage's batch size and rollout.n show here).
-        metrics["batch/prompts"], metrics["batch/responses"] = float(len(rows)), float(len(batch))
-        # What loading did to the training set, in every step's row so no curve hides it.
-        data = self.train_set
-        metrics.update({"data/prompts_truncated": float(data.truncated), "data/prompts_filtered":
-                        float(data.too_long_filtered), "data/rows_skipped": float(data.bad_rows_skipped)})
-        metrics["timing_s/step"] = time.perf_counter() - start
-        metrics["perf/rollout_tokens_per_s"] = float(batch["response_mask"].sum()) / max(metrics["timing_s/generate"],
-                                                                                      1e-9)
-        return metrics
+    def _perf_metrics(self, batch: TensorDict | None, metrics: dict) -> dict:
+        """Where the step's time went (trainer/step_perf.py): generation, forward passes, updates, MFU."""
+        plan = self.plan
+        epochs = {"update_actor": plan.actor.ppo_epochs, "update_critic": plan.critic.ppo_epochs if plan.critic else 1}
+        return step_metrics(self.generated, [m.get("timing_s/generate", 0.0) for m in self.rank_metrics], metrics,
+                            None if batch is None else batch["attention_mask"], epochs, self.flops,
+                            self.cfg[ARR].model.enable_gradient_checkpointing, plan.ranks, self.peak)
 
     def _kl_in_reward(self, batch, token_scores):
         old = batch.get("old_log_probs", None)

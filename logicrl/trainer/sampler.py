@@ -1,7 +1,9 @@
 """The order prompts are drawn in: a seeded shuffle per epoch, fixed-size batches, last one dropped.
 
-The position (epoch, batch) is all the state there is, so a resumed run draws exactly the
-batches it would have drawn (checkpoints store it).
+A batch is one generation round: a step's data.train_batch_size prompts, or with dynamic sampling
+(algorithm.filter_groups) data.gen_batch_size prompts, as many rounds a step as it takes. The count
+of rounds drawn is all the state there is, so a resumed run draws exactly the batches it would have
+drawn (checkpoints store it as `sampler_position`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from logicrl.config.plan import StepPlan
 
 class EpochSampler:
     def __init__(self, plan: StepPlan, shuffle: bool, seed: int):
-        # The step plan says how many rows there are and how many batches an epoch holds
-        # (config/plan.py count_steps); the sampler only orders them.
-        self.n_rows, self.batch_size, self.shuffle, self.seed = plan.train_rows, plan.prompts, shuffle, seed
-        self.steps_per_epoch = plan.steps_per_epoch
+        # The step plan says how many rows there are and how many prompts a round draws (config/plan.py);
+        # the sampler only orders them. Without dynamic sampling a round is a step (count_steps' epochs).
+        self.n_rows, self.batch_size, self.shuffle, self.seed = plan.train_rows, plan.round_prompts, shuffle, seed
+        self.steps_per_epoch = plan.train_rows // plan.round_prompts
 
     def order(self, epoch: int) -> list[int]:
         if not self.shuffle:
@@ -25,6 +27,6 @@ class EpochSampler:
         return torch.randperm(self.n_rows, generator=g).tolist()
 
     def batch(self, step: int) -> list[int]:
-        """Row indices of global step `step` (0-based), across epochs."""
+        """Row indices of global round `step` (0-based; the step without dynamic sampling), across epochs."""
         epoch, k = divmod(step, self.steps_per_epoch)
         return self.order(epoch)[k * self.batch_size:(k + 1) * self.batch_size]

@@ -94,3 +94,53 @@ def test_for_rows_replans_the_steps_and_refuses_too_few(data):
     assert plan.for_rows(17).steps_per_epoch == 2 and plan.for_rows(16).total_steps == 2
     with pytest.raises(ConfigError, match=r"hold 7 usable prompts, fewer than data.train_batch_size=8"):
         plan.for_rows(7)
+
+
+# ---------------------------------------------------------------- dynamic sampling (algorithm.filter_groups)
+DYNAMIC = "algorithm.filter_groups.enable=true"
+
+
+def test_dynamic_sampling_rounds_in_the_plan_and_the_sampler(data):
+    from logicrl.trainer.sampler import EpochSampler
+
+    plan = plan_of(data, DYNAMIC, "data.gen_batch_size=12", "algorithm.filter_groups.max_num_gen_batches=5")
+    # Steps still count train batches (20 rows // 8); rounds draw 12 prompts x n=4 = 48 responses on 1 rank.
+    assert (plan.filter_groups, plan.round_prompts, plan.max_gen_rounds, plan.gen_per_rank_responses) == (True, 12, 5, 48)
+    assert (plan.prompts, plan.steps_per_epoch) == (8, 2)
+    # The sampler draws rounds of 12: one per epoch of 20 rows, each epoch's order its own shuffle.
+    sampler = EpochSampler(plan, shuffle=True, seed=1)
+    first, second = sampler.batch(0), sampler.batch(1)
+    assert len(first) == len(second) == 12 and first == sampler.order(0)[:12] and second == sampler.order(1)[:12]
+    assert plan_of(data, DYNAMIC, "algorithm.filter_groups.max_num_gen_batches=0").max_gen_rounds is None
+    # Off: one round of the train batch per step, the sampler's batches are the steps' as before.
+    off = plan_of(data)
+    assert (off.filter_groups, off.round_prompts, off.max_gen_rounds) == (False, 8, 1)
+    assert EpochSampler(off, True, 1).batch(3) == EpochSampler(off, True, 1).order(1)[8:16]
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["data.gen_batch_size=12"], "data.gen_batch_size=12 is read only with dynamic sampling"),
+    ([DYNAMIC, f"{ARR}.rollout.n=1", "algorithm.adv_estimator=reinforce_plus_plus"],
+     f"algorithm.filter_groups.enable=true needs {ARR}.rollout.n >= 2"),
+    ([DYNAMIC, "algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=true"],
+     "use metric=seq_reward"),
+    ([DYNAMIC, "data.gen_batch_size=3", "trainer.n_gpus=8", "trainer.n_gpus_per_node=8"],
+     "data.gen_batch_size=3 x actor_rollout_ref.rollout.n=4"),
+    ([DYNAMIC, "data.gen_batch_size=24"], "fewer than data.gen_batch_size=24"),
+    ([DYNAMIC, "algorithm.filter_groups.on_limit=skip"], "algorithm.filter_groups.on_limit"),
+])
+def test_dynamic_sampling_refusals_name_the_key(data, overrides, needle):
+    with pytest.raises(ConfigError, match=None) as err:
+        plan_of(data, *overrides)
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_dry_run_says_how_many_rounds_a_step_may_take(data):
+    from logicrl.config.summary import _sampling_lines
+
+    cfg, _, plan = validate(compose([*data, *BASE_BATCH, DYNAMIC, "data.gen_batch_size=4"]))
+    assert _sampling_lines(cfg, plan) == [
+        "sampling   dynamic (algorithm.filter_groups, metric=acc): up to 10 generation rounds of 4 prompts x n=4 "
+        "(16 responses per rank per round), at most 40 prompts per step, until 8 groups with a spread are kept; "
+        "short at the limit: train on the whole mini-batches kept"]
+    assert _sampling_lines(*validate(compose([*data, *BASE_BATCH]))[::2]) == []

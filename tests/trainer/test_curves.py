@@ -32,3 +32,20 @@ def test_curriculum_curves_without_validation_draw_quietly(tmp_path, capfd):
         out = plot_stages(stages, done, tmp_path / "curriculum_curves.png")
     assert out.stat().st_size > 0
     assert capfd.readouterr().err == ""
+
+
+def test_phase_breakdown_per_step_draws_quietly(tmp_path, capfd):
+    from logicrl.trainer.curves import phase_points, plot_phases
+
+    # A validation-only row (step 0) has no step time and is left out; a phase missing from a step is 0 there.
+    rows = [{"step": 0, "val/acc": 0.5},
+            {"step": 1, "timing_s/step": 3.0, "timing_s/generate": 2.0, "timing_s/update_actor": 1.0},
+            {"step": 2, "timing_s/step": 2.5, "timing_s/generate": 1.5, "timing_s/update_actor": 0.5,
+             "timing_s/save": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert phase_points(tmp_path) == {"generate": [(1, 2.0), (2, 1.5)], "save": [(1, 0.0), (2, 0.5)],
+                                      "update_actor": [(1, 1.0), (2, 0.5)]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plot_phases(tmp_path).stat().st_size > 0
+    assert capfd.readouterr().err == ""

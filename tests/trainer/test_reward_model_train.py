@@ -7,6 +7,10 @@ The reward model is a random one-label sequence classifier (hidden 64, one 64-wi
 embedded tiny tokenizer, written to a tmp dir with a chat template of its own, so its phase re-renders
 every row from the prompt's chat (the chats cross Ray with the shards). reward.combine is weighted
 (0.5 x learned + 1 x rule), so the step's score is checkable from the two means the step reports.
+Dynamic sampling is on (algorithm.filter_groups, rounds of 2 prompts for a batch of 4, filtered on the
+combined score, which the random reward model makes differ between any two different responses): each
+step takes at least two generation rounds, so the checkpointed sampler position (rounds drawn) is not the step, and the resume
+must restore it to draw the same prompts.
 """
 
 import json
@@ -27,7 +31,8 @@ RUN = [*ROLE_DATA, *TINY_RUN, f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2", "tr
        "trainer.save_freq=1", "trainer.save_hf_model=true",
        "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2", "algorithm.use_kl_in_reward=true",
        "reward_model.enable=true", "reward_model.micro_batch_size_per_gpu=3",
-       "reward.combine.mode=weighted", "reward.combine.weights.model=0.5", "reward.combine.weights.rule=1.0"]
+       "reward.combine.mode=weighted", "reward.combine.weights.model=0.5", "reward.combine.weights.rule=1.0",
+       "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score", "data.gen_batch_size=2"]
 # Deterministic metrics of a step (no timings, no memory): equal in a resumed run to the uninterrupted one's.
 SAME = ("critic/score/mean", "reward_model/score/mean", "reward/rule_score/mean", "actor/pg_loss", "critic/vf_loss",
         "actor/reward_kl_penalty", "response_length/mean", "val/acc", "val/score")
@@ -69,6 +74,12 @@ def test_every_phase_runs_with_the_reward_model(reference):
             0.5 * row["reward_model/score/mean"] + row["reward/rule_score/mean"], abs=1e-5)
         assert row["reward_model/score/max"] > row["reward_model/score/min"]  # 8 re-rendered rows differ
         assert "actor/reward_kl_penalty" in row and "critic/vf_loss" in row
+        # Rounds of 2 prompts until 4 groups are kept (two, unless a group's two responses came out alike),
+        # and 4 x n=2 responses trained.
+        assert row["filter/gen_rounds"] >= 2 and row["filter/groups_kept"] >= 4
+        assert row["filter/groups_kept"] + row["filter/groups_dropped"] == row["batch/prompts"] == \
+            2 * row["filter/gen_rounds"]
+        assert row["batch/responses"] == 8
     # Validation (step 2) scores with the reward model too, as verl's: its score mixes in the learned one,
     # so it is not the rule's alone (+1, 0 or -1 per response: a mean that is a multiple of 1/200).
     val = rows[-1]["val/score"] * 200  # 200 prompts x val_kwargs.n=1

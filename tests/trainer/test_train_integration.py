@@ -104,7 +104,13 @@ LORA = [f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8", f"{ARR}.actor.u
         f"{ARR}.actor.ppo_epochs=2", "trainer.test_freq=2"]
 
 
-@pytest.mark.parametrize("ranks, tp, extra", [(1, 1, LORA), (2, 2, BYPASS)], ids=["1-lora", "2-tp2-bypass"])
+# Two ranks also sample dynamically (DAPO's filter on accuracy, rounds of 2 prompts): at the untrained
+# policy's chance accuracy about half the groups of two responses agree and are dropped.
+DYNAMIC = ["algorithm.filter_groups.enable=true", "data.gen_batch_size=2", "algorithm.filter_groups.metric=acc"]
+
+
+@pytest.mark.parametrize("ranks, tp, extra", [(1, 1, LORA), (2, 2, BYPASS + DYNAMIC)],
+                         ids=["1-lora", "2-tp2-bypass-dynamic"])
 def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
     pytest.importorskip("vllm")
     rows = train(tmp_path, f"{ARR}.rollout.name=vllm", f"trainer.n_gpus={ranks}",
@@ -127,9 +133,21 @@ def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
         # Validation at step 2 writes accuracy, per data source too, and its samples.
         assert "val/acc" in rows[-1] and "val/kk_role/acc" in rows[-1]
         assert (tmp_path / "run" / "val_generations" / "step_2.jsonl").is_file()
-    else:  # bypass: no old-log-prob pass; the gap is measured in the loss, the weights self-normalised
+    else:
+        # Bypass: no old-log-prob pass; the gap is measured in the loss, the weights self-normalised.
         assert "timing_s/old_log_prob" not in rows[-1] and abs(rows[-1]["rollout_corr/kl"]) < 1e-3
         assert rows[-1]["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(1, abs=1e-3)
+        # Rounds until 4 groups with a spread are kept: the metrics add up, and some groups were dropped.
+        for row in rows:
+            assert row["filter/groups_kept"] >= 4 and row["filter/gen_rounds"] == row["filter/prompts_consumed"] / 2
+            assert row["filter/groups_kept"] + row["filter/groups_dropped"] == row["filter/prompts_consumed"]
+            assert row["batch/responses"] == 8
+        assert sum(row["filter/groups_dropped"] for row in rows) > 0
+        # Where the time went, per rank: both ranks' generation throughput and the tail between them.
+        last = rows[-1]
+        assert last["perf/gen_tokens_per_s/rank0"] > 0 and last["perf/gen_tokens_per_s/rank1"] > 0
+        assert last["perf/gen_rank_tail"] >= 1.0 and last["perf/response_length_tail"] >= 1.0
+        assert last["perf/update_actor/tokens_per_s"] > 0
 
 
 @pytest.mark.slow
