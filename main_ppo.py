@@ -24,12 +24,14 @@ from omegaconf import DictConfig, OmegaConf
 from logicrl.checkpoint_layout import holds_checkpoints
 from logicrl.config import check_overrides, validate
 from logicrl.config.cli import hydra_error_line
+from logicrl.config.sizing import sizing_note
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
 from logicrl.errors import BadInput
 from logicrl.launch.sweep import register_resolver
 from logicrl.memory.fit import DoesNotFit
 from logicrl.preflight import preflight
+from logicrl.preflight.device import capacity
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
@@ -119,6 +121,8 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         if dry_run:
             print(OmegaConf.to_yaml(stage.cfg))
         print(summarize(stage.cfg, stage.spec, stage.plan, planned.table))
+        if note := sizing_note(stage.cfg, stage.spec, on_cpu=capacity(stage.cfg)[0] == "cpu"):
+            print(note, flush=True)
     if dry_run:
         return plans.peaks_gb
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
