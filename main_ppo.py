@@ -154,6 +154,10 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
             from logicrl.trainer.ppo import PPOTrainer
 
             PPOTrainer(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
+        from logicrl.memory.report import memory_report
+
+        if table := memory_report(plans.peaks_gb, run_dir):  # the plan checked against the run, phase by phase
+            print(table)
     except BadInput as err:  # one the preflight could not see (e.g. a row past the sampled ones)
         fail(err)
     except Diverged as err:  # its line names the lr to lower and the last (finite) checkpoint

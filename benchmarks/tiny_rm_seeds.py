@@ -46,7 +46,7 @@ def launch(rm: Path, seed: int, run_dir: Path, env: dict, launcher: list[str], o
             f"reward_model.model.path={rm}", "trainer.logger=[jsonl]", "trainer.save_freq=-1",
             f"hydra.run.dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt", *overrides]
     start = time.perf_counter()
-    result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if result.returncode != 0:
         return {"error": result.stderr[-500:], "wall_s": round(wall, 1)}

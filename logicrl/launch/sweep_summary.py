@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 RESULT = "result.json"  # each job's outcome, in its directory (launch/sweep.py write_result)
-PEAK = "perf/memory/"  # perf/memory/<phase>/peak_gb
+PEAK, TENSOR_PEAK = "perf/memory/", "/tensor_peak_gb"  # the measured number the plan predicts (memory/telemetry.py)
 
 
 def job_rows(sweep_dir: Path) -> list[dict]:
@@ -35,8 +35,8 @@ def trained(job_dir: Path) -> dict:
     peaks: dict[str, float] = {}
     for s in steps:
         for key, value in s.items():
-            if key.startswith(PEAK) and key.endswith("/peak_gb"):
-                phase = key[len(PEAK):-len("/peak_gb")]
+            if key.startswith(PEAK) and key.endswith(TENSOR_PEAK):
+                phase = key[len(PEAK):-len(TENSOR_PEAK)]
                 peaks[phase] = max(peaks.get(phase, 0.0), float(value))
     times = [s["timing_s/step"] for s in steps if "timing_s/step" in s]
     return {"steps": len(steps), "reward": steps[-1]["critic/score/mean"], "acc": steps[-1].get("reward/acc/mean"),

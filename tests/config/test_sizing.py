@@ -31,7 +31,7 @@ def test_the_embedded_runs_say_nothing(data_files):
 
 
 def test_a_7b_model_on_the_cpu_is_told_to_use_gpus_but_not_on_gpus(data_files):
-    cfg, spec, _ = validate(compose(["+recipe=stage1", *data_files[:2]]))
+    cfg, _, _ = validate(compose(["+recipe=stage1", *data_files[:2]]))
     cfg.actor_rollout_ref.model.path = "/ckpt/Qwen2.5-7B-Instruct-1M"  # not read: the spec stands in for it
     assert QWEN_7B.num_params() > 7.6e9
     note = sizing_note(cfg, QWEN_7B, on_cpu=True)

@@ -153,7 +153,8 @@ def test_default_run_console_is_readable(kk_role, tmp_path):
     assert (last["data/prompts_truncated"], last["data/prompts_filtered"], last["data/rows_skipped"]) == (2000, 0, 0)
     for key in ("critic/score/mean", "reward/acc/mean", "actor/grad_norm", "actor/entropy", "response_length/mean",
                 "timing_s/generate", "timing_s/update_actor", "timing_s/update_weights",
-                "perf/memory/generate/peak_gb", "perf/memory/update_actor/peak_gb"):
+                "perf/memory/generate/rss_peak_gb", "perf/memory/update_actor/rss_peak_gb",
+                "perf/memory/generate/tensor_peak_gb", "perf/memory/update_actor/tensor_peak_gb"):  # step 3: tracked
         assert key in last, key
     # One optimizer step per step: the old-log-prob pass is provably redundant and skipped.
     assert "timing_s/old_log_prob" not in last

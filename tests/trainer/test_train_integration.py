@@ -42,7 +42,15 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     assert result.returncode == 0, tail(result)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
-    measured = {m.group(1) for key in rows[-1] if (m := re.fullmatch(r"perf/memory/(\w+)/peak_gb", key))}
+    measured = {m.group(1) for key in rows[-1] if (m := re.fullmatch(r"perf/memory/(\w+)/rss_peak_gb", key))}
+    # The first steps also track each phase's live tensors (memory/telemetry.py tracks_tensors), the
+    # quantity the plan predicts: below the process's RSS, which holds Python and the libraries as well.
+    tracked = {m.group(1) for key in rows[0] if (m := re.fullmatch(r"perf/memory/(\w+)/tensor_peak_gb", key))}
+    assert tracked == measured and not any(key.endswith("/tensor_peak_gb") for key in rows[-1])  # step 5: not tracked
+    assert all(0 < rows[0][f"perf/memory/{p}/tensor_peak_gb"] < rows[0][f"perf/memory/{p}/rss_peak_gb"] for p in tracked)
+    # The closing table: each phase's plan beside its tensor peak, as measured in this run.
+    assert "memory per device (GB): planned vs measured" in result.stdout
+    assert all(re.search(rf"^{p} +[0-9.]+ +[0-9.]+ +[0-9.]+$", result.stdout, re.M) for p in tracked)
     # Every phase that reported its memory is a row of the dry run's table, under the same name.
     assert measured == {"generate", "old_log_prob", "ref", "values", "update_critic", "update_actor",
                         "update_weights"} <= planned
