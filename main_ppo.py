@@ -83,8 +83,9 @@ def main(cfg: DictConfig) -> None:
     # Sweep jobs must not resume from each other's checkpoints: each combination gets its own
     # directory, named by its swept values, so re-running the sweep resumes every job from its own.
     cfg.trainer.default_local_dir = f"{cfg.trainer.default_local_dir}/{job_name(task, swept_from_env())}"
+    device, capacity_gb, _ = capacity(cfg)  # what the summary marks beside the memory bars
     job = dict(job=job_name(task, swept_from_env()), num=hydra_cfg.job.num, overrides=task,
-               dry_run=bool(cfg.trainer.dry_run))
+               dry_run=bool(cfg.trainer.dry_run), device=device, capacity_gb=round(capacity_gb, 3))
     job_dir = Path(hydra_cfg.runtime.output_dir)
     try:
         planned = run(cfg, hydra_cfg)

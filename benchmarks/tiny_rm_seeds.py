@@ -31,6 +31,11 @@ AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDN
 def build(seed: int, cache: Path, env: dict, launcher: list[str]) -> tuple[Path, float]:
     """The reward model with build seed `seed` under `cache` (in a subprocess: `env` must reach torch before it
     loads), and its held-out agreement."""
+    from logicrl.models.tiny_rm import tiny_rm_fingerprint
+
+    built = cache / f"tiny_rm-{tiny_rm_fingerprint(seed)}"
+    if (built / "config.json").is_file():  # no slot to wait for when it is cached
+        return built, json.loads((built / "tiny_rm_build.json").read_text())["held_out_agreement"]
     code = ("import sys; from logicrl.models.tiny_rm import tiny_rm_checkpoint_dir; "
             f"print(tiny_rm_checkpoint_dir({str(cache)!r}, seed={seed}))")
     out = subprocess.run([*launcher, sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
