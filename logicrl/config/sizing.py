@@ -41,7 +41,7 @@ def sizing_note(cfg: DictConfig, spec: ModelSpec, on_cpu: bool) -> str | None:
     params = spec.num_params()
     if path == EMBEDDED_TINY and (settings := _real_model_settings(cfg)):
         return (f"note: this run is sized for a real model ({', '.join(settings)}) but actor_rollout_ref.model.path "
-                f"is the embedded {params / 1e6:.1f}M-parameter stand-in, which will not learn it: set "
+                f"is the embedded {params / 1e6:.1f}M-parameter stand-in, which cannot do it: set "
                 f"actor_rollout_ref.model.path to a local checkpoint (Logic-RL used Qwen2.5-7B-Instruct-1M), or run "
                 f"{INSTEAD}; going on as asked")
     if on_cpu and params > CPU_MAX_PARAMS:
