@@ -16,6 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# The curves each job's curves.png draws (trainer/curves.py CURVES: trainer/ is launch/'s peer, not below it).
+CURVES = (("critic/score/mean", "reward (mean score)"), ("reward/acc/mean", "train accuracy"),
+          ("val/acc", "validation accuracy"))
 RESULT = "result.json"  # each job's outcome, in its directory (launch/sweep.py write_result)
 PEAK, TENSOR_PEAK = "perf/memory/", "/tensor_peak_gb"  # the measured number the plan predicts (memory/telemetry.py)
 
@@ -53,8 +56,6 @@ def trained(job_dir: Path) -> dict:
 def learning_points(job_dir: Path) -> dict[str, list[tuple[int, float, float]]]:
     """Each curve's (step, wall seconds, value) points for one job: CURVES's reward and accuracies, the wall
     time being the steps' cumulative timing_s/step (validation before training at 0 s)."""
-    from logicrl.trainer.curves import CURVES
-
     rows = [json.loads(line) for path in sorted(job_dir.rglob("metrics.jsonl"))
             for line in path.read_text().splitlines() if line.strip()]
     points: dict[str, list[tuple[int, float, float]]] = {label: [] for _, label in CURVES}

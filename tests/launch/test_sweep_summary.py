@@ -48,3 +48,10 @@ def test_a_dry_run_sweep_keeps_the_memory_picture(tmp_path):
     drawn = plot(job_rows(tmp_path), tmp_path / "sweep_summary.png")
     assert list(drawn) == ["sweep: peak memory per phase (planned)"]
     assert "curves.png" not in table(job_rows(tmp_path))
+
+
+def test_the_summary_draws_the_curves_each_job_draws():
+    from logicrl.launch.sweep_summary import CURVES
+    from logicrl.trainer.curves import CURVES as DRAWN
+
+    assert CURVES == DRAWN
