@@ -9,8 +9,12 @@ reward runs and is tested on CPU with nothing downloaded. A one-label Qwen2ForSe
 Trained on the task's own prompts, each with RESPONSES_PER_PROMPT responses of 1 to 4 tokens drawn as
 the actor writes them (the stated role, the other role, or another first word, then random tokens and
 sometimes the eos), against the rule score less 0.5 (+0.5, -0.5, -1.5: the sign says right or not)
-at every response token. The build is deterministic; its agreement with the rule reward on the test
-split is written to tiny_rm_build.json. Build time and measured agreement: docs/testing.md.
+at every response token. The build repeats byte for byte on one machine, not across machines: float sums
+in torch's and the BLAS's kernels follow the CPU's instruction set, and 1000 steps of training amplify the
+last bit into another model (held-out agreement 96.9% built with AVX-512 kernels, 99.75% with AVX2's). Its
+agreement with the rule reward on the test split, and the CPU capability that built it, are written to
+tiny_rm_build.json; +recipe=tiny_rm_ppo is checked against other builds (benchmarks/tiny_rm_seeds.py builds
+with other seeds, and with AVX2 kernels). Build time and measured agreement: docs/testing.md.
 """
 
 from __future__ import annotations
