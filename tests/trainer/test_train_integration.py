@@ -105,7 +105,8 @@ def test_multirun_two_jobs(tmp_path):
 # On one rank, LoRA with a KL loss: the reference is the actor without its adapters, and vLLM's weight
 # sync merges the adapters into the engine's base weights. Also REINFORCE++ over two epochs, so the
 # old-log-prob pass runs, with validation at step 2 (vLLM's sampling of the 200 validation prompts).
-# Two ranks on the vLLM engine: tests/trainer/test_console.py; a separate reference model: the dry-run
+# Two ranks on the vLLM engine: 2-tp2 below; the default as make train runs it, learning: test_console.py;
+# a separate reference model: the dry-run
 # test above.
 LORA = [f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8", f"{ARR}.actor.use_kl_loss=true",
         f"{ARR}.model.target_modules=[q_proj,v_proj]", "algorithm.adv_estimator=reinforce_plus_plus",
