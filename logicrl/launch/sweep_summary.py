@@ -83,7 +83,8 @@ def table(rows: list[dict]) -> str:
                   "refused": "refused by the planner"}.get(r["status"], r["status"])
         detail = r.get("detail", "")  # a refusal's line names the knobs that make it fit
         cells = [r["job"], status, _num(r.get("steps"), "{}"), _num(r.get("reward")), _num(r.get("acc")),
-                 _num(r.get("val_acc")), _num(r.get("step_s"), "{:.2f}"), *(_num(peaks.get(p), "{:.2f}") for p in phases),
+                 _num(r.get("val_acc")), _num(r.get("step_s"), "{:.2f}"),
+                 *(_num(peaks.get(p), "{:.2f}") for p in phases),
                  f"[curves.png]({r['curves']})" if r.get("curves") else "", detail.replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -136,7 +137,8 @@ def plot(rows: list[dict], path: Path) -> dict[str, dict[str, list[tuple[float, 
                                     color=f"C{n}", marker="." if len(points[label]) < 40 else None,
                                     label=f"{job}" + (" (val)" if style == "--" else ""))
                 ax.set_xlabel(xlabel)
-                ax.set_title(("reward" if col == 0 else "accuracy (validation dashed)") + f" vs {xlabel.split(' (')[0]}")
+                what = "reward" if col == 0 else "accuracy (validation dashed)"
+                ax.set_title(f"{what} vs {xlabel.split(' (')[0]}")
                 ax.grid(alpha=0.3)
                 if ax.get_legend_handles_labels()[0]:
                     ax.legend(fontsize=7)

@@ -54,7 +54,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     """verl's signature; returns {"score": acc, "format", "acc"}. `ground_truth` is the final answer
     ("\\frac{1}{2}", "[1,3)", 0.5), as verl's MATH preprocessing stores it."""
     if ground_truth is None or isinstance(ground_truth, (dict, list, bool)) or not str(ground_truth).strip():
-        raise ValueError(f"math ground truth must be the final answer, e.g. '\\frac{{1}}{{2}}', got {ground_truth!r:.80}")
+        raise ValueError(f"math ground truth must be the final answer, e.g. '\\frac{{1}}{{2}}', "
+                         f"got {ground_truth!r:.80}")
     if not isinstance(solution_str, str):
         solution_str = "" if solution_str is None else str(solution_str)
     answer = math_reward.extract_answer(solution_str)

@@ -5,7 +5,8 @@ from logicrl.memory.report import measured_peaks, memory_report, report_table
 
 def test_peaks_are_the_largest_over_steps_and_keep_their_names():
     rows = [{"step": 0, "val/acc": 0.5},  # a validation-only row: nothing measured
-            {"perf/memory/generate/rss_peak_gb": 1.1, "perf/memory/generate/tensor_peak_gb": 0.12, "timing_s/generate": 1},
+            {"perf/memory/generate/rss_peak_gb": 1.1, "perf/memory/generate/tensor_peak_gb": 0.12,
+             "timing_s/generate": 1},
             {"perf/memory/generate/rss_peak_gb": 1.0},  # an untracked step: RSS only
             {"perf/memory/generate/rss_peak_gb": 1.05, "perf/memory/generate/tensor_peak_gb": 0.15,
              "perf/checkpoint/save/rss_peak_gb": 9.0}]  # not a phase of the plan
@@ -14,7 +15,8 @@ def test_peaks_are_the_largest_over_steps_and_keep_their_names():
 
 def test_cpu_table_sets_tensors_beside_the_plan_and_rss_apart():
     table = report_table({"generate": 0.18, "update_actor": 0.25},
-                         {"generate": {"tensor_peak_gb": 0.15, "rss_peak_gb": 1.1}, "update_actor": {"rss_peak_gb": 1.2}})
+                         {"generate": {"tensor_peak_gb": 0.15, "rss_peak_gb": 1.1},
+                          "update_actor": {"rss_peak_gb": 1.2}})
     lines = table.splitlines()
     assert "process RSS is the whole process" in lines[0]
     assert lines[1].split() == ["phase", "planned", "tensor", "peak", "process", "RSS"]

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.integration
 def test_eval_math_reports_accuracy_per_data_source(tmp_path):
     rows = [("math", "\\frac{1}{2}"), ("math", "[1,3)"), ("gsm8k", "72"), ("lighteval/MATH", "\\sqrt{2}")]
     data = tmp_path / "math.parquet"
-    pd.DataFrame([{"data_source": source, "prompt": [{"role": "user", "content": f"Problem {i}: put the answer in \\boxed{{}}."}],
+    question = "Problem {}: put the answer in \\boxed{{}}."
+    pd.DataFrame([{"data_source": source, "prompt": [{"role": "user", "content": question.format(i)}],
                    "reward_model": {"style": "rule", "ground_truth": truth}, "extra_info": {"index": i}}
                   for i, (source, truth) in enumerate(rows)]).to_parquet(data)
     run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"

@@ -8,7 +8,8 @@ entropy bonus 0.03). With the update: train accuracy (mean of the first / last 1
 validation accuracy (greedy, 200 prompts) 0.47 at steps 0-30, 1.0 from step 40. Update off: train
 0.48 -> 0.48, validation 0.47 at every test. Both runs: 294 s. Other seeds and another machine's reward
 model: benchmarks/tiny_rm_seeds.py (docs/testing.md).
-The thresholds keep a margin for the per-step noise (about 0.044 on 128 responses, 0.014 on a 10-step mean: binomial, p = 0.5).
+The thresholds keep a margin for the per-step noise (about 0.044 on 128 responses, 0.014 on a 10-step
+mean: binomial, p = 0.5).
 """
 
 import statistics

@@ -48,7 +48,8 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     # quantity the plan predicts: below the process's RSS, which holds Python and the libraries as well.
     tracked = {m.group(1) for key in rows[0] if (m := re.fullmatch(r"perf/memory/(\w+)/tensor_peak_gb", key))}
     assert tracked == measured and not any(key.endswith("/tensor_peak_gb") for key in rows[-1])  # step 5: not tracked
-    assert all(0 < rows[0][f"perf/memory/{p}/tensor_peak_gb"] < rows[0][f"perf/memory/{p}/rss_peak_gb"] for p in tracked)
+    first = rows[0]
+    assert all(0 < first[f"perf/memory/{p}/tensor_peak_gb"] < first[f"perf/memory/{p}/rss_peak_gb"] for p in tracked)
     # The closing table: each phase's plan beside its tensor peak, as measured in this run.
     assert "memory per device (GB): planned vs measured" in result.stdout
     assert all(re.search(rf"^{p} +[0-9.]+ +[0-9.]+ +[0-9.]+$", result.stdout, re.MULTILINE) for p in tracked)
