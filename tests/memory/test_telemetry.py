@@ -10,7 +10,14 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import torch
 
-from logicrl.memory.telemetry import GB, Pool, cuda_memory_metrics, engine_pool, measure, tracks_tensors
+from logicrl.memory.telemetry import (
+    GB,
+    Pool,
+    cuda_memory_metrics,
+    engine_pool,
+    measure,
+    tracks_tensors,
+)
 from logicrl.memory.tracker import live_tensor_bytes
 
 MB = 1024**2
