@@ -24,12 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 from logicrl.checkpoint_layout import holds_checkpoints
 from logicrl.config import check_overrides, validate
 from logicrl.config.cli import hydra_error_line
+from logicrl.config.sizing import sizing_note
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
 from logicrl.errors import BadInput
 from logicrl.launch.sweep import register_resolver
 from logicrl.memory.fit import DoesNotFit
-from logicrl.preflight import preflight
+from logicrl.preflight import Plans, preflight
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
@@ -85,7 +86,7 @@ def main(cfg: DictConfig) -> None:
                dry_run=bool(cfg.trainer.dry_run))
     job_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        planned = run(cfg, hydra_cfg)
+        plans = run(cfg, hydra_cfg)
     except Ended as end:
         if end.code in (EXIT_SIGINT, EXIT_SIGTERM, EXIT_PREEMPTED):  # the whole sweep was asked to stop
             print(end.line, file=sys.stderr)
@@ -96,12 +97,14 @@ def main(cfg: DictConfig) -> None:
                      knobs=end.cause.knobs if refused else [], planned_peak_gb=end.cause.peaks_gb if refused else {},
                      code=end.code)
         return
-    write_result(job_dir, **job, status="done", planned_peak_gb=planned, code=0)
+    # The device's capacity: what the summary marks beside the memory bars.
+    write_result(job_dir, **job, status="done", planned_peak_gb=plans.peaks_gb, code=0, device=plans.device,
+                 capacity_gb=round(plans.capacity_gb, 3))
 
 
-def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
-    """Validate, plan, check the inputs, then train (unless a dry run). Returns the planned peak
-    per phase in GB (the largest over a curriculum's stages); raises Ended."""
+def run(cfg: DictConfig, hydra_cfg) -> Plans:
+    """Validate, plan, check the inputs, then train (unless a dry run). Returns the plans (the planned peak
+    per phase in GB, the largest over a curriculum's stages: .peaks_gb); raises Ended."""
     try:
         # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
         curriculum = has_stages(cfg)
@@ -119,8 +122,10 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         if dry_run:
             print(OmegaConf.to_yaml(stage.cfg))
         print(summarize(stage.cfg, stage.spec, stage.plan, planned.table))
+        if note := sizing_note(stage.cfg, stage.spec, on_cpu=planned.memory.inputs.device == "cpu"):
+            print(note, flush=True)
     if dry_run:
-        return plans.peaks_gb
+        return plans
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
     from logicrl.logs import pin_ray_auth
 
@@ -150,6 +155,10 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
             from logicrl.trainer.ppo import PPOTrainer
 
             PPOTrainer(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
+        from logicrl.memory.report import memory_report
+
+        if table := memory_report(plans.peaks_gb, run_dir):  # the plan checked against the run, phase by phase
+            print(table)
     except BadInput as err:  # one the preflight could not see (e.g. a row past the sampled ones)
         fail(err)
     except Diverged as err:  # its line names the lr to lower and the last (finite) checkpoint
@@ -181,7 +190,7 @@ def run(cfg: DictConfig, hydra_cfg) -> dict[str, float]:
         # Multirun jobs share this process: each must start its own Ray cluster from scratch. Also
         # after a signal in the middle of ray.init, when Ray has processes but is not initialised.
         stop_ray()
-    return plans.peaks_gb
+    return plans
 
 
 def stopped_code(err: BaseException) -> int:

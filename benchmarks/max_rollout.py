@@ -123,7 +123,7 @@ def main() -> None:
               f"{rows[-1].get('response_length/mean', float('nan')):.0f}")
         print(f"{'phase':<16}{'planned GB':>12}{'measured GB':>13}{'measured/planned':>18}")
         for phase in memory.phases:
-            measured = rows[-1].get(f"perf/memory/{phase.name}/peak_gb")
+            measured = rows[-1].get(f"perf/memory/{phase.name}/tensor_peak_gb")
             if phase.skipped or measured is None:
                 continue
             planned = phase.total / GB

@@ -6,7 +6,7 @@ with --engines, the same run once per rollout engine and how they compare.
     python3 benchmarks/step_time.py --in-process --qwen05b --steps 3 trainer.device=cuda actor_rollout_ref.rollout.name=hf
 
 It runs main_ppo.py as a user would (validation off) and summarises metrics.jsonl: each phase's mean
-controller time (timing_s/*), the largest per-phase peak any rank reported (perf/memory/*/peak_gb), and
+controller time (timing_s/*), the largest per-phase tensor peak any rank reported (perf/memory/*/tensor_peak_gb), and
 rollout tokens/s; the first step is left out of the means when there are more than two. --in-process:
 one rank without Ray (tests/gpu/runs.py). --qwen05b: a Qwen2.5-0.5B shape with random weights.
 --bench-model: a 27M-parameter Qwen2 (BENCH_MODEL, head_dim 64 as vLLM's CPU attention needs) on
@@ -76,10 +76,10 @@ def summarize(rows: list[dict], label: str) -> dict[str, float]:
     steady = rows[1:] if len(rows) > 2 else rows
     print(f"{len(rows)} steps ({len(steady)} averaged); {label}")
     phases = sorted({k.split("/", 1)[1] for r in rows for k in r if k.startswith("timing_s/")})
-    print(f"{'phase':<16}{'mean s':>10}{'peak GB':>10}")
+    print(f"{'phase':<16}{'mean s':>10}{'tensor GB':>10}")
     for phase in phases:
         times = [r[f"timing_s/{phase}"] for r in steady if f"timing_s/{phase}" in r]
-        peaks = [r[f"perf/memory/{phase}/peak_gb"] for r in rows if f"perf/memory/{phase}/peak_gb" in r]
+        peaks = [r[f"perf/memory/{phase}/tensor_peak_gb"] for r in rows if f"perf/memory/{phase}/tensor_peak_gb" in r]
         peak = f"{max(peaks):.3f}" if peaks else "-"
         print(f"{phase:<16}{statistics.mean(times):>10.3f}{peak:>10}")
 

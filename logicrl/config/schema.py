@@ -327,6 +327,7 @@ class TrainerConfig:
     save_freq: int = key(ge=-1)
     test_freq: int = key(ge=-1)
     val_before_train: bool = key()
+    val_only: bool = key()
     critic_warmup: int = key(ge=0)
     resume_mode: str = key()  # auto | disable | a checkpoint path
     default_local_dir: str = key()

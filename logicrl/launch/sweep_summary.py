@@ -1,9 +1,14 @@
 """The summary of a sweep: `sweep_summary.md` and `sweep_summary.png` in the sweep directory.
 
 One row per job, from what the job left in its directory: `result.json` (its overrides, its status
-- done, refused by the memory planner with the knobs it named, or failed with the error's line -
-and for a dry run the planned peak of every phase) and, when it trained, `metrics.jsonl` (steps,
-final reward and accuracy, validation accuracy, mean step time, measured peak memory per phase).
+- done, refused by the memory planner with the knobs it named, or failed with the error's line -,
+the device's capacity and for a dry run the planned peak of every phase) and, when it trained,
+`metrics.jsonl` (steps, final reward and accuracy, validation accuracy, mean step time, measured peak
+memory per phase), and a link to its `curves.png`.
+
+The picture: when a job trained, its reward and accuracy (train, and validation dashed) against step and
+against wall time (the cumulative step time), one line per job, beside the memory bars, where a dashed
+line marks the device's capacity; a dry-run sweep draws the memory bars alone (planned).
 """
 
 from __future__ import annotations
@@ -11,15 +16,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# The curves each job's curves.png draws (trainer/curves.py CURVES: trainer/ is launch/'s peer, not below it).
+CURVES = (("critic/score/mean", "reward (mean score)"), ("reward/acc/mean", "train accuracy"),
+          ("val/acc", "validation accuracy"))
 RESULT = "result.json"  # each job's outcome, in its directory (launch/sweep.py write_result)
-PEAK = "perf/memory/"  # perf/memory/<phase>/peak_gb
+PEAK, TENSOR_PEAK = "perf/memory/", "/tensor_peak_gb"  # the measured number the plan predicts (memory/telemetry.py)
 
 
 def job_rows(sweep_dir: Path) -> list[dict]:
     rows = []
     for result in sweep_dir.glob(f"*/{RESULT}"):
         row = json.loads(result.read_text())
-        row.update(trained(result.parent))
+        row.update(trained(result.parent), dir=result.parent)
         rows.append(row)
     return sorted(rows, key=lambda r: (r.get("num", 0), r["job"]))  # the sweep's own order
 
@@ -35,13 +43,29 @@ def trained(job_dir: Path) -> dict:
     peaks: dict[str, float] = {}
     for s in steps:
         for key, value in s.items():
-            if key.startswith(PEAK) and key.endswith("/peak_gb"):
-                phase = key[len(PEAK):-len("/peak_gb")]
+            if key.startswith(PEAK) and key.endswith(TENSOR_PEAK):
+                phase = key[len(PEAK):-len(TENSOR_PEAK)]
                 peaks[phase] = max(peaks.get(phase, 0.0), float(value))
     times = [s["timing_s/step"] for s in steps if "timing_s/step" in s]
+    curves = job_dir / "curves.png"
     return {"steps": len(steps), "reward": steps[-1]["critic/score/mean"], "acc": steps[-1].get("reward/acc/mean"),
             "val_acc": val[-1] if val else None, "step_s": sum(times) / len(times) if times else None,
-            "peak_gb": peaks}
+            "peak_gb": peaks, "curves": f"{job_dir.name}/curves.png" if curves.is_file() else None}
+
+
+def learning_points(job_dir: Path) -> dict[str, list[tuple[int, float, float]]]:
+    """Each curve's (step, wall seconds, value) points for one job: CURVES's reward and accuracies, the wall
+    time being the steps' cumulative timing_s/step (validation before training at 0 s)."""
+    rows = [json.loads(line) for path in sorted(job_dir.rglob("metrics.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+    points: dict[str, list[tuple[int, float, float]]] = {label: [] for _, label in CURVES}
+    wall = 0.0
+    for row in rows:
+        wall += row.get("timing_s/step", 0.0)
+        for key, label in CURVES:
+            if key in row:
+                points[label].append((row["step"], round(wall, 3), row[key]))
+    return points
 
 
 def _num(value, fmt: str = "{:.3f}") -> str:
@@ -50,7 +74,8 @@ def _num(value, fmt: str = "{:.3f}") -> str:
 
 def table(rows: list[dict]) -> str:
     phases = sorted({p for r in rows for p in (r.get("peak_gb") or r.get("planned_peak_gb") or {})})
-    head = ["job", "status", "steps", "reward", "acc", "val acc", "step s", *(f"{p} GB" for p in phases), "detail"]
+    head = ["job", "status", "steps", "reward", "acc", "val acc", "step s", *(f"{p} GB" for p in phases), "curves",
+            "detail"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         peaks = r.get("peak_gb") or r.get("planned_peak_gb") or {}
@@ -58,36 +83,75 @@ def table(rows: list[dict]) -> str:
                   "refused": "refused by the planner"}.get(r["status"], r["status"])
         detail = r.get("detail", "")  # a refusal's line names the knobs that make it fit
         cells = [r["job"], status, _num(r.get("steps"), "{}"), _num(r.get("reward")), _num(r.get("acc")),
-                 _num(r.get("val_acc")), _num(r.get("step_s"), "{:.2f}"), *(_num(peaks.get(p), "{:.2f}") for p in phases),
-                 detail.replace("|", "\\|")]
+                 _num(r.get("val_acc")), _num(r.get("step_s"), "{:.2f}"),
+                 *(_num(peaks.get(p), "{:.2f}") for p in phases),
+                 f"[curves.png]({r['curves']})" if r.get("curves") else "", detail.replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    """Peak memory per phase for each job (planned in a dry run, measured otherwise); the jobs that
-    did not run are marked on the axis."""
+def _memory_bars(ax, rows: list[dict]) -> None:
+    """Peak memory per phase for each job (planned in a dry run, measured otherwise), the device's capacity
+    dashed; the jobs that did not run are marked on the axis."""
+    phases = sorted({p for r in rows for p in (r.get("peak_gb") or r.get("planned_peak_gb") or {})})
+    width = 0.8 / max(1, len(phases))
+    for i, phase in enumerate(phases):
+        values = [(r.get("peak_gb") or r.get("planned_peak_gb") or {}).get(phase, 0.0) for r in rows]
+        ax.bar([j + i * width for j in range(len(rows))], values, width, label=phase)
+    capacity = [r["capacity_gb"] for r in rows if r.get("capacity_gb")]
+    if capacity:
+        ax.axhline(min(capacity), color="red", linestyle="--", linewidth=1,
+                   label=f"capacity {min(capacity):.1f} GB ({rows[0].get('device', 'device')})")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))])
+    ax.set_xticklabels([r["job"] + ("" if r["status"] == "done" else f"\n({r['status']})") for r in rows],
+                       rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("peak memory per device (GB)")
+    ax.set_title("peak memory per phase" + (" (planned)" if all(r.get("dry_run") for r in rows) else ""))
+    if phases or capacity:
+        ax.legend(fontsize=7)
+
+
+def plot(rows: list[dict], path: Path) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """The memory bars, and beside them each trained job's learning curves (module docstring). Returns what
+    was drawn, read back from the figure: each panel's title -> each line's label -> its (x, y) points."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    phases = sorted({p for r in rows for p in (r.get("peak_gb") or r.get("planned_peak_gb") or {})})
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(rows) + 2), 4))
-    width = 0.8 / max(1, len(phases))
-    for i, phase in enumerate(phases):
-        values = [(r.get("peak_gb") or r.get("planned_peak_gb") or {}).get(phase, 0.0) for r in rows]
-        ax.bar([j + i * width for j in range(len(rows))], values, width, label=phase)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))])
-    ax.set_xticklabels([r["job"] + ("" if r["status"] == "done" else f"\n({r['status']})") for r in rows],
-                       rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("peak memory per device (GB)")
-    ax.set_title("sweep: peak memory per phase" + (" (planned)" if all(r.get("dry_run") for r in rows) else ""))
-    if phases:
-        ax.legend(fontsize=7)
+    curves = {r["job"]: learning_points(r["dir"]) for r in rows if r.get("steps")}
+    if not curves:  # a dry run (or nothing trained): the memory picture alone
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(rows) + 2), 4))
+        _memory_bars(ax, rows)
+        ax.set_title("sweep: " + ax.get_title())
+    else:
+        fig, axes = plt.subplots(2, 3, figsize=(16, 8))
+        for row, (x, xlabel) in enumerate(((0, "step"), (1, "wall time (s, cumulative step time)"))):
+            for col, labels in enumerate((("reward (mean score)",), ("train accuracy", "validation accuracy"))):
+                ax = axes[row][col]
+                for n, (job, points) in enumerate(curves.items()):
+                    for label in labels:
+                        if points[label]:
+                            style = "--" if label == "validation accuracy" else "-"
+                            ax.plot([p[x] for p in points[label]], [p[2] for p in points[label]], style,
+                                    color=f"C{n}", marker="." if len(points[label]) < 40 else None,
+                                    label=f"{job}" + (" (val)" if style == "--" else ""))
+                ax.set_xlabel(xlabel)
+                what = "reward" if col == 0 else "accuracy (validation dashed)"
+                ax.set_title(f"{what} vs {xlabel.split(' (')[0]}")
+                ax.grid(alpha=0.3)
+                if ax.get_legend_handles_labels()[0]:
+                    ax.legend(fontsize=7)
+        gs = axes[0][2].get_gridspec()
+        for ax in axes[:, 2]:
+            ax.remove()
+        _memory_bars(fig.add_subplot(gs[:, 2]), rows)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    drawn = {ax.get_title(): {line.get_label(): [tuple(map(float, xy)) for xy in line.get_xydata()]
+                              for line in ax.get_lines()} for ax in fig.axes}
     plt.close(fig)
+    return drawn
 
 
 def write_summary(sweep_dir: Path) -> int:

@@ -7,9 +7,11 @@
 On CUDA the peak is torch's own counter, reset at each phase's start, with the rollout engine's pool
 taken apart: vLLM's CuMemAllocator pool stays counted by torch while it sleeps, so each phase reports
 the trainer's own peak, the pool's mapped bytes and their sum (`peak_gb`, what the plan predicts).
-On CPU torch keeps no counter: `peak_gb` is the process's RSS sampled by a background thread, an
-upper bound on tensor memory (memory/tracker.py measures live tensor bytes for the planner's
-benchmarks). Every key and its meaning: docs/memory.md ("Measured in a run").
+On CPU torch keeps no counter: `rss_peak_gb` is the process's RSS sampled by a background thread, an
+upper bound on tensor memory (Python, libraries, the allocator's free lists), and on the steps that
+track it `tensor_peak_gb` is the phase's peak of live tensor bytes (memory/tracker.py, what
+benchmarks/memory_plan.py compares with the plan). On CUDA `tensor_peak_gb` is `peak_gb`. Every key
+and its meaning: docs/memory.md ("Measured in a run").
 """
 
 from __future__ import annotations
@@ -75,13 +77,33 @@ def cuda_memory_metrics(max_allocated: int, max_reserved: int, start: Pool, end:
             "reserved_gb": (max_reserved - pool + engine) / GB, "device_used_gb": (total - free) / GB}
 
 
+TENSOR_EVERY = 10
+
+
+def tracks_tensors(step: int | None) -> bool:
+    """Whether a CPU phase of `step` measures its live tensor peak: the first 3 steps (the plan checked
+    before a long run goes on) and every TENSOR_EVERY-th (responses grow). Not every step: the tracker scans
+    every Python object at the phase's start and the profiler records every op, which about doubled the tiny
+    model's update_actor (1.0-1.3 s on tracked steps 1-3, 0.45-0.5 s on steps 4-7: one 2-rank run of the
+    default on shared cores); the ops' share stays in that step's timing_s."""
+    return step is not None and (step <= 3 or step % TENSOR_EVERY == 0)
+
+
 @contextmanager
 def measure(phase: str, metrics: dict, device: torch.device | str = "cpu", memory_prefix: str = "perf/memory",
-            engine_awake: bool = False):
+            engine_awake: bool = False, track_tensors: bool = False):
     """Time `phase` and record its peak memory into `metrics` (see the module docstring) under
     `<memory_prefix>/<phase>/`: perf/memory/ holds a step's phases, the rows of the memory plan.
-    `engine_awake`: the phase wakes the whole rollout engine (CUDA only; generate)."""
+    `engine_awake`: the phase wakes the whole rollout engine (CUDA only; generate). `track_tensors`: on
+    CPU, also measure the live tensor peak (tensor_peak_gb; CUDA's counter is free and always read)."""
     device = torch.device(device)
+    tracker = None
+    if device.type != "cuda" and track_tensors:
+        from logicrl.memory.tracker import PeakTracker
+
+        # Its start (a scan of every Python object) and its end (the allocation records read) stay out of
+        # the phase's time.
+        tracker = PeakTracker("cpu").__enter__()
     start = time.perf_counter()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -94,6 +116,7 @@ def measure(phase: str, metrics: dict, device: torch.device | str = "cpu", memor
     try:
         yield
     finally:
+        elapsed = time.perf_counter() - start
         prefix = f"{memory_prefix}/{phase}"
         if sampler is None:
             torch.cuda.synchronize(device)
@@ -101,7 +124,11 @@ def measure(phase: str, metrics: dict, device: torch.device | str = "cpu", memor
             cuda = cuda_memory_metrics(torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device),
                                        pool_start, engine_pool(), engine_awake, free, total)
             metrics.update({f"{prefix}/{key}": value for key, value in cuda.items()})
+            metrics[f"{prefix}/tensor_peak_gb"] = cuda["peak_gb"]
         else:
-            metrics[f"{prefix}/peak_gb"] = sampler.finish() / GB
+            if tracker is not None:
+                tracker.__exit__(None, None, None)
+                metrics[f"{prefix}/tensor_peak_gb"] = tracker.peak_bytes / GB
+            metrics[f"{prefix}/rss_peak_gb"] = sampler.finish() / GB  # not peak_gb: not what the plan predicts
             metrics[f"{prefix}/rss_start_gb"] = sampler.start_rss / GB
-        metrics[f"timing_s/{phase}"] = time.perf_counter() - start
+        metrics[f"timing_s/{phase}"] = elapsed

@@ -9,8 +9,12 @@ reward runs and is tested on CPU with nothing downloaded. A one-label Qwen2ForSe
 Trained on the task's own prompts, each with RESPONSES_PER_PROMPT responses of 1 to 4 tokens drawn as
 the actor writes them (the stated role, the other role, or another first word, then random tokens and
 sometimes the eos), against the rule score less 0.5 (+0.5, -0.5, -1.5: the sign says right or not)
-at every response token. The build is deterministic; its agreement with the rule reward on the test
-split is written to tiny_rm_build.json. Build time and measured agreement: docs/testing.md.
+at every response token. The build repeats byte for byte on one machine, not across machines: float sums
+in torch's and the BLAS's kernels follow the CPU's instruction set, and 1000 steps of training amplify the
+last bit into another model (held-out agreement 96.9% built with AVX-512 kernels, 99.75% with AVX2's). Its
+agreement with the rule reward on the test split, and the CPU capability that built it, are written to
+tiny_rm_build.json; +recipe=tiny_rm_ppo is checked against other builds (benchmarks/tiny_rm_seeds.py builds
+with other seeds, and with AVX2 kernels). Build time and measured agreement: docs/testing.md.
 """
 
 from __future__ import annotations
@@ -54,18 +58,24 @@ class Example:
     prefix_scores: tuple[float, ...]  # the rule score of the response cut after each of its tokens
 
 
-def tiny_rm_fingerprint() -> str:
+def recipe(seed: int = SEED) -> dict:
+    """RECIPE with another build seed (what benchmarks/tiny_rm_seeds.py builds to stand in for other machines)."""
+    return {**RECIPE, "seed": seed}
+
+
+def tiny_rm_fingerprint(seed: int = SEED) -> str:
     """Short hash of what the reward model is built from: its config, this recipe and the tokenizer's."""
-    blob = json.dumps({"config": TINY_RM_CONFIG, "recipe": RECIPE, "tokenizer": tiny_fingerprint()}, sort_keys=True)
+    blob = json.dumps({"config": TINY_RM_CONFIG, "recipe": recipe(seed), "tokenizer": tiny_fingerprint()},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def tiny_rm_checkpoint_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+def tiny_rm_checkpoint_dir(cache_dir: str | os.PathLike | None = None, seed: int = SEED) -> Path:
     """The reward model's checkpoint (config.json, weights, tokenizer), built once under the cache root
     into a temporary directory and renamed into place (models/tiny.py build_once), so concurrent
-    processes see a complete checkpoint or none."""
-    final = cache_root(cache_dir) / f"tiny_rm-{tiny_rm_fingerprint()}"
-    return build_once(final, lambda path: _write_checkpoint(path, cache_dir))
+    processes see a complete checkpoint or none. `embedded:tiny_rm` is the build with seed SEED."""
+    final = cache_root(cache_dir) / f"tiny_rm-{tiny_rm_fingerprint(seed)}"
+    return build_once(final, lambda path: _write_checkpoint(path, cache_dir, seed))
 
 
 def rule_score(response: str, role: str) -> float:
@@ -150,7 +160,7 @@ def agreement(score, items: list[Example]) -> float:
     return sum((float(s) > 0) == r for s, r in zip(score, right)) / len(items)
 
 
-def train(model, items: list[Example], pad_id: int, steps: int = STEPS) -> list[float]:
+def train(model, items: list[Example], pad_id: int, steps: int = STEPS, seed: int = SEED) -> list[float]:
     """Regress the score onto rule score + TARGET_SHIFT at every response token, each against the rule
     score of the response cut there (the last token's is the whole response's, the one the reward
     worker reads); the loss every 100 steps. The earlier tokens' targets are free supervision: they teach
@@ -159,7 +169,7 @@ def train(model, items: list[Example], pad_id: int, steps: int = STEPS) -> list[
 
     from logicrl.models.tiny_pretrain import warmup_cosine
 
-    g = torch.Generator().manual_seed(SEED)
+    g = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
     schedule = warmup_cosine(optimizer, 30, steps)
     model.train()
@@ -202,7 +212,7 @@ def _forward(model, input_ids, attention_mask, position_ids):
     return model.score(hidden[rows, last_token_index(attention_mask)])[:, 0].float()
 
 
-def _write_checkpoint(path: Path, cache_dir: str | os.PathLike | None) -> None:
+def _write_checkpoint(path: Path, cache_dir: str | os.PathLike | None, seed: int = SEED) -> None:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen2Config
 
@@ -217,15 +227,20 @@ def _write_checkpoint(path: Path, cache_dir: str | os.PathLike | None) -> None:
                          num_labels=1, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id)
     config.vocab_size = len(tokenizer)
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
     splits = generate(PEOPLE, TRAIN_PROMPTS, TEST_PROMPTS, DATA_SEED)
-    train_items = examples(splits["train"], tokenizer, RESPONSES_PER_PROMPT, seed=SEED)
+    train_items = examples(splits["train"], tokenizer, RESPONSES_PER_PROMPT, seed=seed)
+    # The held-out responses are the same for every build seed, so their agreements compare.
     test_items = examples(splits["test"], tokenizer, RESPONSES_PER_PROMPT, seed=SEED + 1)
-    losses = train(model, train_items, tokenizer.pad_token_id)
+    losses = train(model, train_items, tokenizer.pad_token_id, seed=seed)
     held_out = agreement(scores(model, test_items, tokenizer.pad_token_id), test_items)
     model.save_pretrained(path)
-    record = {"fingerprint": tiny_rm_fingerprint(), "recipe": RECIPE, "losses": losses,
+    # Not the same bytes on every machine: float sums in torch's and the BLAS's kernels follow the CPU's
+    # instruction set (and thread count), so the record says which built it (docs/testing.md).
+    record = {"fingerprint": tiny_rm_fingerprint(seed), "recipe": recipe(seed), "losses": losses,
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
+              "torch": torch.__version__,
               "held_out_agreement": held_out, "held_out_responses": len(test_items),
               "build_s": round(time.perf_counter() - start, 1)}
     (path / BUILD_RECORD).write_text(json.dumps(record, indent=2) + "\n")

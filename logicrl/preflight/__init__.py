@@ -20,6 +20,7 @@ from typing import Sequence
 from omegaconf import DictConfig
 
 from logicrl.config.stages import Stage
+from logicrl.memory.phases import GB
 from logicrl.preflight.checkpoints import check_checkpoint
 from logicrl.preflight.data import check_data
 from logicrl.preflight.device import check_device
@@ -43,6 +44,15 @@ class Plans:
             for phase, gb in stage.peaks_gb.items():
                 peaks[phase] = max(peaks.get(phase, 0.0), gb)
         return peaks
+
+    @property
+    def capacity_gb(self) -> float:
+        """GB per device the plans were checked against (the smallest over the stages)."""
+        return min(stage.memory.capacity for stage in self.stages) / GB
+
+    @property
+    def device(self) -> str:
+        return self.stages[0].memory.inputs.device
 
 
 def preflight(stages: Sequence[Stage]) -> Plans:

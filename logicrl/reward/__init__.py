@@ -9,7 +9,8 @@ dispatcher turns a float x into {"score": x}, so callers see one shape.
 
 Registered data sources:
     kk_logic                      logicrl.reward.kk    (Logic-RL's Knights-and-Knaves reward)
-    openai/gsm8k, gsm8k, math     logicrl.reward.math  (numeric final answer)
+    openai/gsm8k, gsm8k           logicrl.reward.math  (numeric final answer after ####)
+    math, lighteval/MATH, ...     logicrl.reward.symbolic  (final answer, symbolic equivalence: math-verify)
     kk_role                       logicrl.reward.role  (the embedded default's recall task)
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 from logicrl.reward import kk
 from logicrl.reward import math as math_reward
-from logicrl.reward import role
+from logicrl.reward import role, symbolic
 
 # Takes (data_source, solution_str, ground_truth, extra_info) by keyword; returns a float or a
 # dict with "score".
@@ -104,5 +105,6 @@ def ground_truth_problem(data_source: str, ground_truth: Any) -> str | None:
 
 
 register("kk_logic")(kk.compute_score)
-register("openai/gsm8k", "gsm8k", "math")(math_reward.compute_score)
+register("openai/gsm8k", "gsm8k")(math_reward.compute_score)
+register(*symbolic.SYMBOLIC_SOURCES)(symbolic.compute_score)
 register("kk_role")(role.compute_score)

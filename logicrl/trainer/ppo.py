@@ -163,6 +163,11 @@ class PPOTrainer:
             # A stop request (SIGUSR1/SIGTERM: preemption) ends the loop after the step in flight,
             # with that step saved (logicrl/signals.py).
             with stop_at_step_end():
+                if self.cfg.trainer.val_only:  # an evaluation: model.path as it is, on the validation files
+                    val = self.run_validation(0)
+                    tracker.log(val, 0)
+                    print(val_only_line(val), flush=True)
+                    return val
                 if self.cfg.trainer.val_before_train and self.start_step == 0:
                     val = self.run_validation(0)
                     self.history.append(history_row(0, val))
@@ -442,6 +447,16 @@ class PPOTrainer:
         _, _, texts, results = self.rewards(batch)
         write_samples(self.run_dir, step, batch, texts, results)
         return validation_metrics(batch, results)
+
+
+def val_only_line(val: dict) -> str:
+    """trainer.val_only's result: the accuracy of each data_source (val/<source>/acc), then over all."""
+    # Sources may hold slashes (lighteval/MATH); kk_logic's per-size keys come along, as sources of their own.
+    sources = sorted(k[len("val/"):-len("/acc")] for k in val if k.startswith("val/") and k.endswith("/acc")
+                     and k != "val/acc")
+    parts = [f"{source} {val[f'val/{source}/acc']:.3f}" for source in sources]
+    return "logicrl: validation accuracy per data_source: " + ", ".join(parts) + \
+        (f"; all {val['val/acc']:.3f}" if "val/acc" in val else "")
 
 
 def history_row(step: int, metrics: dict) -> dict:

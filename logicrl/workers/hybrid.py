@@ -35,7 +35,7 @@ from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import StepPlan
 from logicrl.faults import Faults
 from logicrl.logs import quiet_worker
-from logicrl.memory.telemetry import measure
+from logicrl.memory.telemetry import measure, tracks_tensors
 from logicrl.models.loading import (
     LoraSpec,
     load_causal_lm,
@@ -266,7 +266,7 @@ class HybridWorker:
         model = self._sharded(declared.model)
         size = self.sizes[phase] if declared.retried else None
         # Only generate wakes the whole engine; other phases see it asleep (or only its weights, for the sync).
-        with measure(phase, metrics, self.device, engine_awake=phase == "generate"):
+        with measure(phase, metrics, self.device, engine_awake=phase == "generate", track_tensors=tracks_tensors(step)):
             # The sharded model tells the retry that the phase runs FSDP2 collectives: there an OOM
             # on several ranks ends the run instead of retrying in place (workers/oom.py).
             retry = None if size is None else phase_retry(size, self.device, self.faults, step, self.rank, model)

@@ -38,6 +38,7 @@ def test_summary_numbers(dry_run):
     assert "a mini-batch is 8 responses = 4 micro-batches of 2 (gradient accumulation 4)" in out
     assert "old log-prob 6 forwards of <= 3; no reference (no KL term)" in out
     assert "ranks      2 (1 node(s) x 2)" in out
+    assert "sized for a real model" not in out  # the embedded default is sized for its stand-in
 
 
 def test_summary_with_reference_and_critic(dry_run):
@@ -60,6 +61,16 @@ def test_dry_run_prints_resolved_config_and_model_and_describes_dynamic_batching
     assert "embedded:tiny (qwen2: 2 layers" in out
     assert "no model was loaded" in out
     assert "packed into micro-batches by token budget" in out
+
+
+def test_a_real_model_recipe_on_the_stand_in_says_so_in_one_line_and_goes_on(dry_run):
+    # The design card's command with no model path (issue 28): the note is one line, after the plan, and
+    # the run goes on (exit 0 here; a real launch trains on as asked: the note stops nothing).
+    out = dry_run("+recipe=stage1", "trainer.n_gpus=4")
+    lines = [line for line in out.splitlines() if "sized for a real model" in line]
+    assert len(lines) == 1 and lines[0].startswith("note: ")
+    assert "actor_rollout_ref.model.path" in lines[0] and "+recipe=tiny_curriculum" in lines[0]
+    assert out.index("update_actor") < out.index(lines[0])  # after the memory plan, before training
 
 
 def test_multirun_dry_run_runs_each_combination(tmp_path):

@@ -37,6 +37,9 @@ def test_two_grpo_steps_in_bf16_train_and_report_their_memory(tmp_path):
             assert key in row, f"{key} missing or not finite (the tracker drops NaN and inf)"
         assert row["rollout/logprob_diff"] < MEAN_GAP, row["rollout/logprob_diff"]
         assert row["perf/memory/update_actor/peak_gb"] > 0
+        # CUDA's tensor peak is the plan's quantity under the name the CPU uses too (memory/telemetry.py).
+        assert row["perf/memory/update_actor/tensor_peak_gb"] == row["perf/memory/update_actor/peak_gb"]
+        assert "perf/memory/update_actor/rss_peak_gb" not in row
     assert (tmp_path / "ckpt" / "global_step_2").is_dir()
 
 

@@ -7,9 +7,20 @@ value is read off by hand; tests/memory/test_telemetry_gpu.py checks the same on
 import sys
 from types import ModuleType, SimpleNamespace
 
+import pytest
 import torch
 
-from logicrl.memory.telemetry import GB, Pool, cuda_memory_metrics, engine_pool, measure
+from logicrl.memory.telemetry import (
+    GB,
+    Pool,
+    cuda_memory_metrics,
+    engine_pool,
+    measure,
+    tracks_tensors,
+)
+from logicrl.memory.tracker import live_tensor_bytes
+
+MB = 1024**2
 
 WEIGHTS, KV = 2 * GB, 6 * GB  # the engine's pool: weights (backed up on sleep) and KV cache
 
@@ -80,5 +91,22 @@ def test_the_cpu_path_keeps_its_metrics():
     metrics = {}
     with measure("ref", metrics, "cpu"):
         torch.ones(1024)
-    assert set(metrics) == {"perf/memory/ref/peak_gb", "perf/memory/ref/rss_start_gb", "timing_s/ref"}
-    assert metrics["perf/memory/ref/peak_gb"] >= metrics["perf/memory/ref/rss_start_gb"] > 0
+    # RSS under names that say so: not peak_gb, which is what the plan predicts on CUDA.
+    assert set(metrics) == {"perf/memory/ref/rss_peak_gb", "perf/memory/ref/rss_start_gb", "timing_s/ref"}
+    assert metrics["perf/memory/ref/rss_peak_gb"] >= metrics["perf/memory/ref/rss_start_gb"] > 0
+
+
+def test_a_tracked_cpu_phase_reports_its_live_tensor_peak():
+    metrics = {}
+    before = live_tensor_bytes("cpu")
+    with measure("ref", metrics, "cpu", track_tensors=True):
+        x = torch.ones(1 << 20)  # 4 MiB of fp32, freed before the phase ends
+        del x
+    # The peak is what was live at the start plus the 4 MiB (a few bytes of the profiler's own aside).
+    assert metrics["perf/memory/ref/tensor_peak_gb"] * GB - before == pytest.approx(4 * MB, abs=64 * 1024)
+    assert metrics["perf/memory/ref/rss_peak_gb"] > metrics["perf/memory/ref/tensor_peak_gb"]
+
+
+def test_which_steps_track_tensors():
+    assert [s for s in range(1, 31) if tracks_tensors(s)] == [1, 2, 3, 10, 20, 30]
+    assert not tracks_tensors(None)  # a worker phase called outside the step loop (tests, benchmarks)

@@ -10,10 +10,11 @@ import sys
 
 import pytest
 
-from logicrl.config.phases import ARR
 from logicrl.logs import lines_above, quiet_driver, run_log_file
 from logicrl.trainer.tracking import Tracker
 from tests.conftest import ROOT, run_main, tail
+
+LEARN_STEPS = 30
 
 
 def tracker(tmp_path, total_steps):
@@ -118,25 +119,24 @@ def test_quiet_driver_sends_ray_info_to_the_file(tmp_path, ray_logger):
 
 
 @pytest.mark.integration
-def test_default_run_console_is_readable(kk_role, tmp_path):
-    """The real entry point with the vLLM engine on two ranks: the console has the plan, one line per
-    step, the bar ending at the step count, an injected OOM's warning from the workers, and no engine
-    or Ray chatter, which is all in the run's log file. The same run checks what two ranks on vLLM
-    write (it was tests/trainer/test_train_integration.py's own run): the metrics, truncation's
-    counts, the engine's log-probs after a weight sync, the curves and TensorBoard."""
+def test_default_run_console_is_readable_and_it_learns(kk_role, tmp_path):
+    """The real entry point on the embedded default (GRPO, the vLLM engine), as `make train` runs it, for 30
+    steps: it learns (validation accuracy from chance to >= 0.9; make train's take-off is around step 20),
+    and the console has the plan, one line per step, the bar ending at the step count, an injected OOM's
+    warning from the worker, and no engine or Ray chatter, which is all in the run's log file. The same run
+    checks the metrics, the engine's log-probs after a weight sync, the curves and TensorBoard. (Its
+    two-rank, truncated 3-step version was this test before; two ranks on vLLM: test_train_integration.py's
+    2-tp2, truncation's counts: tests/data/test_dataset_loading.py.)"""
     run_dir = tmp_path / "run"
-    # Every role prompt is 44 tokens: truncation=left cuts all 2000 to their last 40, and says so.
-    result = run_main(
-        *kk_role, "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
-        f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4", "trainer.total_training_steps=3", "trainer.test_freq=-1",
-        "trainer.n_gpus=2", "data.max_prompt_length=40", "data.truncation=left",
-        f"hydra.run.dir={run_dir}", fault="oom@update_actor:1", cwd=tmp_path)
+    result = run_main(*kk_role, f"trainer.total_training_steps={LEARN_STEPS}", "trainer.test_freq=5",
+                      f"hydra.run.dir={run_dir}", fault="oom@update_actor:1", cwd=tmp_path)
     assert result.returncode == 0, tail(result)
     console = result.stdout + result.stderr
     assert "memory plan per device" in result.stdout  # the plan
-    assert re.findall(r"^step (\d+):", result.stdout, re.M) == ["0", "1", "2", "3"]
-    assert "3 steps done" in result.stdout  # the result
-    assert "3/3" in result.stderr and "4step" not in result.stderr  # the bar ends at the step count
+    assert re.findall(r"^step (\d+):", result.stdout, re.MULTILINE) == [str(s) for s in range(LEARN_STEPS + 1)]
+    assert f"{LEARN_STEPS} steps done" in result.stdout  # the result
+    # the bar ends at the step count
+    assert f"{LEARN_STEPS}/{LEARN_STEPS}" in result.stderr and f"{LEARN_STEPS + 1}step" not in result.stderr
     assert "update_actor ran out of memory" in console  # logicrl's worker-side warning still shows
     for noise in ("Failed to load weights", "reset prefix cache", "(MainProcess pid=", "Loading safetensors",
                   "Started a local Ray instance"):
@@ -148,16 +148,21 @@ def test_default_run_console_is_readable(kk_role, tmp_path):
         assert line in log, line
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    val = {r["step"]: r["val/acc"] for r in rows if "val/acc" in r}
+    print(f"validation accuracy by step: {val}")
+    assert sorted(val) == list(range(0, LEARN_STEPS + 1, 5))
+    assert val[0] < 0.6 and max(val.values()) >= 0.9  # chance is 0.5: one of two role words
     last = rows[-1]
-    assert last["step"] == 3
-    assert (last["data/prompts_truncated"], last["data/prompts_filtered"], last["data/rows_skipped"]) == (2000, 0, 0)
+    assert last["step"] == LEARN_STEPS
+    assert (last["data/prompts_truncated"], last["data/prompts_filtered"], last["data/rows_skipped"]) == (0, 0, 0)
     for key in ("critic/score/mean", "reward/acc/mean", "actor/grad_norm", "actor/entropy", "response_length/mean",
                 "timing_s/generate", "timing_s/update_actor", "timing_s/update_weights",
-                "perf/memory/generate/peak_gb", "perf/memory/update_actor/peak_gb"):
+                "perf/memory/generate/rss_peak_gb", "perf/memory/update_actor/rss_peak_gb",
+                "perf/memory/generate/tensor_peak_gb", "perf/memory/update_actor/tensor_peak_gb"):  # step 30: tracked
         assert key in last, key
     # One optimizer step per step: the old-log-prob pass is provably redundant and skipped.
     assert "timing_s/old_log_prob" not in last
-    # Steps 2 and 3 sample from the weights the step before synced into each rank's engine.
+    # Each step samples from the weights the step before synced into the engine.
     assert last["rollout/logprob_diff_max"] < 1e-3
     assert (run_dir / "curves.png").stat().st_size > 0
     assert list((run_dir / "tensorboard").iterdir())

@@ -8,6 +8,7 @@ import pytest
 
 from logicrl.config.phases import ARR
 from logicrl.config.plan import PHASES
+from logicrl.launch.sweep_summary import job_rows, plot
 from tests.conftest import ROLE_DATA, TINY_RUN, run_main, tail, write_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
@@ -44,7 +45,16 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     assert result.returncode == 0, tail(result)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
-    measured = {m.group(1) for key in rows[-1] if (m := re.fullmatch(r"perf/memory/(\w+)/peak_gb", key))}
+    measured = {m.group(1) for key in rows[-1] if (m := re.fullmatch(r"perf/memory/(\w+)/rss_peak_gb", key))}
+    # The first steps also track each phase's live tensors (memory/telemetry.py tracks_tensors), the
+    # quantity the plan predicts: below the process's RSS, which holds Python and the libraries as well.
+    tracked = {m.group(1) for key in rows[0] if (m := re.fullmatch(r"perf/memory/(\w+)/tensor_peak_gb", key))}
+    assert tracked == measured and not any(key.endswith("/tensor_peak_gb") for key in rows[-1])  # step 5: not tracked
+    first = rows[0]
+    assert all(0 < first[f"perf/memory/{p}/tensor_peak_gb"] < first[f"perf/memory/{p}/rss_peak_gb"] for p in tracked)
+    # The closing table: each phase's plan beside its tensor peak, as measured in this run.
+    assert "memory per device (GB): planned vs measured" in result.stdout
+    assert all(re.search(rf"^{p} +[0-9.]+ +[0-9.]+ +[0-9.]+$", result.stdout, re.MULTILINE) for p in tracked)
     # Every phase that reported its memory is a row of the dry run's table, under the same name.
     assert measured == {"generate", "old_log_prob", "ref", "values", "update_critic", "update_actor",
                         "update_weights"} <= planned
@@ -80,6 +90,17 @@ def test_multirun_two_jobs(tmp_path):
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1] == "done" and cells[2] == "1" and float(cells[3]) >= 0 and float(cells[6]) > 0, row
         assert float(cells[summary.splitlines()[4].strip("|").split("|").index(" update_actor GB ")]) > 0, row
+        assert f"[curves.png]({job}/curves.png)" in row and (sweep / job / "curves.png").is_file()
+    # The picture: both jobs' curves (one step each) against step and wall time, read back from the
+    # figure, beside the memory bars with the capacity the jobs planned for.
+    drawn = plot(job_rows(sweep), tmp_path / "redrawn.png")
+    rewards = json.loads((sweep / jobs[0] / "metrics.jsonl").read_text().splitlines()[-1])
+    assert drawn["reward vs step"][jobs[0]] == [(1, rewards["critic/score/mean"])]
+    assert drawn["reward vs wall time"][jobs[0]] == [(round(rewards["timing_s/step"], 3), rewards["critic/score/mean"])]
+    assert set(drawn["reward vs step"]) == set(drawn["accuracy (validation dashed) vs wall time"]) == set(jobs)
+    # Each job planned for the RAM available when it started: the line marks the smallest.
+    capacity = min(json.loads((sweep / job / "result.json").read_text())["capacity_gb"] for job in jobs)
+    assert [y for _, y in drawn["peak memory per phase"][f"capacity {capacity:.1f} GB (cpu)"]] == [capacity] * 2
     # The same sweep again: each job finds its own finished checkpoint and trains nothing.
     again = run_main(*args[:-2], f"hydra.sweep.dir={tmp_path / 'again'}", f"trainer.default_local_dir={ckpt}",
                      cwd=tmp_path)
@@ -92,7 +113,8 @@ def test_multirun_two_jobs(tmp_path):
 # sync sends the adapters alone (rollout.lora_sync=adapters; the merged sync is checked in
 # tests/workers/test_hybrid_worker.py). Also REINFORCE++ over two epochs, so the old-log-prob pass runs,
 # with validation at step 2 (vLLM's sampling of the 200 validation prompts).
-# Two ranks on the vLLM engine: tests/trainer/test_console.py; a separate reference model: the dry-run
+# Two ranks on the vLLM engine: 2-tp2-bypass-dynamic below; the default as make train runs it, learning:
+# test_console.py; a separate reference model: the dry-run
 # test above.
 CORR = "algorithm.rollout_correction"
 # Two ranks: rollout correction's bypass mode (the engine's log-probs are the old ones, no old-log-prob

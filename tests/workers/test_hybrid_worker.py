@@ -57,7 +57,7 @@ def add(worker, batch, phase: str):
 def test_update_moves_actor_not_reference_and_syncs_engine(setup):
     worker, prompts = setup
     batch, metrics = generate(worker, prompts, seed=3)
-    assert "perf/memory/generate/peak_gb" in metrics and "timing_s/generate" in metrics
+    assert "perf/memory/generate/rss_peak_gb" in metrics and "timing_s/generate" in metrics
     # The trainer recomputes the engine's log-probs of the sampled tokens (same weights, fp32).
     metrics = add(worker, batch, "old_log_prob")
     mask = batch["response_mask"].bool()
@@ -73,7 +73,7 @@ def test_update_moves_actor_not_reference_and_syncs_engine(setup):
 
     actor_before, ref_before = worker.actor_state(), worker.ref_state()
     _, metrics = worker.run(batch, "update_actor")
-    assert "actor/kl_loss" in metrics and "perf/memory/update_actor/peak_gb" in metrics
+    assert "actor/kl_loss" in metrics and "perf/memory/update_actor/rss_peak_gb" in metrics
     # The default token TIS: weights of 1 where the engine agrees with the trainer, none truncated.
     assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1, abs=1e-3)
     assert metrics["rollout_corr/rollout_is_ratio_fraction_high"] == 0

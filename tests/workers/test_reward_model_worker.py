@@ -129,7 +129,7 @@ def test_worker_scores_equal_a_direct_hf_forward(kk_role, tmp_path):
         for case in r.values():
             assert case["resharded"]  # the frozen model holds only its shards after its forward
             m = case["metrics"]
-            assert "timing_s/reward_model" in m and "perf/memory/reward_model/peak_gb" in m
+            assert "timing_s/reward_model" in m and "perf/memory/reward_model/rss_peak_gb" in m
         assert (r["padded"]["metrics"]["perf/oom_retries/reward_model"], r["padded"]["metrics"][
             "perf/micro_size/reward_model"]) == (1, 1)
         assert r["retokenized"]["metrics"]["perf/oom_retries/reward_model"] == 0

@@ -1,0 +1,38 @@
+"""The closing memory table (memory/report.py): planned beside measured, each column named for what it is."""
+
+from logicrl.memory.report import measured_peaks, memory_report, report_table
+
+
+def test_peaks_are_the_largest_over_steps_and_keep_their_names():
+    rows = [{"step": 0, "val/acc": 0.5},  # a validation-only row: nothing measured
+            {"perf/memory/generate/rss_peak_gb": 1.1, "perf/memory/generate/tensor_peak_gb": 0.12,
+             "timing_s/generate": 1},
+            {"perf/memory/generate/rss_peak_gb": 1.0},  # an untracked step: RSS only
+            {"perf/memory/generate/rss_peak_gb": 1.05, "perf/memory/generate/tensor_peak_gb": 0.15,
+             "perf/checkpoint/save/rss_peak_gb": 9.0}]  # not a phase of the plan
+    assert measured_peaks(rows) == {"generate": {"rss_peak_gb": 1.1, "tensor_peak_gb": 0.15}}
+
+
+def test_cpu_table_sets_tensors_beside_the_plan_and_rss_apart():
+    table = report_table({"generate": 0.18, "update_actor": 0.25},
+                         {"generate": {"tensor_peak_gb": 0.15, "rss_peak_gb": 1.1},
+                          "update_actor": {"rss_peak_gb": 1.2}})
+    lines = table.splitlines()
+    assert "process RSS is the whole process" in lines[0]
+    assert lines[1].split() == ["phase", "planned", "tensor", "peak", "process", "RSS"]
+    assert lines[2].split() == ["generate", "0.180", "0.150", "1.100"]
+    assert lines[3].split() == ["update_actor", "0.250", "-", "1.200"]  # never tracked: said, not zero
+
+
+def test_cuda_table_uses_the_drivers_figure_and_lists_an_unplanned_phase_last():
+    table = report_table({"generate": 8.0}, {"generate": {"tensor_peak_gb": 7.5, "peak_gb": 7.5, "device_used_gb": 9.0},
+                                             "update_weights": {"tensor_peak_gb": 2.0, "device_used_gb": 3.0}})
+    lines = table.splitlines()
+    assert "device used is the whole device" in lines[0]
+    assert lines[2].split() == ["generate", "8.000", "7.500", "9.000"]
+    assert lines[3].split() == ["update_weights", "-", "2.000", "3.000"]
+
+
+def test_a_run_without_steps_has_no_table(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "val/acc": 0.5}\n')
+    assert memory_report({"generate": 0.1}, tmp_path) is None
