@@ -60,7 +60,6 @@ VERL_INTERNALS = [
     f"{ARR}.model.use_shm=True",
     f"{ARR}.model.use_fused_kernels=True",
     f"{ARR}.model.fused_kernel_options.impl_backend=triton",
-    f"{ARR}.actor.ulysses_sequence_parallel_size=1",
     f"{ARR}.actor.entropy_from_logits_with_chunking=True",
     f"{ARR}.actor.fsdp_config.fsdp_size=-1",
     f"+{ARR}.actor.fsdp_config.wrap_policy.min_num_params=0",
@@ -106,7 +105,6 @@ def test_verl_internal_keys_are_ignored_one_warning_each(kk_role, caplog):
 @pytest.mark.parametrize("override, needle", [
     (f"{ARR}.rollout.mode=async", "set actor_rollout_ref.rollout.mode=sync"),
     (f"{ARR}.rollout.multi_turn.enable=True", "multi-turn rollout"),
-    (f"{ARR}.actor.ulysses_sequence_parallel_size=2", "set 1"),
     ("reward_model.enable=True", "needs reward_model.model.path"),  # a learned reward model needs its checkpoint
     (f"{ARR}.actor.fsdp_config.model_dtype=bfloat16", f"set {ARR}.model.dtype"),
     ("critic.strategy=megatron", "FSDP2 only"),

@@ -1,0 +1,78 @@
+"""Ulysses sequence parallelism's keys (models/ulysses.py): what each model's group size must satisfy.
+
+    ulysses_sequence_parallel_size  under actor_rollout_ref.actor, actor_rollout_ref.ref, critic, reward_model
+
+One line each, before anything starts. A size S > 1 must divide trainer.n_gpus (groups of S consecutive
+ranks; n_gpus / S data-parallel shares) and the model's attention heads (each rank attends with H / S of
+them); its KV heads must be divisible by S, or S by them (each KV head is then replicated S / KV times: a
+log line says so); the rows must be packed (use_remove_padding: the ranks split one packed row). Every model
+in use must have the same S, because one hybrid worker holds them all and gives each rank one share of the
+step's rows for every phase. Rollout is unaffected: every rank generates its own rows (the hf engine too:
+it generates with its own copy of the model).
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from logicrl.config.errors import ConfigError, log
+from logicrl.config.plan import ARR, uses_critic, uses_ref
+from logicrl.models.spec import ModelSpec
+
+KEY = "ulysses_sequence_parallel_size"
+
+
+def roles(cfg: DictConfig) -> list[tuple[str, int, bool, str]]:
+    """(SP key, size, packed?, the model's path key) of each model this run uses."""
+    arr, packed = cfg[ARR], cfg[ARR].model.use_remove_padding
+    out = [(f"{ARR}.actor.{KEY}", arr.actor.ulysses_sequence_parallel_size, packed, f"{ARR}.model.path")]
+    if uses_ref(cfg):
+        out.append((f"{ARR}.ref.{KEY}", arr.ref.ulysses_sequence_parallel_size, packed, f"{ARR}.model.path"))
+    if uses_critic(cfg):
+        out.append((f"critic.{KEY}", cfg.critic.ulysses_sequence_parallel_size, cfg.critic.model.use_remove_padding,
+                    "critic.model.path"))
+    if cfg.reward_model.enable:
+        out.append((f"reward_model.{KEY}", cfg.reward_model.ulysses_sequence_parallel_size,
+                    cfg.reward_model.model.use_remove_padding, "reward_model.model.path"))
+    return out
+
+
+def sp_size(cfg: DictConfig) -> int:
+    """The run's sequence-parallel group size (check_sequence_parallel makes every model's equal)."""
+    return cfg[ARR].actor.ulysses_sequence_parallel_size
+
+
+def check_sequence_parallel(cfg: DictConfig, spec_of) -> None:
+    """Raise ConfigError naming the key and the fix for an SP size the run cannot use. `spec_of(path_key)`
+    gives the ModelSpec of the checkpoint a path key names."""
+    used = roles(cfg)
+    sizes = {key: size for key, size, _, _ in used}
+    if len(set(sizes.values())) > 1:
+        listed = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        raise ConfigError(f"{listed}: every model in use needs the same sequence-parallel size (each rank holds one "
+                          "share of the step's rows for all of them): set them equal")
+    n_gpus = cfg.trainer.n_gpus
+    for key, size, packed, path_key in used:
+        if size == 1:
+            continue
+        if n_gpus % size:
+            raise ConfigError(f"{key}={size} must divide trainer.n_gpus={n_gpus} (each sequence-parallel group is "
+                              f"{size} ranks): pick a divisor of {n_gpus}")
+        if not packed:
+            pad_key = (f"{ARR}.model.use_remove_padding" if key.startswith(ARR) else
+                       f"{key.split('.')[0]}.model.use_remove_padding")
+            raise ConfigError(f"{key}={size} splits packed rows across ranks: set {pad_key}=true")
+        check_heads(key, size, spec_of(path_key), path_key)
+
+
+def check_heads(key: str, size: int, spec: ModelSpec, path_key: str) -> None:
+    if spec.num_heads % size:
+        raise ConfigError(f"{key}={size} must divide the model's num_attention_heads={spec.num_heads} ({path_key}): "
+                          "each rank attends with an equal share of the heads; pick a divisor of it")
+    kv = spec.num_kv_heads
+    if kv % size and size % kv:
+        raise ConfigError(f"{key}={size} must divide the model's num_key_value_heads={kv} or be a multiple of it "
+                          f"({path_key}): pick such a size")
+    if size > kv:
+        log.info(f"{key}={size} > the model's {kv} key/value heads ({path_key}): each is replicated {size // kv} "
+                 "times around attention (only K/V bytes in flight grow)")
