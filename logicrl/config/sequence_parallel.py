@@ -5,10 +5,10 @@
 One line each, before anything starts. A size S > 1 must divide trainer.n_gpus (groups of S consecutive
 ranks; n_gpus / S data-parallel shares) and the model's attention heads (each rank attends with H / S of
 them); its KV heads must be divisible by S, or S by them (each KV head is then replicated S / KV times: a
-log line says so); the rows must be packed (use_remove_padding: the ranks split one packed row). Every model
-in use must have the same S, because one hybrid worker holds them all and gives each rank one share of the
-step's rows for every phase. Rollout is unaffected: every rank generates its own rows (the hf engine too:
-it generates with its own copy of the model).
+log line says so); the rows must be packed (use_remove_padding: the ranks split one packed row). Each model
+has its own S (a phase's rows go to groups of its model's S, trainer/ppo.py), except that with LoRA the
+reference is the actor with its adapter off, so it must have the actor's. Rollout is unaffected: every rank
+generates its own rows (the hf engine too: it generates with its own copy of the model).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from logicrl.config.errors import ConfigError, log
+from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import ARR, uses_critic, uses_ref
 from logicrl.models.spec import ModelSpec
 
@@ -37,20 +38,28 @@ def roles(cfg: DictConfig) -> list[tuple[str, int, bool, str]]:
     return out
 
 
-def sp_size(cfg: DictConfig) -> int:
-    """The run's sequence-parallel group size (check_sequence_parallel makes every model's equal)."""
-    return cfg[ARR].actor.ulysses_sequence_parallel_size
+def model_sp_sizes(cfg: DictConfig) -> dict[str, int]:
+    """Each FSDP2 model's sequence-parallel group size, by its name in config/phases.py."""
+    arr = cfg[ARR]
+    return {"actor": arr.actor.ulysses_sequence_parallel_size, "ref": arr.ref.ulysses_sequence_parallel_size,
+            "critic": cfg.critic.ulysses_sequence_parallel_size,
+            "reward_model": cfg.reward_model.ulysses_sequence_parallel_size}
+
+
+def phase_sp_size(cfg: DictConfig, phase: str) -> int:
+    """Ranks that hold the same rows in `phase`: its model's SP size; 1 for generation (every rank its own)."""
+    return model_sp_sizes(cfg).get(phase_row(phase).model, 1)
 
 
 def check_sequence_parallel(cfg: DictConfig, spec_of) -> None:
     """Raise ConfigError naming the key and the fix for an SP size the run cannot use. `spec_of(path_key)`
     gives the ModelSpec of the checkpoint a path key names."""
     used = roles(cfg)
-    sizes = {key: size for key, size, _, _ in used}
-    if len(set(sizes.values())) > 1:
-        listed = ", ".join(f"{k}={v}" for k, v in sizes.items())
-        raise ConfigError(f"{listed}: every model in use needs the same sequence-parallel size (each rank holds one "
-                          "share of the step's rows for all of them): set them equal")
+    arr = cfg[ARR]
+    actor, ref = arr.actor.ulysses_sequence_parallel_size, arr.ref.ulysses_sequence_parallel_size
+    if arr.model.lora_rank > 0 and uses_ref(cfg) and ref != actor:
+        raise ConfigError(f"{ARR}.ref.{KEY}={ref} differs from {ARR}.actor.{KEY}={actor}, but with LoRA the "
+                          f"reference is the actor with its adapter off (one model): set them equal")
     n_gpus = cfg.trainer.n_gpus
     for key, size, packed, path_key in used:
         if size == 1:

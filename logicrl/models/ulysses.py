@@ -122,6 +122,20 @@ def heads_to_seq(x: torch.Tensor, sp: SequenceParallel) -> torch.Tensor:
     return got.permute(1, 2, 0, 3, 4).reshape(b, length // s, s * hs, d)
 
 
+def sequence_parallel_group(size: int) -> SequenceParallel | None:
+    """This rank's group of `size` consecutive ranks (None for size 1). Every rank creates every group,
+    in one order, as torch.distributed.new_group requires; FSDP2 still shards over the whole world."""
+    if size == 1:
+        return None
+    world, rank = dist.get_world_size(), dist.get_rank()
+    mine = None
+    for first in range(0, world, size):
+        group = dist.new_group(list(range(first, first + size)))
+        if first <= rank < first + size:
+            mine = SequenceParallel(group, size, rank - first)
+    return mine
+
+
 def kv_replicas(kv_heads: int, size: int) -> int:
     """How many copies of each KV head the split needs: 1 when S divides them, S / KV when KV divides S."""
     if kv_heads % size == 0:

@@ -41,8 +41,9 @@ def response_values(model, batch: TensorDict, remove_padding: bool = False,
 
 
 class Critic:
-    def __init__(self, role: Trained, cliprange_value: float, remove_padding: bool = False):
-        self.role, self.cliprange_value, self.remove_padding = role, cliprange_value, remove_padding
+    def __init__(self, role: Trained, cliprange_value: float, remove_padding: bool = False,
+                 sp: SequenceParallel | None = None):
+        self.role, self.cliprange_value, self.remove_padding, self.sp = role, cliprange_value, remove_padding, sp
         self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
 
     @torch.no_grad()
@@ -51,14 +52,14 @@ class Critic:
         (as workers/actor.py forward_logprobs)."""
         self.model.eval()
         parts, order = size.split(batch, batch.device, with_index=True)
-        out = torch.cat([response_values(self.model, mb, self.remove_padding) for mb in parts])
+        out = torch.cat([response_values(self.model, mb, self.remove_padding, self.sp) for mb in parts])
         return out if order is None else out[torch.argsort(order)]
 
     def update(self, batch: TensorDict, retry) -> dict[str, float]:
         def loss_fn(micro: TensorDict, normalizer: float):
             mask = micro["response_mask"]
-            out = value_loss(response_values(self.model, micro, self.remove_padding), micro["values"], micro["returns"], mask,
-                             self.cliprange_value)
+            out = value_loss(response_values(self.model, micro, self.remove_padding, self.sp), micro["values"],
+                             micro["returns"], mask, self.cliprange_value)
             loss = agg_loss(out.token_loss, mask, self.role.loss_agg_mode, normalizer=normalizer,
                             max_response_length=mask.shape[1])
             return loss, {"critic/vf_loss": masked_mean(out.token_loss.detach(), mask),

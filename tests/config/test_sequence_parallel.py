@@ -64,14 +64,38 @@ def test_kv_heads_neither_divisible_nor_dividing_are_refused(data_files, tmp_pat
     assert message.startswith(f"{SP}=2 must divide the model's num_key_value_heads=3 or be a multiple of it"), message
 
 
-def test_different_sizes_for_models_in_use_are_refused(data_files):
-    message = refusal([*data_files, PACKED, "trainer.n_gpus=2", f"{SP}=2", "algorithm.adv_estimator=gae",
-                       "critic.ulysses_sequence_parallel_size=1"])
-    assert message == (f"{SP}=2, critic.ulysses_sequence_parallel_size=1: every model in use needs the same "
-                       "sequence-parallel size (each rank holds one share of the step's rows for all of them): "
-                       "set them equal")
+def test_models_may_differ_but_a_lora_reference_is_the_actor(data_files):
+    validate(compose([*data_files, PACKED, "trainer.n_gpus=2", f"{SP}=2", "algorithm.adv_estimator=gae",
+                      "critic.ulysses_sequence_parallel_size=1", f"{ARR}.actor.use_kl_loss=true",
+                      f"{ARR}.ref.ulysses_sequence_parallel_size=1"]))
+    message = refusal([*data_files, PACKED, "trainer.n_gpus=2", f"{SP}=2", f"{ARR}.actor.use_kl_loss=true",
+                       f"{ARR}.ref.ulysses_sequence_parallel_size=1", f"{ARR}.model.lora_rank=8"])
+    assert message == (f"{ARR}.ref.ulysses_sequence_parallel_size=1 differs from {SP}=2, but with LoRA the reference "
+                       "is the actor with its adapter off (one model): set them equal")
 
 
 def test_a_model_not_in_use_keeps_any_size(data_files):
     # GRPO builds no critic: its key is not checked.
-    validate(compose([*data_files, PACKED, "trainer.n_gpus=2", f"{SP}=2", "critic.ulysses_sequence_parallel_size=1"]))
+    validate(compose([*data_files, PACKED, "trainer.n_gpus=2", f"{SP}=2", "critic.ulysses_sequence_parallel_size=3"]))
+
+
+def test_phases_go_to_groups_of_their_models_size(data_files):
+    from logicrl.config.sequence_parallel import phase_sp_size
+
+    cfg, _, _ = validate(compose([*data_files, PACKED, "trainer.n_gpus=2", f"{SP}=2", "algorithm.adv_estimator=gae",
+                                  "critic.ulysses_sequence_parallel_size=1"]))
+    sizes = {p: phase_sp_size(cfg, p) for p in ("generate", "old_log_prob", "update_actor", "values", "update_critic")}
+    assert sizes == {"generate": 1, "old_log_prob": 2, "update_actor": 2, "values": 1, "update_critic": 1}
+
+
+def test_with_sp_no_rank_holds_more_than_its_groups_share_and_rollout_stays_per_rank():
+    import torch
+    from tensordict import TensorDict
+
+    from logicrl.trainer.batch import group_shards
+
+    batch = TensorDict({"input_ids": torch.arange(16)[:, None]}, batch_size=[16])
+    generate = group_shards(batch, 4, 1)  # rollout: every rank its own 16 / 4 rows
+    assert [p["input_ids"].flatten().tolist() for p in generate] == [list(range(i, i + 4)) for i in (0, 4, 8, 12)]
+    train = group_shards(batch, 4, 2)  # SP 2: ranks 0-1 and 2-3 each hold one of 16 / (4 / 2) = 8-row shards
+    assert [p["input_ids"].flatten().tolist() for p in train] == [list(range(0, 8))] * 2 + [list(range(8, 16))] * 2
