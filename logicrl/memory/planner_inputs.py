@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from omegaconf import DictConfig
 
 from logicrl.config.plan import ARR, PhasePlan, StepPlan, swap_micro
+from logicrl.config.sequence_parallel import phase_sp_size
 from logicrl.memory.footprint import lora_targets
 from logicrl.memory.lengths import TOKENIZER_FILES
 from logicrl.models.spec import ModelSpec, load_model_spec
@@ -101,6 +102,12 @@ class PlanInputs:
     # use_remove_padding: None (padded), "flash" (varlen, no mask) or "sdpa" (a packed [L, L] mask)
     packing: str | None = None  # the actor's and the reference's forwards
     critic_packing: str | None = None
+    # Ulysses sequence parallelism (models/ulysses.py): (phase, S) for each phase whose model has S > 1
+    sequence_parallel: tuple[tuple[str, int], ...] = ()
+
+    def sp_of(self, name: str) -> int:
+        """Ranks that split `name`'s rows (1 without sequence parallelism)."""
+        return dict(self.sequence_parallel).get(name, 1)
 
     def phase(self, name: str) -> PhasePlan:
         return next(p for p in self.phases if p.name == name)
@@ -207,6 +214,7 @@ class PlanInputs:
             critic_packing=packing_kernel(critic.model.use_remove_padding, device, dtype_bytes),
             reward_offload=rm.model.fsdp_config.param_offload,
             reward_packing=packing_kernel(rm.model.use_remove_padding, device, dtype_bytes),
+            sequence_parallel=tuple((p.name, s) for p in plan.phases if (s := phase_sp_size(cfg, p.name)) > 1),
             **what_if)
 
 
