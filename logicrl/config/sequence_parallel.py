@@ -47,8 +47,10 @@ def model_sp_sizes(cfg: DictConfig) -> dict[str, int]:
 
 
 def phase_sp_size(cfg: DictConfig, phase: str) -> int:
-    """Ranks that hold the same rows in `phase`: its model's SP size; 1 for generation (every rank its own)."""
-    return model_sp_sizes(cfg).get(phase_row(phase).model, 1)
+    """Ranks that hold the same rows in `phase`: its model's SP size; 1 for generation (every rank its own)
+    and for a phase without rows (update_weights)."""
+    row = phase_row(phase)
+    return 1 if row.rows_key is None else model_sp_sizes(cfg).get(row.model, 1)
 
 
 def check_sequence_parallel(cfg: DictConfig, spec_of) -> None:

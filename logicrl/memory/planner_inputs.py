@@ -214,7 +214,8 @@ class PlanInputs:
             critic_packing=packing_kernel(critic.model.use_remove_padding, device, dtype_bytes),
             reward_offload=rm.model.fsdp_config.param_offload,
             reward_packing=packing_kernel(rm.model.use_remove_padding, device, dtype_bytes),
-            sequence_parallel=tuple((p.name, s) for p in plan.phases if (s := phase_sp_size(cfg, p.name)) > 1),
+            sequence_parallel=tuple((p.name, s) for p in plan.phases
+                                    if p.skipped is None and (s := phase_sp_size(cfg, p.name)) > 1),
             **what_if)
 
 
