@@ -98,4 +98,4 @@ def test_with_sp_no_rank_holds_more_than_its_groups_share_and_rollout_stays_per_
     generate = group_shards(batch, 4, 1)  # rollout: every rank its own 16 / 4 rows
     assert [p["input_ids"].flatten().tolist() for p in generate] == [list(range(i, i + 4)) for i in (0, 4, 8, 12)]
     train = group_shards(batch, 4, 2)  # SP 2: ranks 0-1 and 2-3 each hold one of 16 / (4 / 2) = 8-row shards
-    assert [p["input_ids"].flatten().tolist() for p in train] == [list(range(0, 8))] * 2 + [list(range(8, 16))] * 2
+    assert [p["input_ids"].flatten().tolist() for p in train] == [list(range(8))] * 2 + [list(range(8, 16))] * 2
