@@ -157,7 +157,11 @@ def test_sequence_parallel_2_resumes_the_reference_runs_checkpoint_and_matches_i
                        f"{ARR}.actor.ulysses_sequence_parallel_size=2", "reward_model.ulysses_sequence_parallel_size=1",
                        f"trainer.resume_mode={reference / 'ckpt' / 'global_step_1'}")
     assert resumed.returncode == 0, tail(resumed)
-    assert f"resumed from {reference / 'ckpt' / 'global_step_1'} at step 1" in resumed.stdout + resumed.stderr
+    out = resumed.stdout + resumed.stderr
+    assert f"resumed from {reference / 'ckpt' / 'global_step_1'} at step 1" in out
+    # The plan's header names what SP splits: the actor's, reference's and critic's phases, not the reward model's.
+    assert "update_actor splits each row over 2 ranks" in out and "values splits each row over 2 ranks" in out
+    assert "reward_model splits" not in out
     ours, theirs = metrics(tmp_path / "run"), metrics(reference / "run")
     assert [r["step"] for r in ours] == [2]
     ours, theirs = ours[0], theirs[1]
