@@ -1,4 +1,5 @@
-"""Pure tensor math for the RL step: advantages, policy/value losses, aggregation, KL, shaping.
+"""Pure tensor math for the RL step: advantages, policy/value losses, aggregation, KL, shaping,
+rollout correction.
 
 Tensors in, tensors out: no Ray, tokenizer or config objects. Each behaviour a config string
 selects lives in one registry (ADV_ESTIMATORS, POLICY_LOSSES, AGG_MODES, KL_ESTIMATORS,
@@ -46,18 +47,32 @@ from logicrl.algos.policy_loss import (
     PolicyLossOutput,
     compute_policy_loss,
     entropy_bonus,
+    cispo_policy_loss,
+    gmpo_policy_loss,
+    gpg_policy_loss,
     gspo_policy_loss,
     register_policy_loss,
+    sapo_policy_loss,
     vanilla_policy_loss,
 )
+from logicrl.algos.policy_loss_cov import clip_cov_policy_loss, kl_cov_policy_loss
 from logicrl.algos.registry import Registry
+from logicrl.algos.rollout_correction import (
+    Correction,
+    RolloutCorrection,
+    apply_correction,
+    mismatch_metrics,
+    parse_rejection,
+)
 from logicrl.algos.shaping import overlong_penalty
 from logicrl.algos.value_loss import ValueLossOutput, value_loss
 
 __all__ = [
     "ADV_ESTIMATORS", "AGG_MODES", "KL_CONTROLLERS", "KL_ESTIMATORS", "POLICY_LOSSES",
-    "AdaptiveKLController", "FixedKLController", "PolicyLossOutput", "Registry", "ValueLossOutput",
-    "advantage_metrics", "agg_loss", "apply_kl_penalty", "approx_kl_metrics", "compute_advantage",
+    "AdaptiveKLController", "Correction", "FixedKLController", "RolloutCorrection", "PolicyLossOutput", "Registry", "ValueLossOutput",
+    "advantage_metrics", "agg_loss", "apply_correction", "cispo_policy_loss", "clip_cov_policy_loss",
+    "gmpo_policy_loss", "gpg_policy_loss", "kl_cov_policy_loss", "mismatch_metrics", "parse_rejection",
+    "sapo_policy_loss", "apply_kl_penalty", "approx_kl_metrics", "compute_advantage",
     "compute_policy_loss", "entropy_bonus", "entropy_metrics", "gae_advantage", "group_stats",
     "grpo_advantage", "gspo_policy_loss", "kl_penalty", "loss_normalizer", "make_kl_controller",
     "masked_mean", "masked_stats", "masked_sum", "masked_var", "masked_whiten", "overlong_penalty",

@@ -15,6 +15,7 @@ either when the config leaves it null.
 
 from __future__ import annotations
 
+import inspect
 from typing import NamedTuple
 
 import torch
@@ -25,7 +26,8 @@ from logicrl.algos.registry import Registry
 POLICY_LOSSES = Registry(
     "actor_rollout_ref.actor.policy_loss.loss_mode",
     inputs=("log_probs", "old_log_probs", "advantages", "response_mask", "clip_ratio_low", "clip_ratio_high",
-            "clip_ratio_c"),
+            "clip_ratio_c", "rollout_is_weights", "tau_pos", "tau_neg", "clip_cov_ratio", "clip_cov_lb",
+            "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef"),
 )
 register_policy_loss = POLICY_LOSSES.register
 
@@ -50,13 +52,25 @@ def compute_policy_loss(
     clip_ratio_low: float,
     clip_ratio_high: float,
     clip_ratio_c: float = 3.0,
+    rollout_is_weights: torch.Tensor | None = None,  # [B, T] rollout correction (algos/rollout_correction.py)
+    **params: float,  # a loss's own parameters (tau_pos, clip_cov_ratio, ...): each takes those it declares
 ) -> PolicyLossOutput:
-    """Per-token policy loss by the loss named `loss_mode` (see POLICY_LOSSES)."""
-    return POLICY_LOSSES.call(
+    """Per-token policy loss by the loss named `loss_mode` (see POLICY_LOSSES).
+
+    Rollout-correction IS weights multiply the per-token loss (verl multiplies pg_losses the same way in
+    every loss), unless the loss declares `rollout_is_weights` and applies them itself (geo_mean: its
+    loss is per sequence)."""
+    impl = POLICY_LOSSES[loss_mode]
+    own = "rollout_is_weights" in inspect.signature(impl).parameters
+    out = POLICY_LOSSES.call(
         loss_mode, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
         response_mask=response_mask, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-        clip_ratio_c=clip_ratio_c,
+        clip_ratio_c=clip_ratio_c, rollout_is_weights=rollout_is_weights if own else None,
+        **{k: v for k, v in params.items() if k in inspect.signature(impl).parameters},
     )
+    if rollout_is_weights is not None and not own:
+        out = out._replace(token_loss=out.token_loss * masked_fill_zero(rollout_is_weights, response_mask))
+    return out
 
 
 def _clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float) -> torch.Tensor:
@@ -124,6 +138,101 @@ def gspo_policy_loss(
     loss = _clipped_surrogate(ratio, masked_fill_zero(advantages, mask), clip_ratio_low, clip_ratio_high)
     ratio = torch.where(mask, ratio, torch.ones((), dtype=ratio.dtype, device=ratio.device))
     return PolicyLossOutput(masked_fill_zero(loss, mask), ratio)
+
+
+@register_policy_loss("cispo")
+def cispo_policy_loss(
+    log_probs: torch.Tensor,  # [B, T]
+    old_log_probs: torch.Tensor,  # [B, T]
+    advantages: torch.Tensor,  # [B, T]
+    response_mask: torch.Tensor,  # [B, T]
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+) -> PolicyLossOutput:
+    """CISPO (MiniMax-M1, arXiv:2506.13585): -sg(clip(r, 1 - low, 1 + high)) * A * log pi per token.
+
+    The ratio is clipped and detached, then weights a REINFORCE term, so every token keeps a gradient
+    (PPO's clip drops clipped tokens' gradients entirely); the paper clips only above (its low bound is
+    effectively off: set clip_ratio_low near 1 for that). The loss value is not a surrogate's value (it
+    carries log pi); only its gradient means anything, as in verl."""
+    mask = as_bool_mask(response_mask)
+    ratio = torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    weight = ratio.detach().clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
+    loss = -weight * masked_fill_zero(advantages, mask) * masked_fill_zero(log_probs, mask)
+    return PolicyLossOutput(masked_fill_zero(loss, mask), ratio)
+
+
+@register_policy_loss("geo_mean")
+def gmpo_policy_loss(
+    log_probs: torch.Tensor,  # [B, T]
+    old_log_probs: torch.Tensor,  # [B, T]
+    advantages: torch.Tensor,  # [B, T]
+    response_mask: torch.Tensor,  # [B, T]
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    rollout_is_weights: torch.Tensor | None = None,  # [B, T]
+) -> PolicyLossOutput:
+    """GMPO, Geometric-Mean Policy Optimisation (Zhao et al. 2025, arXiv:2507.20673), verl's `geo_mean`.
+
+    Each response's ratio is the geometric mean of its token ratios, each clipped in log space to
+    [-clip_ratio_low, clip_ratio_high] on the pessimistic side for the sign of A (the paper clips at
+    (e^-0.4, e^0.4): set clip_ratio 0.4); the response's loss is -mean_t(A) * exp(mean_t clipped log r).
+    That loss sits on every token of the response, so loss_agg_mode=seq-mean-token-mean gives verl's
+    mean over responses exactly (verl ignores the mode; token-mean weights responses by length). IS
+    weights enter per response as their geometric mean, as in verl. Advantages are per sequence."""
+    mask = as_bool_mask(response_mask)
+    count = masked_count(mask, -1, log_probs.dtype).clamp(min=1)
+    log_ratio = masked_fill_zero(log_probs - old_log_probs, mask)
+    sign = torch.sign(masked_fill_zero(advantages, mask))
+    clipped = sign * torch.minimum(sign * log_ratio, sign * log_ratio.clamp(-clip_ratio_low, clip_ratio_high))
+    seq_ratio = torch.exp((masked_sum(clipped, mask, -1) / count).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))  # [B]
+    seq_adv = masked_sum(advantages, mask, -1) / count  # [B]
+    seq_loss = -seq_adv * seq_ratio
+    if rollout_is_weights is not None:
+        log_w = masked_fill_zero(torch.log(rollout_is_weights.clamp(min=1e-10)), mask)
+        seq_loss = seq_loss * torch.exp(masked_sum(log_w, mask, -1) / count)
+    ratio = torch.exp(log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    return PolicyLossOutput(masked_fill_zero(seq_loss[:, None].expand_as(log_ratio), mask), ratio)
+
+
+@register_policy_loss("sapo")
+def sapo_policy_loss(
+    log_probs: torch.Tensor,  # [B, T]
+    old_log_probs: torch.Tensor,  # [B, T]
+    advantages: torch.Tensor,  # [B, T]
+    response_mask: torch.Tensor,  # [B, T]
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> PolicyLossOutput:
+    """SAPO, Soft Adaptive Policy Optimisation (Gao et al. 2025, arXiv:2511.20347): -f(r) * A per token with
+    the soft gate f(r) = sigmoid(tau * (r - 1)) * 4 / tau, tau = tau_pos where A > 0 else tau_neg.
+
+    f(1) = 2 / tau and f'(r) = sigmoid'(tau (r - 1)) * 4, which is 1 at r = 1: on-policy the gradient is
+    the plain policy gradient, and it fades smoothly as r leaves 1 instead of PPO's hard cut. No clip
+    ratios. verl forces seq-mean-token-mean for sapo; here the config's mode applies (set that one)."""
+    mask = as_bool_mask(response_mask)
+    ratio = torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    advantages = masked_fill_zero(advantages, mask)
+    tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
+    gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
+    return PolicyLossOutput(masked_fill_zero(-gate * advantages, mask), ratio)
+
+
+@register_policy_loss("gpg")
+def gpg_policy_loss(
+    log_probs: torch.Tensor,  # [B, T]
+    old_log_probs: torch.Tensor,  # [B, T]
+    advantages: torch.Tensor,  # [B, T]
+    response_mask: torch.Tensor,  # [B, T]
+) -> PolicyLossOutput:
+    """GPG, Group Policy Gradient (Chu et al. 2025, arXiv:2504.02546): -log pi * A, plain REINFORCE with no
+    ratio, no clip and no surrogate. As in verl, only the loss: the paper's own advantage and its
+    valid-sample correction factor are not part of it (use the advantage estimators). The ratio returned
+    is pi / pi_old, for the clip metrics only."""
+    mask = as_bool_mask(response_mask)
+    ratio = torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    loss = -masked_fill_zero(log_probs, mask) * masked_fill_zero(advantages, mask)
+    return PolicyLossOutput(masked_fill_zero(loss, mask), ratio.detach())
 
 
 def entropy_bonus(

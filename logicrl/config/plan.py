@@ -244,6 +244,8 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
     on_policy = actor.optimizer_steps == 1 and not algo.use_kl_in_reward
     old_skip = ("on-policy: one optimizer step per step and no KL in the reward, so the sampling policy's "
                 "log-probs are the update's own") if on_policy else None
+    if algo.rollout_correction.bypass_mode:  # verl's bypass: pi_old := pi_rollout (algos/rollout_correction.py)
+        old_skip = "rollout_correction.bypass_mode: the engine's log-probs are the old log-probs"
     ref_skip = None if uses_ref(cfg) else "no KL term (actor.use_kl_loss and algorithm.use_kl_in_reward are off)"
     # The trained roles' micro-batches are their Update's (checked to divide the mini-batch).
     micro = {p.name: micro_of(cfg, p) for p in STEP}

@@ -30,7 +30,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 LR_SCHEDULES = ("constant", "cosine")
 # fsdp_config.grad_accumulation: how gradients accumulate over micro-batches (workers/update.py).
 GRAD_ACCUMULATION = ("auto", "sharded", "unsharded")
-POLICY_LOSS_MODES = ("vanilla", "gspo")
+POLICY_LOSS_MODES = ("vanilla", "gspo", "cispo", "geo_mean", "sapo", "gpg", "clip_cov", "kl_cov")
 LOGGERS = ("console", "jsonl", "wandb", "tensorboard")
 
 
@@ -91,6 +91,11 @@ class ActorFSDPConfig:
 @dataclass
 class PolicyLossConfig:
     loss_mode: str = key(choices=POLICY_LOSS_MODES)
+    clip_cov_ratio: float = key(gt=0, le=1)
+    clip_cov_lb: float = key()
+    clip_cov_ub: float = key()
+    kl_cov_ratio: float = key(gt=0, le=1)
+    ppo_kl_coef: float = key(ge=0)
 
 
 @dataclass
@@ -107,6 +112,8 @@ class ActorConfig:
     clip_ratio_low: Optional[float] = key(gt=0)
     clip_ratio_high: Optional[float] = key(gt=0)
     clip_ratio_c: float = key(gt=1)
+    tau_pos: float = key(gt=0)
+    tau_neg: float = key(gt=0)
     policy_loss: PolicyLossConfig = group(PolicyLossConfig)
     loss_agg_mode: str = key(choices=LOSS_AGG_MODES)
     entropy_coeff: float = key(ge=0)
@@ -241,6 +248,17 @@ class KLCtrlConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    rollout_is: Optional[str] = key(choices=("token", "sequence"))  # null: no IS weights
+    rollout_is_threshold: float = key(gt=0)
+    rollout_is_batch_normalize: bool = key()
+    rollout_rs: Optional[str] = key()  # comma-separated options; parsed by algos/rollout_correction.py
+    rollout_rs_threshold: Any = key()  # float, "lower_upper" or one per option
+    bypass_mode: bool = key()
+    loss_type: str = key(choices=("ppo_clip", "reinforce"))
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = key(choices=ADV_ESTIMATORS)
     gamma: float = key(ge=0, le=1)
@@ -249,6 +267,7 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = key()
     kl_penalty: str = key(choices=KL_ESTIMATORS)
     kl_ctrl: KLCtrlConfig = group(KLCtrlConfig)
+    rollout_correction: RolloutCorrectionConfig = group(RolloutCorrectionConfig)
 
 
 # ---------------------------------------------------------------- reward

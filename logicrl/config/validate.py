@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
+from logicrl.algos.rollout_correction import parse_rejection
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
 from logicrl.config.normalize import normalize, rank_count
@@ -135,6 +136,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     check_reward_model(cfg)
     check_sequence_parallel(cfg, lambda path_key: spec if path_key == f"{ARR}.model.path" else
                             check_model(path_key, OmegaConf.select(cfg, path_key)))
+    check_rollout_correction(algo.rollout_correction)
 
     overlong = cfg.reward.overlong_buffer
     if overlong.enable and overlong.len > data.max_response_length:
@@ -172,6 +174,20 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     if arr.actor.strategy == "fsdp":
         log.info(f"{ARR}.actor.strategy=fsdp runs FSDP2 (fully_shard); FSDP1 is not implemented")
     return spec
+
+
+def check_rollout_correction(corr: DictConfig) -> None:
+    """algorithm.rollout_correction: rejection options and bounds that parse, a loss_type that applies."""
+    key = "algorithm.rollout_correction"
+    try:
+        parse_rejection(corr.rollout_rs, corr.rollout_rs_threshold)
+    except ValueError as e:
+        raise ConfigError(f"{key}.{e}") from None
+    if corr.rollout_rs is None and corr.rollout_rs_threshold is not None:
+        log.warning(f"{key}.rollout_rs_threshold={corr.rollout_rs_threshold} is not read: rollout_rs is null")
+    if corr.loss_type == "reinforce" and not corr.bypass_mode:
+        raise ConfigError(f"{key}.loss_type=reinforce applies in bypass mode only (verl's rule): set "
+                          f"{key}.bypass_mode=true, or loss_type=ppo_clip")
 
 
 def check_reward_model(cfg: DictConfig) -> None:

@@ -89,11 +89,16 @@ def multi_turn(key: str, value: Any) -> list[tuple[str, Any]]:
     return ignore("multi-turn settings take effect only with multi_turn.enable=True")(key, value)
 
 
-def rollout_correction(key: str, value: Any) -> list[tuple[str, Any]]:
-    if isinstance(value, dict) and (value.get("rollout_is") or value.get("rollout_rs")):
-        raise ConfigError(f"{shown(key, value)}: rollout importance sampling / rejection is not implemented "
-                          "(logicrl samples with the policy it trains, synced each step): drop the rollout_correction keys")
-    return ignore("rollout correction is off without rollout_is or rollout_rs")(key, value)
+def rollout_mode(key: str, value: Any) -> list[tuple[str, Any]]:
+    # verl's async mode runs the same sampling through an agent loop and a rollout server, for multi-turn
+    # and for overlapping requests; for one response per prompt it draws from the same distribution.
+    if value == "async":
+        log.info(f"{key}=async: single-turn rollout samples the same distribution either way; logicrl "
+                 "generates in each rank's engine (sync)")
+        return []
+    if value == "sync":
+        return ignore("logicrl's rollout is synchronous")(key, value)
+    raise ConfigError(f"{key}={value} is not sync or async: set actor_rollout_ref.rollout.mode=sync or drop it")
 
 
 def sandbox_fusion(key: str, value: Any) -> list[tuple[str, Any]]:
@@ -158,9 +163,7 @@ VERL_KEYS: dict[str, Rule] = {
     "critic.forward_micro_batch_size_per_gpu": ignore("the values pass uses critic.ppo_micro_batch_size_per_gpu"),
     "critic.forward_max_token_len_per_gpu": ignore("the values pass uses critic.ppo_max_token_len_per_gpu"),
     # ---- rollout
-    f"{ARR}.rollout.mode": ignore_only(("sync",), "logicrl's rollout is synchronous",
-                                       "logicrl generates synchronously in each rank's engine (no agent loop or "
-                                       "rollout server): set actor_rollout_ref.rollout.mode=sync or drop it"),
+    f"{ARR}.rollout.mode": rollout_mode,
     f"{ARR}.rollout.multi_turn": multi_turn,
     f"{ARR}.rollout.load_format": ignore("how verl's engine initialises weights before the first sync; logicrl's "
                                          "engine loads model.path"),
@@ -170,8 +173,8 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.rollout.enable_chunked_prefill": ignore("vLLM's prefill scheduling, not the samples; logicrl "
                                                     "chunks prefills on CUDA only, by rollout.max_num_batched_tokens"),
     f"{ARR}.rollout.multi_stage_wake_up": ignore(OFFLOAD_MEMORY),
-    f"{ARR}.rollout.calculate_log_probs": ignore("verl keeps the engine's log-probs for rollout-correction "
-                                                 "metrics; logicrl's old log-probs come from the actor"),
+    f"{ARR}.rollout.calculate_log_probs": ignore("logicrl's engines always return the log-probs of what they "
+                                                 "sample (rollout correction reads them)"),
     f"{ARR}.rollout.disable_log_stats": ignore("vLLM's own logging"),
     f"{ARR}.rollout.skip_tokenizer_init": ignore("whether vLLM loads a tokenizer; logicrl hands it token ids either way"),
     f"{ARR}.rollout.cudagraph_capture_sizes": ignore("CUDA graph sizes change speed, not samples"),
@@ -181,7 +184,6 @@ VERL_KEYS: dict[str, Rule] = {
     # ---- algorithm, reward, trainer
     "algorithm.use_pf_ppo": ignore_only((False,), "verl's default: no reweighting",
                                         "PF-PPO's reward-weighted resampling is not implemented: drop it"),
-    "algorithm.rollout_correction": rollout_correction,
     # ---- reward_model (the group itself is logicrl's, conf/reward_model/default.yaml)
     "reward_model.strategy": STRATEGY,
     "reward_model.enable_resource_pool": ignore_only(

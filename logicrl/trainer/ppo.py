@@ -295,6 +295,8 @@ class PPOTrainer:
         for phase in ("old_log_prob", "ref", "values"):
             if plan.runs(phase):
                 self.run_phase(phase, batch, metrics, step)
+        if cfg.algorithm.rollout_correction.bypass_mode:  # verl's bypass: the engine's policy is pi_old
+            batch["old_log_probs"] = batch["rollout_log_probs"]
 
         with self.timed("advantages", metrics, step):
             rewards = token_scores

@@ -3,9 +3,10 @@
 A batch is a TensorDict of one rank's responses:
     input_ids, attention_mask, position_ids  [N, P+R]  left-padded prompt, right-padded response
     responses, response_mask                 [N, R]
-    rollout_log_probs                        [N, R]    the engine's, for rollout/logprob_diff only
+    rollout_log_probs                        [N, R]    the engine's: rollout/logprob_diff, rollout correction
     advantages                               [N, R]    (update only)
-    old_log_probs                            [N, R]    (update; absent when the step is on-policy)
+    old_log_probs                            [N, R]    (update; absent when the step is on-policy; the
+                                                        engine's own in rollout correction's bypass mode)
     ref_log_probs                            [N, R]    (update, with the KL loss)
 """
 
@@ -16,13 +17,16 @@ from omegaconf import DictConfig
 from tensordict import TensorDict
 
 from logicrl.algos import (
+    RolloutCorrection,
     agg_loss,
+    apply_correction,
     approx_kl_metrics,
     compute_policy_loss,
     entropy_bonus,
     entropy_metrics,
     kl_penalty,
     masked_mean,
+    mismatch_metrics,
     policy_clip_metrics,
 )
 from logicrl.models.logprob import causal_lm_logprobs
@@ -58,22 +62,26 @@ def forward_logprobs(model, batch: TensorDict, size: MicroSize, temperature: flo
 @torch.no_grad()
 def logprob_diff_metrics(log_probs: torch.Tensor, batch: TensorDict) -> dict[str, float]:
     """Engine vs trainer log-probs of the sampled tokens, before any update (verl reports the same):
-    near 0 when weight sync and the sampler are right; a broken sync shows here in production."""
+    near 0 when weight sync and the sampler are right; a broken sync shows here in production. With them
+    the rollout_corr/ mismatch metrics (KL between the two policies, the log-perplexity gap, ...)."""
     if "rollout_log_probs" not in batch.keys():
         return {}
     mask = batch["response_mask"].bool()
     diff = (log_probs - batch["rollout_log_probs"]).abs()[mask]
     if diff.numel() == 0:
         return {}
-    return {"rollout/logprob_diff": float(diff.mean()), "rollout/logprob_diff_max": float(diff.max())}
+    stats = mismatch_metrics(log_probs, batch["rollout_log_probs"], mask)
+    values = torch.stack([diff.mean(), diff.max(), *stats.values()]).tolist()  # one host copy
+    return dict(zip(["rollout/logprob_diff", "rollout/logprob_diff_max", *stats], values))
 
 
 class Actor:
     """Owns the sharded policy, its optimizer and scheduler; `update` runs one training step."""
 
     def __init__(self, role: Trained, cfg: DictConfig, temperature: float, remove_padding: bool = False,
-                 sp: SequenceParallel | None = None):
+                 correction: RolloutCorrection | None = None, sp: SequenceParallel | None = None):
         self.role, self.cfg, self.temperature, self.sp = role, cfg, temperature, sp
+        self.correction = correction or RolloutCorrection()  # algorithm.rollout_correction
         self.remove_padding = remove_padding  # packed micro-batches (actor_rollout_ref.model.use_remove_padding)
         self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
 
@@ -85,32 +93,50 @@ class Actor:
         diffs: list[dict[str, float]] = []
 
         def loss_fn(micro: TensorDict, normalizer: float):
-            cfg, mask = self.cfg, micro["response_mask"]
+            cfg, corr, mask = self.cfg, self.correction, micro["response_mask"]
             log_probs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True,
                                                    remove_padding=self.remove_padding, sp=self.sp)
             old = log_probs.detach() if on_policy else micro["old_log_probs"]
-            if on_policy:
-                diffs.append(logprob_diff_metrics(old, micro))
-            out = compute_policy_loss(cfg.policy_loss.loss_mode, log_probs, old, micro["advantages"], mask,
+            if on_policy or corr.bypass_mode:
+                # Bypass runs no old-log-prob pass to measure the gap: it is measured here, on every forward
+                # (after a mini-batch's optimizer step it includes the update's own move, as in verl).
+                diffs.append(logprob_diff_metrics(log_probs.detach(), micro))
+            stats, weights, keep = {}, None, mask.bool()
+            if "rollout_log_probs" in micro.keys():
+                # pi_trainer / pi_rollout: the sampling-time trainer policy (decoupled), or the current one in
+                # bypass mode, where pi_old is the engine's (verl's two modes).
+                trainer = log_probs.detach() if corr.bypass_mode else old
+                out = apply_correction(trainer, micro["rollout_log_probs"], mask, corr)
+                weights, keep, stats = out.weights, out.keep, out.metrics
+            loss_mode = "gpg" if corr.bypass_mode and corr.loss_type == "reinforce" else cfg.policy_loss.loss_mode
+            pl = cfg.policy_loss
+            out = compute_policy_loss(loss_mode, log_probs, old, micro["advantages"], mask,
                                       clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-                                      clip_ratio_c=cfg.clip_ratio_c)
+                                      clip_ratio_c=cfg.clip_ratio_c, rollout_is_weights=weights,
+                                      tau_pos=cfg.tau_pos, tau_neg=cfg.tau_neg, clip_cov_ratio=pl.clip_cov_ratio,
+                                      clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub,
+                                      kl_cov_ratio=pl.kl_cov_ratio, ppo_kl_coef=pl.ppo_kl_coef)
             token_loss = out.token_loss + entropy_bonus(entropy, mask, cfg.entropy_coeff)
-            stats = {"actor/pg_loss": masked_mean(out.token_loss.detach(), mask),
-                     **entropy_metrics(entropy.detach(), mask),
-                     **policy_clip_metrics(out.ratio.detach(), micro["advantages"], mask, cfg.clip_ratio_low,
-                                           cfg.clip_ratio_high, cfg.clip_ratio_c),
-                     **approx_kl_metrics(log_probs.detach(), old, mask)}
+            stats.update({"actor/pg_loss": masked_mean(out.token_loss.detach(), mask),
+                          **entropy_metrics(entropy.detach(), mask),
+                          **policy_clip_metrics(out.ratio.detach(), micro["advantages"], mask, cfg.clip_ratio_low,
+                                                cfg.clip_ratio_high, cfg.clip_ratio_c),
+                          **approx_kl_metrics(log_probs.detach(), old, mask)})
             if cfg.use_kl_loss:
                 kl = kl_penalty(log_probs, micro["ref_log_probs"], mask, cfg.kl_loss_type)
                 token_loss = token_loss + cfg.kl_loss_coef * kl
                 stats["actor/kl_loss"] = masked_mean(kl.detach(), mask)
+            # A rejected token trains nothing (policy, entropy or KL term) but stays in the normaliser
+            # (algos/rollout_correction.py); with nothing rejected `keep` is the mask and this changes nothing.
+            token_loss = torch.where(keep, token_loss, token_loss.new_zeros(()))
             loss = agg_loss(token_loss, mask, cfg.loss_agg_mode, normalizer=normalizer,
                             max_response_length=mask.shape[1])
             return loss, stats
 
         metrics = run_update(self.role, batch, loss_fn, retry)
         diffs = [d for d in diffs if d]
-        if diffs:  # an OOM-retried attempt adds the same values again: the mean and max stand
-            metrics["rollout/logprob_diff"] = sum(d["rollout/logprob_diff"] for d in diffs) / len(diffs)
-            metrics["rollout/logprob_diff_max"] = max(d["rollout/logprob_diff_max"] for d in diffs)
+        # An OOM-retried attempt adds the same values again: the mean and max stand.
+        for key in diffs[0] if diffs else ():
+            values = [d[key] for d in diffs]
+            metrics[key] = max(values) if key.endswith("_max") else sum(values) / len(values)
         return metrics

@@ -27,6 +27,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
+from logicrl.algos import RolloutCorrection
 from logicrl.checkpoint_layout import step_of
 from logicrl.config.phases import WORKER_PHASES
 from logicrl.config.phases import phase as phase_row
@@ -200,7 +201,8 @@ class HybridWorker:
         self._ulysses(actor_model, "actor")
         self.remove_padding = model_cfg.use_remove_padding  # the actor's and the reference's forwards
         self.actor = Actor(self._trained("actor", actor_model, arr.actor, arr.actor.loss_agg_mode, plan.actor),
-                           arr.actor, self.temperature, self.remove_padding, self.sp["actor"])
+                           arr.actor, self.temperature, self.remove_padding,
+                           RolloutCorrection.from_config(cfg.algorithm.rollout_correction), self.sp["actor"])
 
         # With LoRA the reference is the actor with its adapter switched off: no second copy.
         self.ref_model = None

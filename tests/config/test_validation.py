@@ -55,7 +55,10 @@ CASES = [
     # topology and engine
     (["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"], ["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"]),
     # a verl-only key that would change results (tensor_model_parallel_size: test_migration.py)
-    ([f"{ARR}.rollout.mode=async"], [f"{ARR}.rollout.mode=async", f"set {ARR}.rollout.mode=sync"]),
+    ([f"{ARR}.rollout.mode=agent"], [f"{ARR}.rollout.mode=agent", "sync or async"]),
+    # rollout correction: an option verl does not have (the other refusals: tests/config/test_rollout_correction_config.py)
+    (["algorithm.rollout_correction.rollout_rs=token_k9", "algorithm.rollout_correction.rollout_rs_threshold=2"],
+     ["algorithm.rollout_correction.rollout_rs=token_k9", "token_k1"]),
     ([f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct"], [f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct", "local"]),
     (["trainer.resume_mode=/no/such/ckpt"], ["trainer.resume_mode"]),
     (["+recipe=stage9"], ["+recipe=stage9", "stage1"]),

@@ -54,6 +54,38 @@ def grpo_script() -> list[str]:
     ]
 
 
+def rollout_corr_script() -> list[str]:
+    """verl's examples/rollout_correction/run_with_rollout_corr.sh, with rollout_is=token (was sequence)."""
+    corr = "algorithm.rollout_correction"
+    return [
+        f"data.train_files={TRAIN}", f"data.val_files={VAL}",
+        "data.max_prompt_length=2048", "data.max_response_length=4096", "data.train_batch_size=128",
+        "data.truncation='left'", "algorithm.adv_estimator=rloo", "algorithm.gamma=1.0",
+        f"{corr}.rollout_is=token", f"{corr}.rollout_is_threshold=2.0", f"{corr}.rollout_is_batch_normalize=true",
+        f"{corr}.rollout_rs=null", f"{corr}.rollout_rs_threshold=null", f"{corr}.bypass_mode=true",
+        f"{corr}.loss_type=reinforce",
+        f"{ARR}.model.path=embedded:tiny", f"{ARR}.actor.optim.lr=5e-7",
+        f"{ARR}.actor.ppo_mini_batch_size=32", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=8",
+        f"{ARR}.actor.ppo_epochs=1", f"{ARR}.rollout.calculate_log_probs=True",
+        f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=8", f"{ARR}.rollout.name=vllm",
+        """trainer.logger=["console","wandb"]""", "trainer.project_name=rollout_corr_rloo_example",
+        "trainer.experiment_name=rloo_seq_is_pure", "trainer.total_epochs=10",
+    ]
+
+
+def test_verls_rollout_correction_script_validates(kk_role, caplog):
+    with caplog.at_level(logging.INFO, logger="logicrl.config"):
+        check_overrides(rollout_corr_script() + [f"{ARR}.rollout.mode=async"])
+        cfg, _, plan = validate(compose(rollout_corr_script() + [f"{ARR}.rollout.mode=async"]))
+    corr = cfg.algorithm.rollout_correction
+    assert (corr.rollout_is, corr.rollout_is_threshold, corr.bypass_mode, corr.loss_type) == ("token", 2.0, True,
+                                                                                             "reinforce")
+    assert not plan.runs("old_log_prob")  # bypass: the engine's log-probs stand in
+    said = warnings_of(caplog)
+    assert len([w for w in said if w.startswith(f"{ARR}.rollout.mode=async: ")]) == 1
+    assert any(w.startswith(f"{ARR}.rollout.calculate_log_probs=True is ignored") for w in said)
+
+
 # Keys from verl's other current example scripts that tune only verl's internals.
 VERL_INTERNALS = [
     "data.return_raw_chat=True",
@@ -103,7 +135,7 @@ def test_verl_internal_keys_are_ignored_one_warning_each(kk_role, caplog):
 
 
 @pytest.mark.parametrize("override, needle", [
-    (f"{ARR}.rollout.mode=async", "set actor_rollout_ref.rollout.mode=sync"),
+    (f"{ARR}.rollout.mode=agent", "set actor_rollout_ref.rollout.mode=sync"),
     (f"{ARR}.rollout.multi_turn.enable=True", "multi-turn rollout"),
     ("reward_model.enable=True", "needs reward_model.model.path"),  # a learned reward model needs its checkpoint
     (f"{ARR}.actor.fsdp_config.model_dtype=bfloat16", f"set {ARR}.model.dtype"),
@@ -204,11 +236,13 @@ def test_entry_point_dry_runs_a_current_verl_script(kk_role, tmp_path):
 
 
 @pytest.mark.integration
-def test_entry_point_refuses_async_rollout_in_one_line(kk_role, tmp_path):
-    result = run_main(*grpo_script(), f"{ARR}.rollout.mode=async", "trainer.dry_run=true", cwd=tmp_path)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {ARR}.rollout.mode=async: "), result.stderr
+def test_entry_point_dry_runs_verls_rollout_correction_script_with_async_rollout(kk_role, tmp_path):
+    result = run_main(*rollout_corr_script(), f"{ARR}.rollout.mode=async", "trainer.dry_run=true",
+                      "trainer.gpu_memory_gb=80", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout + result.stderr
+    assert f"{ARR}.rollout.mode=async: single-turn rollout samples the same distribution" in out
+    assert "bypass_mode: the engine's log-probs are the old log-probs" in out  # the plan skips old_log_prob
 
 
 @pytest.mark.integration

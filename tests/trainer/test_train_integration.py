@@ -24,13 +24,15 @@ def train(tmp_path: Path, *overrides: str) -> list[dict]:
 
 
 def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
-    """Also PPO with a critic, two mini-batches and gradient checkpointing (one run for both)."""
+    """Also PPO with a critic, two mini-batches and gradient checkpointing (one run for both), with the
+    default token TIS, token and geometric rejection, and CISPO's loss (rollout correction, decoupled)."""
     # 20 usable rows in batches of 4: 5 steps per epoch, and total_training_steps=50 cannot add epochs.
     data = write_jsonl(tmp_path / "d" / "train.jsonl", 20)
     args = [f"data.train_files={data}", f"data.val_files={data}", *SMALL, "trainer.total_training_steps=50",
             "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.actor.ppo_epochs=2",
             f"{ARR}.actor.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
-            f"{ARR}.model.enable_gradient_checkpointing=true"]
+            f"{ARR}.model.enable_gradient_checkpointing=true", f"{CORR}.rollout_rs='token,geometric'",
+            f"{CORR}.rollout_rs_threshold='0.5_2.0,0.9_1.1'", f"{ARR}.actor.policy_loss.loss_mode=cispo"]
     dry = run_main(*args, "trainer.dry_run=true", cwd=tmp_path)
     assert dry.returncode == 0, tail(dry)
     assert "5 steps per epoch, 5 steps in all" in dry.stdout
@@ -55,6 +57,9 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     last = rows[-1]
     for key in ("critic/vf_loss", "timing_s/values", "timing_s/update_critic", "timing_s/old_log_prob"):
         assert key in last, key
+    # On CPU the engine and the trainer agree (~1e-6): the weights are 1 and nothing is truncated or rejected.
+    assert abs(last["rollout_corr/kl"]) < 1e-3 and last["rollout_corr/rollout_is_mean"] == pytest.approx(1, abs=1e-3)
+    assert last["rollout_corr/rollout_is_ratio_fraction_high"] == 0 and last["rollout_corr/rollout_rs_masked_fraction"] == 0
 
 
 def test_multirun_two_jobs(tmp_path):
@@ -88,12 +93,17 @@ def test_multirun_two_jobs(tmp_path):
 # old-log-prob pass runs, with validation at step 2 (vLLM's sampling of the 200 validation prompts).
 # Two ranks on the vLLM engine: tests/trainer/test_console.py; a separate reference model: the dry-run
 # test above.
+CORR = "algorithm.rollout_correction"
+# Two ranks: rollout correction's bypass mode (the engine's log-probs are the old ones, no old-log-prob
+# pass) with verl's REINFORCE loss and self-normalised sequence weights.
+BYPASS = [f"{CORR}.bypass_mode=true", f"{CORR}.loss_type=reinforce", f"{CORR}.rollout_is=sequence",
+          f"{CORR}.rollout_is_batch_normalize=true"]
 LORA = [f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8", f"{ARR}.actor.use_kl_loss=true",
         f"{ARR}.model.target_modules=[q_proj,v_proj]", "algorithm.adv_estimator=reinforce_plus_plus",
         f"{ARR}.actor.ppo_epochs=2", "trainer.test_freq=2"]
 
 
-@pytest.mark.parametrize("ranks, tp, extra", [(1, 1, LORA), (2, 2, [])], ids=["1-lora", "2-tp2"])
+@pytest.mark.parametrize("ranks, tp, extra", [(1, 1, LORA), (2, 2, BYPASS)], ids=["1-lora", "2-tp2-bypass"])
 def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
     pytest.importorskip("vllm")
     rows = train(tmp_path, f"{ARR}.rollout.name=vllm", f"trainer.n_gpus={ranks}",
@@ -111,3 +121,22 @@ def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
         # Validation at step 2 writes accuracy, per data source too, and its samples.
         assert "val/acc" in rows[-1] and "val/kk_role/acc" in rows[-1]
         assert (tmp_path / "run" / "val_generations" / "step_2.jsonl").is_file()
+    else:  # bypass: no old-log-prob pass; the gap is measured in the loss, the weights self-normalised
+        assert "timing_s/old_log_prob" not in rows[-1] and abs(rows[-1]["rollout_corr/kl"]) < 1e-3
+        assert rows[-1]["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(1, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_each_verl_loss_trains_through_the_entry_point(tmp_path):
+    # One step per loss (a multirun: a launch each), with token TIS and token + geometric rejection on.
+    sweep = tmp_path / "sweep"
+    modes = "cispo,geo_mean,sapo,gpg,clip_cov,kl_cov"
+    result = run_main("-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", f"hydra.sweep.dir={sweep}",
+                      f"{ARR}.actor.policy_loss.loss_mode={modes}", f"{CORR}.rollout_rs='token,geometric'",
+                      f"{CORR}.rollout_rs_threshold='0.5_2.0,0.9_1.1'", f"trainer.default_local_dir={tmp_path}/ckpt",
+                      cwd=tmp_path)
+    assert result.returncode == 0, tail(result)
+    for mode in modes.split(","):
+        rows = [json.loads(line) for line in next(sweep.glob(f"*loss_mode={mode}*/metrics.jsonl")).read_text()
+                .splitlines()]
+        assert rows[-1]["actor/grad_norm"] > 0 and rows[-1]["rollout_corr/rollout_rs_masked_fraction"] == 0, mode

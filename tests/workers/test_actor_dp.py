@@ -17,8 +17,10 @@ from tests.workers.conftest import leave_group
 pytestmark = pytest.mark.integration
 
 ACTOR_CFG = dict(use_dynamic_bsz=False, ppo_micro_batch_size_per_gpu=2, ppo_max_token_len_per_gpu=64, ppo_epochs=1,
-                 loss_agg_mode="token-mean", policy_loss={"loss_mode": "vanilla"}, clip_ratio_low=0.2,
-                 clip_ratio_high=0.2, clip_ratio_c=3.0, entropy_coeff=0.01, use_kl_loss=False, grad_clip=1e9)
+                 loss_agg_mode="token-mean", clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, tau_pos=1.0,
+                 tau_neg=1.05, policy_loss={"loss_mode": "vanilla", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0,
+                                            "clip_cov_ub": 5.0, "kl_cov_ratio": 2e-4, "ppo_kl_coef": 0.1},
+                 entropy_coeff=0.01, use_kl_loss=False, grad_clip=1e9)
 
 
 def make_batch(n: int = 8, prompt: int = 5, response: int = 6) -> TensorDict:

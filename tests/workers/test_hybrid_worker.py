@@ -64,6 +64,7 @@ def test_update_moves_actor_not_reference_and_syncs_engine(setup):
     old = batch["old_log_probs"].clone()
     torch.testing.assert_close(old[mask], batch["rollout_log_probs"][mask], atol=1e-4, rtol=0)
     assert metrics["rollout/logprob_diff"] < 1e-4  # the production check of the same thing
+    assert abs(metrics["rollout_corr/kl"]) < 1e-4 and abs(metrics["rollout_corr/log_ppl_diff"]) < 1e-4
     add(worker, batch, "ref")
     # The forward-only phases resharded their roots (fsdp.reshard): shards (DTensors), not gathered tensors.
     for model in (worker.actor.model, worker.ref_model):
@@ -73,6 +74,9 @@ def test_update_moves_actor_not_reference_and_syncs_engine(setup):
     actor_before, ref_before = worker.actor_state(), worker.ref_state()
     _, metrics = worker.run(batch, "update_actor")
     assert "actor/kl_loss" in metrics and "perf/memory/update_actor/peak_gb" in metrics
+    # The default token TIS: weights of 1 where the engine agrees with the trainer, none truncated.
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1, abs=1e-3)
+    assert metrics["rollout_corr/rollout_is_ratio_fraction_high"] == 0
     actor_after, ref_after = worker.actor_state(), worker.ref_state()
     assert all(not torch.equal(actor_before[k], actor_after[k]) for k in actor_before)
     assert all(torch.equal(ref_before[k], ref_after[k]) for k in ref_before)
