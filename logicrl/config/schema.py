@@ -108,6 +108,7 @@ class ActorConfig:
     use_dynamic_bsz: bool = key()
     ppo_max_token_len_per_gpu: int = key(ge=1)
     ppo_epochs: int = key(ge=1)
+    ulysses_sequence_parallel_size: int = key(ge=1)
     clip_ratio: float = key(gt=0)
     clip_ratio_low: Optional[float] = key(gt=0)
     clip_ratio_high: Optional[float] = key(gt=0)
@@ -136,6 +137,7 @@ class RefConfig:
     log_prob_use_dynamic_bsz: bool = key()
     log_prob_max_token_len_per_gpu: int = key(ge=1)
     log_prob_micro_batch_size: Optional[int] = key(ge=1)
+    ulysses_sequence_parallel_size: int = key(ge=1)
     fsdp_config: RefFSDPConfig = group(RefFSDPConfig)
 
 
@@ -206,6 +208,7 @@ class CriticConfig:
     ppo_epochs: int = key(ge=1)
     cliprange_value: float = key(gt=0)
     grad_clip: float = key(gt=0)
+    ulysses_sequence_parallel_size: int = key(ge=1)
     optim: OptimConfig = group(OptimConfig)
     fsdp_config: CriticFSDPConfig = group(CriticFSDPConfig)
 
@@ -234,6 +237,7 @@ class RewardModelConfig:
     max_length: Optional[int] = key(ge=1)  # null: data.max_prompt_length + data.max_response_length
     use_dynamic_bsz: bool = key()
     forward_max_token_len_per_gpu: int = key(ge=1)
+    ulysses_sequence_parallel_size: int = key(ge=1)
 
 
 # ---------------------------------------------------------------- algorithm

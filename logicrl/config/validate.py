@@ -22,6 +22,7 @@ from logicrl.config.migrate import migrate
 from logicrl.config.normalize import normalize, rank_count
 from logicrl.config.plan import ARR, StepPlan, build_plan, uses_critic
 from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
+from logicrl.config.sequence_parallel import check_sequence_parallel
 from logicrl.config.verl_keys import take_verl_keys
 from logicrl.data.files import DATA_SUFFIXES, data_sources, dataset_rows
 from logicrl.reward.combine import CombineError, CombineRule
@@ -135,6 +136,8 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
     check_lora_sync(arr)
     check_reward_model(cfg)
+    check_sequence_parallel(cfg, lambda path_key: spec if path_key == f"{ARR}.model.path" else
+                            check_model(path_key, OmegaConf.select(cfg, path_key)))
     check_rollout_correction(algo.rollout_correction)
 
     overlong = cfg.reward.overlong_buffer

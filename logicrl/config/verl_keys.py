@@ -110,10 +110,6 @@ def sandbox_fusion(key: str, value: Any) -> list[tuple[str, Any]]:
 
 STRATEGY = ignore_only(("fsdp", "fsdp2"), "every model trains and runs with FSDP2",
                        "logicrl implements FSDP2 only: set fsdp or fsdp2")
-SEQUENCE_PARALLEL = ignore_only(
-    (1,), "1 is verl's default: no sequence parallelism",
-    "Ulysses sequence parallelism is not implemented (ranks split the batch, never a sequence): set 1; "
-    "the preflight memory plan says whether whole sequences fit")
 LOGPROB_INTERNALS = ("logicrl computes log-probs and entropy chunked over tokens (models/spec.py "
                      "LOGPROB_CHUNK_TOKENS): the same numbers")
 FSDP_INTERNALS = ("FSDP2 wrapping and prefetching in logicrl is fixed (one unit per decoder layer and a root): "
@@ -149,9 +145,6 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.ref.entropy_from_logits_with_chunking": ignore(LOGPROB_INTERNALS),
     f"{ARR}.actor.entropy_checkpointing": ignore(LOGPROB_INTERNALS),
     f"{ARR}.ref.entropy_checkpointing": ignore(LOGPROB_INTERNALS),
-    f"{ARR}.actor.ulysses_sequence_parallel_size": SEQUENCE_PARALLEL,
-    f"{ARR}.ref.ulysses_sequence_parallel_size": SEQUENCE_PARALLEL,
-    "critic.ulysses_sequence_parallel_size": SEQUENCE_PARALLEL,
     f"{ARR}.ref.strategy": STRATEGY,
     "critic.strategy": STRATEGY,
     f"{ARR}.actor.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
@@ -199,7 +192,6 @@ VERL_KEYS: dict[str, Rule] = {
         "not in a pool of its own: drop it"),
     "reward_model.n_gpus_per_node": ignore("verl reads it only with enable_resource_pool=True"),
     "reward_model.nnodes": ignore("verl reads it only with enable_resource_pool=True"),
-    "reward_model.ulysses_sequence_parallel_size": SEQUENCE_PARALLEL,
     "reward_model.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
     "reward_model.model.use_shm": ignore("logicrl loads the checkpoint from its directory, not through /dev/shm"),
     "reward_model.model.use_fused_kernels": ignore("fused kernels compute the same scores faster; logicrl uses "

@@ -260,9 +260,15 @@ def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
     need = f"{worst.name} needs {worst.total / GB:.1f} GB > {plan.usable / GB:.1f} GB usable per device{others}"
     fixes = remedies(plan)
     budget, budget_keys = budget_remedy(plan)
+    sp = sp_remedy(plan)
     if fixes:
-        raise DoesNotFit(f"{need}: set {' or '.join(f'{k}={_show(v)}' for k, v in fixes)}{budget}",
-                         [k for k, _ in fixes] + budget_keys, plan)
+        also, sp_keys = (f"; or {sp}", [sp.split("=")[0].removeprefix("set ")]) if sp else ("", [])
+        raise DoesNotFit(f"{need}: set {' or '.join(f'{k}={_show(v)}' for k, v in fixes)}{budget}{also}",
+                         [k for k, _ in fixes] + budget_keys + sp_keys, plan)
+    if sp is not None:
+        width = _width(plan.inputs, worst.name)
+        raise DoesNotFit(f"{need}: a {width:,}-token row does not fit at any micro-batch on one device; {sp}",
+                         [sp.split("=")[0].removeprefix("set "), "trainer.n_gpus"], plan)
     if worst.name == "reward_model":
         # The reward model is frozen: LoRA on the actor changes nothing of it; its rows' length does.
         x = plan.inputs
@@ -278,6 +284,41 @@ def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
                       f"data.max_response_length, or train LoRA adapters (actor_rollout_ref.model.lora_rank)",
                      ["trainer.n_gpus", "data.max_response_length", "actor_rollout_ref.model.lora_rank"] + budget_keys,
                      plan)
+
+
+# Ulysses sequence parallelism (models/ulysses.py): the key that sets a model's size, and the models whose
+# phases it splits (the reference follows the actor unless set).
+SP_KEYS = {"actor": (f"{ARR}.actor.ulysses_sequence_parallel_size", ("actor", "ref")),
+           "ref": (f"{ARR}.ref.ulysses_sequence_parallel_size", ("ref",)),
+           "critic": ("critic.ulysses_sequence_parallel_size", ("critic",)),
+           "reward_model": ("reward_model.ulysses_sequence_parallel_size", ("reward_model",))}
+
+
+def sp_remedy(plan: MemoryPlan) -> str | None:
+    """For a packed phase that no micro-batch makes fit: the smallest sequence-parallel size (a divisor of
+    the ranks that the model's heads allow, config/sequence_parallel.py) with which it fits at one row per
+    micro-batch (or a one-row budget), as "set <key>=S (...)"; None when none does."""
+    worst, x = worst_phase(plan), plan.inputs
+    model = BY_NAME[worst.name].model
+    packing = {"reward_model": x.reward_packing, "critic": x.critic_packing}.get(model, x.packing)
+    if model not in SP_KEYS or packing is None:  # SP splits packed rows only
+        return None
+    spec = {"reward_model": x.reward_spec, "critic": x.critic_spec}.get(model, x.spec)
+    key, models = SP_KEYS[model]
+    row = BY_NAME[worst.name]
+    by_tokens = x.phase(worst.name).micro.by_tokens
+    smallest = {row.budget_key: _width(x, worst.name)} if by_tokens else {row.rows_key: 1}
+    for s in _divisors(x.world):
+        if s <= x.sp_of(worst.name) or spec.num_heads % s or spec.num_kv_heads % s and s % spec.num_kv_heads:
+            continue
+        split = dict(x.sequence_parallel)
+        split.update({p.name: s for p in x.phases if BY_NAME[p.name].model in models})
+        y = replace(x, sequence_parallel=tuple(split.items())).with_micro(smallest)
+        if _fits(y, plan.capacity, (worst.name,)):
+            (what, value), = smallest.items()
+            micro = f" with {what}={value}" if x.setting(what) != value else ""
+            return f"set {key}={s} (Ulysses sequence parallelism: each row's tokens split over {s} ranks){micro}"
+    return None
 
 
 def budget_remedy(plan: MemoryPlan) -> tuple[str, list[str]]:

@@ -49,18 +49,42 @@ class Models:
     engine: ModelBytes  # the rollout engine's own full copy
 
 
-def tokens_per_micro(x: PlanInputs, micro: int | None, budget: int | None, width: int | None = None) -> int:
+def tokens_per_micro(x: PlanInputs, micro: int | None, budget: int | None, width: int | None = None,
+                     rows: int | None = None) -> int:
     """Padded tokens in one micro-batch: rows x width, or a token budget (a longer row gets its own).
 
     A budget counts real tokens (workers/micro.py) while rows keep their padded width, so a
     micro-batch of short rows holds more padded tokens than its budget: the plan assumes rows
     near full length, the case that decides whether a run fits. `width`: the rows' padded length,
-    x.width (the actor's rows) unless given (the reward model's: x.reward_width).
+    x.width (the actor's rows) unless given (the reward model's: x.reward_width). `rows`: the rows the
+    rank holds, x.responses_per_rank unless given (an SP group's, sequence_parallel below).
     """
     width = width or x.width
     if budget is not None:
         return max(budget, width)
-    return min(micro, x.responses_per_rank) * width
+    return min(micro, rows or x.responses_per_rank) * width
+
+
+def sequence_parallel(x: PlanInputs, name: str, spec: ModelSpec, micro: int | None, budget: int | None,
+                      width: int | None = None) -> tuple[int, int, int, int]:
+    """(S, the micro-batch's tokens, this rank's share of them, the all-to-all buffers) of phase `name`.
+
+    With Ulysses SP of size S (models/ulysses.py) a rank holds its group's rows (S times its own share)
+    and a token budget holds S times the tokens (workers/hybrid.py), and the rank runs 1/S of each
+    micro-batch's tokens through everything but attention, which runs on all of them for 1/S of the
+    heads: per-token activations take the share, the attention mask (built once for the whole row) and
+    the attention's keys the whole. Around one layer's attention: q, k, v of the share in one buffer,
+    its exchanged copy and the head-major copy attention reads (K/V heads replicated up to S), then
+    the output's three the same way; weights and optimizer states are not divided."""
+    s = x.sp_of(name)
+    tokens = tokens_per_micro(x, micro, budget * s if budget else None, width, rows=x.responses_per_rank * s)
+    if s == 1:
+        return 1, tokens, tokens, 0
+    local = -(-tokens // s)
+    kv = max(spec.num_kv_heads, s)
+    qkv = local * (spec.num_heads + 2 * kv) * spec.head_dim * x.dtype_bytes
+    out = local * spec.num_heads * spec.head_dim * x.dtype_bytes
+    return s, tokens, local, 3 * qkv + 3 * out
 
 
 def mask_width(x: PlanInputs, tokens: int, packing: str | None, width: int | None = None) -> int:
@@ -165,15 +189,18 @@ def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, 
     an fp32 [N, R] per micro-batch, then their cat) and `rows` (inputs the phase builds beside the batch)
     are the reward model's (reward_model_phase).
     """
-    b, tokens = x.dtype_bytes, tokens_per_micro(x, micro, budget, width)
+    b = x.dtype_bytes
+    s, tokens, local, exchange = sequence_parallel(x, name, spec, micro, budget, width)
     keys = mask_width(x, tokens, packing, width)
-    resp_tokens = tokens * x.response_len // x.width
     h = spec.hidden_size
     root = model.root_full
     if outputs is None:
         outputs = 2 * x.responses_per_rank * x.response_len * FP32  # per-micro results, then their cat
-    common = batch_bytes(x) + outputs + rows + tokens * keys  # the bool mask lives through the forward
-    decoder = tokens * forward_transient_per_token(spec, b, keys)
+    # The bool mask lives through the forward; with SP the rank holds its group's rows and results.
+    common = s * (batch_bytes(x) + outputs + rows) + tokens * keys
+    decoder = local * forward_transient_per_token(spec, b, keys) + exchange
+    tokens = local  # the head and the log-prob kernel see this rank's tokens only
+    resp_tokens = tokens * x.response_len // x.width
     if lm:
         chunk = logprob_chunk_bytes(spec.vocab_size, min(LOGPROB_CHUNK_TOKENS, resp_tokens), b)
         head = tokens * h * b + resp_tokens * h * b
@@ -233,16 +260,17 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     parameters, unsharded gradients and activations are still on the GPU.
     """
     b, h, layers = x.dtype_bytes, spec.hidden_size, spec.num_layers
-    tokens = tokens_per_micro(x, micro, budget)
-    keys = mask_width(x, tokens, packing)
+    s, whole, tokens, exchange = sequence_parallel(x, name, spec, micro, budget)  # tokens: this rank's share
+    keys = mask_width(x, whole, packing)
     resp_tokens = tokens * x.response_len // x.width
     lora = x.lora_targets if lm and x.lora_rank else ()
     per_layer = tokens * saved_per_token_layer(spec, b, keys, lora=lora, lora_rank=x.lora_rank)
     saved = layers * tokens * h * b + per_layer if ckpt else layers * per_layer
-    saved += tokens * saved_per_token_root(spec, b, trains=not lora) + tokens * keys  # + the bool mask
+    saved += tokens * saved_per_token_root(spec, b, trains=not lora) + whole * keys  # + the bool mask
     saved += resp_tokens * h * b if lm else tokens * h * b  # the head's input
-    activations = batch_bytes(x) + saved
-    accumulates = micro_batches(x, micro, budget, per_rank_mini) > 1
+    held = s * batch_bytes(x)  # with SP the rank holds its group's rows
+    activations = held + saved + exchange  # one layer's exchange buffers at a time (its recompute or backward)
+    accumulates = micro_batches(x, micro, budget * s if budget else None, per_rank_mini * s) > 1
     on_host = offload and x.device == "cuda"  # param_offload: sharded gradients live on the host
     kept_shard = model.trainable_shard if accumulates and sharded_grads and not on_host else 0
     accumulated = kept_shard if sharded_grads else (model.trainable_full if accumulates else 0)
@@ -281,7 +309,7 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
         # input (in the reduce dtype) and the sharded output. (One rank skips the copy.)
         bottom_grads = max(bottom_grads, layer_grads + model.root_full + model.root_reduce + model.root_shard +
                            (model.root_shard if kept_shard else 0))
-    bottom = _phase(name, base, "bottom", params=root, activations=batch_bytes(x), grads=bottom_grads)
+    bottom = _phase(name, base, "bottom", params=root, activations=held, grads=bottom_grads)
     # Every forward after the first in a phase (the next micro-batch, the next mini-batch) gathers the
     # root again, since each backward reshards it; on several ranks the root's flat all-gather
     # output is then alive beside it, with the gradients accumulated so far.
@@ -289,9 +317,9 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     if x.world > 1:
         gather = forward_gathered(x.world, model)
         moments.append(_phase(name, base, "root gather", params=gather, grads=accumulated,
-                              activations=batch_bytes(x) + tokens * h * b))
+                              activations=held + tokens * h * b))
     # The final callback reshards the root before the step: only shards are held.
-    step = _phase(name, base, "step", activations=batch_bytes(x),
+    step = _phase(name, base, "step", activations=held,
                   grads=0 if on_host else model.trainable_shard,
                   optimizer=0 if on_host else 2 * model.largest_trainable_shard)
     return max((*moments, step), key=lambda p: p.total)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from omegaconf import DictConfig
 
 from logicrl.config.plan import ARR, PhasePlan, StepPlan, swap_micro
+from logicrl.config.sequence_parallel import phase_sp_size
 from logicrl.memory.footprint import lora_targets
 from logicrl.memory.lengths import TOKENIZER_FILES
 from logicrl.models.spec import ModelSpec, load_model_spec
@@ -104,6 +105,12 @@ class PlanInputs:
     # Responses one rank generates per round: responses_per_rank, or with dynamic sampling
     # (algorithm.filter_groups) data.gen_batch_size's share (0: responses_per_rank).
     gen_responses_per_rank: int = 0
+    # Ulysses sequence parallelism (models/ulysses.py): (phase, S) for each phase whose model has S > 1
+    sequence_parallel: tuple[tuple[str, int], ...] = ()
+
+    def sp_of(self, name: str) -> int:
+        """Ranks that split `name`'s rows (1 without sequence parallelism)."""
+        return dict(self.sequence_parallel).get(name, 1)
 
     def phase(self, name: str) -> PhasePlan:
         return next(p for p in self.phases if p.name == name)
@@ -215,6 +222,8 @@ class PlanInputs:
             critic_packing=packing_kernel(critic.model.use_remove_padding, device, dtype_bytes),
             reward_offload=rm.model.fsdp_config.param_offload,
             reward_packing=packing_kernel(rm.model.use_remove_padding, device, dtype_bytes),
+            sequence_parallel=tuple((p.name, s) for p in plan.phases
+                                    if p.skipped is None and (s := phase_sp_size(cfg, p.name)) > 1),
             **what_if)
 
 

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from logicrl.models.packing import pack
+from logicrl.models.ulysses import SequenceParallel, gather_tokens, local_positions, sp_forward, sp_range
 
 
 def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -139,6 +140,7 @@ def causal_lm_logprobs(
     chunk_tokens: int = 1024,
     with_entropy: bool = False,
     remove_padding: bool = False,
+    sp: SequenceParallel | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropy) of the last `response_len` tokens of each row under a causal LM.
 
@@ -149,6 +151,10 @@ def causal_lm_logprobs(
     With `remove_padding`, the forward runs on the real tokens only, packed into one row
     (models/packing.py), and only real response tokens are scored; padded response positions
     hold 0. Real positions equal the padded path's.
+
+    With `sp` (Ulysses sequence parallelism, models/ulysses.py; needs `remove_padding`) this rank runs
+    the model on its 1/S of the packed row, scores the response tokens whose scoring hidden state it
+    holds, and the group's pieces are summed into the same [B, R] on every rank.
 
     The hidden state at position t scores token t+1, so response token j (at T-R+j) is scored by
     the hidden state at T-R+j-1: positions T-R-1 .. T-2.
@@ -174,6 +180,9 @@ def causal_lm_logprobs(
     decoder = model.get_decoder()
     result: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
     packed = pack(input_ids, attention_mask, position_ids, response_len) if remove_padding else None
+    if sp is not None and packed is None:
+        raise ValueError("sequence parallelism runs on packed rows: set actor_rollout_ref.model.use_remove_padding=true")
+    shard: dict[str, int] = {}  # with sp: this rank's token range [start, stop) of the padded packed row
 
     def score_response(module, args, output):
         hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]  # [B, T, H]
@@ -182,6 +191,17 @@ def causal_lm_logprobs(
             result["out"] = token_logprobs_and_entropy(
                 hidden[:, seq_len - response_len - 1: seq_len - 1],  # [B, R, H]
                 lm_head.weight, input_ids[:, seq_len - response_len:], **kw)  # [B, R]
+            return
+        if sp is not None:  # this rank's scoring states only, then the group's sum of disjoint pieces
+            start, stop = shard["start"], shard["stop"]
+            mine = (packed.score_index >= start) & (packed.score_index < stop)
+            logprobs, entropy = token_logprobs_and_entropy(
+                hidden[0, local_positions(packed.score_index, start, stop)], lm_head.weight, packed.targets[mine], **kw)
+            # One exchange for both (two would be independent backward branches: see ulysses.seq_to_heads).
+            both = gather_tokens(torch.stack([logprobs] + ([entropy] if entropy is not None else []), 1),
+                                 packed.score_index, start, stop, sp)  # [M, 1 or 2]
+            logprobs, entropy = both[:, 0], (both[:, 1] if entropy is not None else None)
+            result["out"] = packed.unpack(logprobs), (packed.unpack(entropy) if entropy is not None else None)
             return
         logprobs, entropy = token_logprobs_and_entropy(hidden[0, packed.score_index], lm_head.weight,
                                                        packed.targets, **kw)  # [M] each
@@ -192,6 +212,10 @@ def causal_lm_logprobs(
         if packed is None:
             model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                   use_cache=False, logits_to_keep=1)
+        elif sp is not None:  # the hook runs inside the forward: it needs the range before
+            rows = sp_range(packed.input_ids.shape[1], sp)
+            shard.update(start=rows[0], stop=rows[1])
+            sp_forward(model, packed.input_ids, packed.position_ids, sp, use_cache=False, logits_to_keep=1)
         else:  # no mask: transformers reads the sequences' bounds from the restarting positions
             model(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
                   use_cache=False, logits_to_keep=1)

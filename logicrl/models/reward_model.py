@@ -20,6 +20,7 @@ import torch
 from logicrl.models.loading import checkpoint_dir, quiet_transformers
 from logicrl.models.packing import last_token_index, pack_last
 from logicrl.models.reward_head import reward_head
+from logicrl.models.ulysses import SequenceParallel, gather_tokens, local_positions, sp_forward
 
 
 class RewardModelLoadError(ValueError):
@@ -64,9 +65,16 @@ def load_reward_model(path: str, dtype: torch.dtype, trust_remote_code: bool = F
 
 @torch.no_grad()
 def sequence_scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                    remove_padding: bool = False) -> torch.Tensor:
+                    remove_padding: bool = False, sp: SequenceParallel | None = None) -> torch.Tensor:
     """[B] fp32 score of each row (one micro-batch) at its last real token. With `remove_padding` the
-    forward runs on the real tokens packed into one row (models/packing.py), the padding never computed."""
+    forward runs on the real tokens packed into one row (models/packing.py), the padding never computed;
+    with `sp` too, on this rank's 1/S of that row, the group summing the pieces (models/ulysses.py)."""
+    if sp is not None:
+        if not remove_padding:
+            raise ValueError("sequence parallelism runs on packed rows: set reward_model.model.use_remove_padding=true")
+        ids, positions, last = pack_last(input_ids, attention_mask, position_ids)
+        out, start, stop = sp_forward(model, ids, positions, sp, use_cache=False)
+        return gather_tokens(out.logits[0, local_positions(last, start, stop), 0].float(), last, start, stop, sp)
     if remove_padding:
         ids, positions, last = pack_last(input_ids, attention_mask, position_ids)
         out = model(input_ids=ids, attention_mask=None, position_ids=positions, use_cache=False)
@@ -77,10 +85,10 @@ def sequence_scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
 
 
 def score_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-               micro_batch_size: int, remove_padding: bool = False) -> torch.Tensor:
+               micro_batch_size: int, remove_padding: bool = False, sp: SequenceParallel | None = None) -> torch.Tensor:
     """[B] fp32 scores of a rank's rows, `micro_batch_size` rows per forward (the last may be smaller)."""
     parts = [sequence_scores(model, input_ids[i:i + micro_batch_size], attention_mask[i:i + micro_batch_size],
-                             position_ids[i:i + micro_batch_size], remove_padding)
+                             position_ids[i:i + micro_batch_size], remove_padding, sp)
              for i in range(0, input_ids.shape[0], micro_batch_size)]
     return torch.cat(parts)
 

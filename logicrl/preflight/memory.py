@@ -90,6 +90,9 @@ def _table(plan, source: str, picked: dict[str, int], by_rows: set[str] = frozen
     headroom = HEADROOM_GB[x.device]
     note = f", {source}" + (f"; {headroom:.0f} GB kept free" if headroom else "")
     lines = [f"memory plan: trainer.memory_plan={x.plan_mode}, {x.lengths_note}", format_table(plan, note)]
+    if x.sequence_parallel:  # Ulysses: these phases' activations are planned per rank's share of each row
+        lines.append("sequence parallelism (Ulysses): " + ", ".join(f"{p} splits each row over {s} ranks"
+                                                                     for p, s in x.sequence_parallel))
     if picked:
         # A budget key for a phase that split by rows switches it to tokens (StepPlan.with_micro).
         lines.append("auto_micro_batch: " + " ".join(

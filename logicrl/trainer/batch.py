@@ -89,6 +89,12 @@ def shards(batch: TensorDict, n_ranks: int, keep: tuple[str, ...] = ()) -> list[
     return list(tensors(batch, keep)[index].chunk(n_ranks))
 
 
+def group_shards(batch: TensorDict, n_ranks: int, group: int, keep: tuple[str, ...] = ()) -> list[TensorDict]:
+    """One shard per rank where each `group` consecutive ranks hold the same rows (Ulysses sequence
+    parallelism, models/ulysses.py): n_ranks / group shards, each repeated `group` times."""
+    return [part for part in shards(batch, n_ranks // group, keep) for _ in range(group)]
+
+
 def merge_rank_metrics(per_rank: list[dict]) -> dict[str, float]:
     """Memory peaks and times take the max over ranks (the rank that would OOM, or that the others
     wait for); everything else the mean. The workers' own phase times go under perf/worker_timing_s/:

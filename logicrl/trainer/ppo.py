@@ -23,6 +23,7 @@ from tensordict import TensorDict
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
 from logicrl.config.rewards import combine_rule, reward_check
 from logicrl.config.plan import ARR, StepPlan
+from logicrl.config.sequence_parallel import phase_sp_size
 from logicrl.data.dataset import load_prompts
 from logicrl.faults import Faults
 from logicrl.logs import quiet_driver
@@ -33,7 +34,7 @@ from logicrl.signals import Preempted, requested, stop_at_step_end
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
 from logicrl.errors import BadInput
 from logicrl.models.spec import load_model_spec
-from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch, shards
+from logicrl.trainer.batch import balanced_order, cat_rounds, group_shards, merge_rank_metrics, prompt_batch
 from logicrl.trainer.checkpoint import (
     TrainerState,
     complete_checkpoints,
@@ -266,7 +267,7 @@ class PPOTrainer:
                 if batch is None:
                     outs = self.workers.call("run", None, phase=phase, step=step, **kwargs)
                 else:
-                    outs = self.workers.dispatch("run", shards(batch, self.plan.ranks, keep), phase=phase, step=step,
+                    outs = self.workers.dispatch("run", self.rank_shards(phase, batch, keep), phase=phase, step=step,
                                                  **kwargs)
             except RuntimeError as err:
                 # A rank's RankOutOfMemory, as the group's WorkerFailed (controller/worker_group.py;
@@ -275,7 +276,8 @@ class PPOTrainer:
                 if isinstance(getattr(err, "cause", None), RankOutOfMemory):
                     raise ended_by_oom(self.ckpt_root, err) from err
                 raise
-            parts = [out for out, _ in outs if out is not None]
+            # With SP a group's ranks return the same rows: the first of each group's (metrics from all).
+            parts = [out for out, _ in outs[::self.sp_groups(phase)] if out is not None]
             if parts:
                 batch.update(torch.cat(parts)[:len(batch)])
             self.add_rank_metrics([m for _, m in outs])
@@ -293,6 +295,15 @@ class PPOTrainer:
                     total[key] = max(total[key], value)
                 else:
                     total[key] = value
+
+    def sp_groups(self, phase: str) -> int:
+        """Ranks per SP group for `phase`: its model's; generation is every rank's own (rollout is unchanged by SP)."""
+        return phase_sp_size(self.cfg, phase)
+
+    def rank_shards(self, phase: str, batch: TensorDict, keep: tuple[str, ...]) -> list[TensorDict]:
+        """One shard per rank; with Ulysses SP of size S (models/ulysses.py) the batch splits into
+        ranks / S shards, each sent to the S consecutive ranks of one group, which split its sequences."""
+        return group_shards(batch, self.plan.ranks, self.sp_groups(phase), keep)
 
     @contextmanager
     def timed(self, phase: str, metrics: dict, step: int | None):

@@ -31,29 +31,31 @@ from logicrl.algos import (
 )
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.models.spec import LOGPROB_CHUNK_TOKENS
+from logicrl.models.ulysses import SequenceParallel
 from logicrl.workers.oom import MicroSize
 from logicrl.workers.update import Trained, run_update
 
 
 
 def response_logprobs(model, batch: TensorDict, temperature: float, with_entropy: bool = False,
-                      remove_padding: bool = False):
+                      remove_padding: bool = False, sp: SequenceParallel | None = None):
     """Log-probs [N, R] (and entropy) of batch["responses"] under `model`, chunked over tokens;
     with `remove_padding`, on the real tokens packed into one row (0 at padded positions)."""
     return causal_lm_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
                               batch["responses"].shape[1], temperature=temperature,
                               chunk_tokens=LOGPROB_CHUNK_TOKENS, with_entropy=with_entropy,
-                              remove_padding=remove_padding)
+                              remove_padding=remove_padding, sp=sp)
 
 
 @torch.no_grad()
 def forward_logprobs(model, batch: TensorDict, size: MicroSize, temperature: float,
-                     remove_padding: bool = False) -> torch.Tensor:
+                     remove_padding: bool = False, sp: SequenceParallel | None = None) -> torch.Tensor:
     """Forward-only log-probs of a rank's batch [N, R], split as `size` says (rows of fixed count, or
     packed to a token budget); rows come back in the batch's order either way."""
     model.eval()
     parts, order = size.split(batch, batch.device, with_index=True)
-    out = torch.cat([response_logprobs(model, mb, temperature, remove_padding=remove_padding)[0] for mb in parts])
+    out = torch.cat([response_logprobs(model, mb, temperature, remove_padding=remove_padding, sp=sp)[0]
+                     for mb in parts])
     return out if order is None else out[torch.argsort(order)]
 
 
@@ -77,8 +79,8 @@ class Actor:
     """Owns the sharded policy, its optimizer and scheduler; `update` runs one training step."""
 
     def __init__(self, role: Trained, cfg: DictConfig, temperature: float, remove_padding: bool = False,
-                 correction: RolloutCorrection | None = None):
-        self.role, self.cfg, self.temperature = role, cfg, temperature
+                 correction: RolloutCorrection | None = None, sp: SequenceParallel | None = None):
+        self.role, self.cfg, self.temperature, self.sp = role, cfg, temperature, sp
         self.correction = correction or RolloutCorrection()  # algorithm.rollout_correction
         self.remove_padding = remove_padding  # packed micro-batches (actor_rollout_ref.model.use_remove_padding)
         self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
@@ -93,7 +95,7 @@ class Actor:
         def loss_fn(micro: TensorDict, normalizer: float):
             cfg, corr, mask = self.cfg, self.correction, micro["response_mask"]
             log_probs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True,
-                                                   remove_padding=self.remove_padding)
+                                                   remove_padding=self.remove_padding, sp=self.sp)
             old = log_probs.detach() if on_policy else micro["old_log_probs"]
             if on_policy or corr.bypass_mode:
                 # Bypass runs no old-log-prob pass to measure the gap: it is measured here, on every forward

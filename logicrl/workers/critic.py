@@ -11,14 +11,25 @@ from tensordict import TensorDict
 
 from logicrl.algos import agg_loss, masked_mean, value_clip_metrics, value_loss
 from logicrl.models.packing import pack
+from logicrl.models.ulysses import SequenceParallel, gather_tokens, local_positions, sp_forward
 from logicrl.workers.oom import MicroSize
 from logicrl.workers.update import Trained, run_update
 
 
-def response_values(model, batch: TensorDict, remove_padding: bool = False) -> torch.Tensor:
+def response_values(model, batch: TensorDict, remove_padding: bool = False,
+                    sp: SequenceParallel | None = None) -> torch.Tensor:
     """[N, R] values of the response positions, fp32. With `remove_padding` the forward runs on
-    the real tokens packed into one row (models/packing.py) and padded positions hold 0."""
+    the real tokens packed into one row (models/packing.py) and padded positions hold 0. With `sp`
+    (needs `remove_padding`) this rank runs its 1/S of that row and the group sums the pieces
+    (models/ulysses.py)."""
     r = batch["responses"].shape[1]
+    if sp is not None:
+        if not remove_padding:
+            raise ValueError("sequence parallelism runs on packed rows: set critic.model.use_remove_padding=true")
+        packed = pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"], r)
+        out, start, stop = sp_forward(model, packed.input_ids, packed.position_ids, sp, use_cache=False)
+        local = out.logits[0, local_positions(packed.score_index, start, stop), 0].float()
+        return packed.unpack(gather_tokens(local, packed.score_index, start, stop, sp))
     if remove_padding:
         packed = pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"], r)
         out = model(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
@@ -30,8 +41,9 @@ def response_values(model, batch: TensorDict, remove_padding: bool = False) -> t
 
 
 class Critic:
-    def __init__(self, role: Trained, cliprange_value: float, remove_padding: bool = False):
-        self.role, self.cliprange_value, self.remove_padding = role, cliprange_value, remove_padding
+    def __init__(self, role: Trained, cliprange_value: float, remove_padding: bool = False,
+                 sp: SequenceParallel | None = None):
+        self.role, self.cliprange_value, self.remove_padding, self.sp = role, cliprange_value, remove_padding, sp
         self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
 
     @torch.no_grad()
@@ -40,14 +52,14 @@ class Critic:
         (as workers/actor.py forward_logprobs)."""
         self.model.eval()
         parts, order = size.split(batch, batch.device, with_index=True)
-        out = torch.cat([response_values(self.model, mb, self.remove_padding) for mb in parts])
+        out = torch.cat([response_values(self.model, mb, self.remove_padding, self.sp) for mb in parts])
         return out if order is None else out[torch.argsort(order)]
 
     def update(self, batch: TensorDict, retry) -> dict[str, float]:
         def loss_fn(micro: TensorDict, normalizer: float):
             mask = micro["response_mask"]
-            out = value_loss(response_values(self.model, micro, self.remove_padding), micro["values"], micro["returns"], mask,
-                             self.cliprange_value)
+            out = value_loss(response_values(self.model, micro, self.remove_padding, self.sp), micro["values"],
+                             micro["returns"], mask, self.cliprange_value)
             loss = agg_loss(out.token_loss, mask, self.role.loss_agg_mode, normalizer=normalizer,
                             max_response_length=mask.shape[1])
             return loss, {"critic/vf_loss": masked_mean(out.token_loss.detach(), mask),

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -33,6 +33,7 @@ from logicrl.checkpoint_layout import step_of
 from logicrl.config.phases import WORKER_PHASES
 from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import StepPlan
+from logicrl.config.sequence_parallel import model_sp_sizes, phase_sp_size
 from logicrl.faults import Faults
 from logicrl.logs import quiet_worker
 from logicrl.memory.telemetry import measure, tracks_tensors
@@ -47,6 +48,7 @@ from logicrl.models.loading import (
 from logicrl.models.packing import packed_attention
 from logicrl.models.reward_model import load_reward_model, sequence_scores
 from logicrl.models.rm_inputs import retokenize, same_tokenizer
+from logicrl.models.ulysses import sequence_parallel_group, use_ulysses
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
 from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
 from logicrl.workers.critic import Critic
@@ -167,6 +169,19 @@ class HybridWorker:
         # Each phase's micro-batch as it stands: the plan's, halved by an OOM for the rest of the run.
         self.sizes = {p.name: MicroSize(p.name, p.micro.key, p.micro.value, by_tokens=p.micro.by_tokens)
                       for p in plan.phases if p.micro is not None}
+        # Ulysses sequence parallelism (models/ulysses.py): in a phase of a model with SP size S, groups of
+        # S consecutive ranks hold the same rows (the controller sends each group one shard, trainer/ppo.py),
+        # each rank running 1/S of every packed row. A token budget then holds S times the tokens of one
+        # rank's share (verl scales it the same way); a mini-batch is S ranks' worth of rows. Every rank
+        # creates every group size's groups, in one order.
+        in_use = {"actor": True, "ref": plan.runs("ref"), "critic": plan.critic is not None,
+                  "reward_model": plan.runs("reward_model")}
+        sp_sizes = {model: s if in_use[model] else 1 for model, s in model_sp_sizes(cfg).items()}
+        groups = {s: sequence_parallel_group(s) for s in sorted(set(sp_sizes.values()))}
+        self.sp = {model: groups[s] for model, s in sp_sizes.items()}  # None where S = 1
+        for name, size in self.sizes.items():
+            if size.by_tokens:
+                size.value *= phase_sp_size(cfg, name)
 
         lora = LoraSpec(model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.target_modules) if self.lora else None
         # The actor and critic keep fp32 master weights and AdamW states when self.dtype (the compute
@@ -184,10 +199,11 @@ class HybridWorker:
         actor_model = load_sharded_model(lambda meta: load_causal_lm(path, actor_dtype, ckpt, lora, on_meta=meta,
                                                                      attn_implementation=attn),
                                          self.mesh, self.device, arr.actor.fsdp_config.param_offload, mixed)
+        self._ulysses(actor_model, "actor")
         self.remove_padding = model_cfg.use_remove_padding  # the actor's and the reference's forwards
         self.actor = Actor(self._trained("actor", actor_model, arr.actor, arr.actor.loss_agg_mode, plan.actor),
                            arr.actor, self.temperature, self.remove_padding,
-                           RolloutCorrection.from_config(cfg.algorithm.rollout_correction))
+                           RolloutCorrection.from_config(cfg.algorithm.rollout_correction), self.sp["actor"])
 
         # With LoRA the reference is the actor with its adapter switched off: no second copy.
         self.ref_model = None
@@ -196,6 +212,7 @@ class HybridWorker:
                                                                             attn_implementation=attn),
                                                 self.mesh, self.device, arr.ref.fsdp_config.param_offload)
             self.ref_model.requires_grad_(False)
+            self._ulysses(self.ref_model, "ref")
 
         self.critic = None
         if plan.critic is not None:
@@ -206,9 +223,10 @@ class HybridWorker:
                 lambda meta: load_value_model(c.model.path, master, critic_ckpt, on_meta=meta,
                                               attn_implementation=critic_attn),
                 self.mesh, self.device, c.fsdp_config.param_offload, mixed)
+            self._ulysses(critic_model, "critic")
             # The critic's loss is aggregated like the actor's (verl shares the key).
             self.critic = Critic(self._trained("critic", critic_model, c, arr.actor.loss_agg_mode, plan.critic),
-                                 c.cliprange_value, c.model.use_remove_padding)
+                                 c.cliprange_value, c.model.use_remove_padding, self.sp["critic"])
 
         self.reward_model, self.rm_tokenizers = None, None
         if plan.runs("reward_model"):
@@ -228,6 +246,7 @@ class HybridWorker:
             lambda meta: load_reward_model(path, self.dtype, code, on_meta=meta, attn_implementation=attn),
             self.mesh, self.device, rm.model.fsdp_config.param_offload)
         self.reward_model.requires_grad_(False)
+        self._ulysses(self.reward_model, "reward_model")
         source = rm.model.input_tokenizer
         if source:  # null: score the actor's tokens as they are (verl's switch)
             actor = actor_tokenizer if source == self.cfg.actor_rollout_ref.model.path else load_tokenizer(source,
@@ -238,7 +257,14 @@ class HybridWorker:
         data = self.cfg.data
         self.rm_max_length = rm.max_length or data.max_prompt_length + data.max_response_length
 
+    def _ulysses(self, model, name: str) -> None:
+        """Attention inside an all-to-all over this rank's SP group (models/ulysses.py); nothing at SP 1."""
+        if self.sp[name] is not None:
+            use_ulysses(model)
+
     def _trained(self, name: str, model, role_cfg: DictConfig, loss_agg_mode: str, update) -> Trained:
+        if (sp := self.sp[name]) is not None:  # the rank holds its SP group's rows: S ranks' share of a mini-batch
+            update = replace(update, per_rank_mini=update.per_rank_mini * sp.size)
         o = role_cfg.optim
         optimizer, scheduler = build_optimizer(model, o.lr, o.weight_decay, self.plan.total_steps,
                                                o.lr_warmup_steps_ratio, o.lr_scheduler_type)
@@ -329,7 +355,7 @@ class HybridWorker:
     @worker_phase("old_log_prob", retried=True)
     def _old_log_prob(self, batch: TensorDict, retry):
         log_probs = retry(lambda size: forward_logprobs(self.actor.model, batch, size, self.temperature,
-                                                        self.remove_padding))
+                                                        self.remove_padding, self.sp["actor"]))
         return TensorDict({"old_log_probs": log_probs}, batch_size=batch.batch_size), \
             logprob_diff_metrics(log_probs, batch)
 
@@ -338,7 +364,8 @@ class HybridWorker:
         model = self._sharded("ref")
         # With LoRA the reference is the actor with its adapter off.
         with self.actor.model.disable_adapter() if self.ref_model is None else nullcontext():
-            out = retry(lambda size: forward_logprobs(model, batch, size, self.temperature, self.remove_padding))
+            out = retry(lambda size: forward_logprobs(model, batch, size, self.temperature, self.remove_padding,
+                                                      self.sp["ref"]))
         return TensorDict({"ref_log_probs": out}, batch_size=batch.batch_size), {}
 
     @worker_phase("values", retried=True)
@@ -369,7 +396,8 @@ class HybridWorker:
         """[N] scores, split as `size` says (rows, or packed to a token budget), back in the rows' order."""
         parts, order = size.split(rows, rows.device, with_index=True)
         out = torch.cat([sequence_scores(self.reward_model, mb["input_ids"], mb["attention_mask"],
-                                         mb["position_ids"], self.rm_remove_padding) for mb in parts])
+                                         mb["position_ids"], self.rm_remove_padding, self.sp["reward_model"])
+                         for mb in parts])
         return out if order is None else out[torch.argsort(order)]
 
     @worker_phase("update_actor", retried=True)

@@ -92,7 +92,6 @@ VERL_INTERNALS = [
     f"{ARR}.model.use_shm=True",
     f"{ARR}.model.use_fused_kernels=True",
     f"{ARR}.model.fused_kernel_options.impl_backend=triton",
-    f"{ARR}.actor.ulysses_sequence_parallel_size=1",
     f"{ARR}.actor.entropy_from_logits_with_chunking=True",
     f"{ARR}.actor.fsdp_config.fsdp_size=-1",
     f"+{ARR}.actor.fsdp_config.wrap_policy.min_num_params=0",
@@ -138,7 +137,6 @@ def test_verl_internal_keys_are_ignored_one_warning_each(kk_role, caplog):
 @pytest.mark.parametrize("override, needle", [
     (f"{ARR}.rollout.mode=agent", "set actor_rollout_ref.rollout.mode=sync"),
     (f"{ARR}.rollout.multi_turn.enable=True", "multi-turn rollout"),
-    (f"{ARR}.actor.ulysses_sequence_parallel_size=2", "set 1"),
     ("reward_model.enable=True", "needs reward_model.model.path"),  # a learned reward model needs its checkpoint
     (f"{ARR}.actor.fsdp_config.model_dtype=bfloat16", f"set {ARR}.model.dtype"),
     ("critic.strategy=megatron", "FSDP2 only"),
@@ -185,6 +183,44 @@ def test_only_verl_keys_are_rewritten_for_hydra():
 def test_a_recipe_like_config_without_verl_keys_is_untouched(data_files):
     cfg = compose(data_files)
     assert take_verl_keys(cfg) is cfg
+
+
+def deepseek_sp2_script() -> list[str]:
+    """verl's examples/ppo_trainer/run_deepseek7b_llm_sp2.sh (GAE, Ulysses SP 2 for actor and critic, TP 4
+    rollout on 8 GPUs), verbatim but for the paths: kk_role's data and Qwen2.5-7B's shape (deepseek-llm-7b-chat
+    is not here; its 32 heads and 32 KV heads would split the same way)."""
+    shape = ROOT / "logicrl/memory/shapes/qwen2.5-7b"
+    return [
+        "algorithm.adv_estimator=gae", f"data.train_files={TRAIN}", f"data.val_files={VAL}",
+        "data.train_batch_size=1024", "data.max_prompt_length=512", "data.max_response_length=512",
+        "data.filter_overlong_prompts=True", "data.truncation='error'", f"{ARR}.model.path={shape}",
+        f"{ARR}.actor.optim.lr=1e-6", f"{ARR}.model.use_remove_padding=True", f"{ARR}.actor.ppo_mini_batch_size=256",
+        f"{ARR}.actor.ppo_micro_batch_size_per_gpu=32", f"{ARR}.actor.ulysses_sequence_parallel_size=2",
+        f"{ARR}.model.enable_gradient_checkpointing=True", f"{ARR}.actor.fsdp_config.param_offload=False",
+        f"{ARR}.actor.fsdp_config.optimizer_offload=False", f"{ARR}.actor.use_kl_loss=False",
+        f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=64", f"{ARR}.rollout.tensor_model_parallel_size=4",
+        f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.gpu_memory_utilization=0.6", "critic.optim.lr=1e-5",
+        "critic.ulysses_sequence_parallel_size=2", "critic.model.use_remove_padding=True", f"critic.model.path={shape}",
+        "critic.model.enable_gradient_checkpointing=True", "critic.ppo_micro_batch_size_per_gpu=64",
+        "critic.model.fsdp_config.param_offload=False", "critic.model.fsdp_config.optimizer_offload=False",
+        "algorithm.use_kl_in_reward=False", "trainer.critic_warmup=0", """trainer.logger=["console","wandb"]""",
+        "trainer.project_name='verl_example_gsm8k'", "trainer.experiment_name='deepseek_llm_7b_function_rm_sp2'",
+        "trainer.n_gpus_per_node=8", "trainer.nnodes=1", "trainer.save_freq=20", "trainer.test_freq=5",
+        "trainer.total_epochs=15",
+    ]
+
+
+def test_verl_sp2_script_plans_with_sequence_parallelism_honoured(kk_role):
+    from logicrl.preflight.memory import check_memory
+
+    overrides = [*deepseek_sp2_script(), "trainer.gpu_memory_gb=80", "trainer.device=cuda"]
+    check_overrides(overrides)
+    cfg, spec, plan = validate(compose(overrides))
+    assert cfg[ARR].actor.ulysses_sequence_parallel_size == cfg.critic.ulysses_sequence_parallel_size == 2
+    stage = check_memory(cfg, spec, plan)  # fits on 80 GB: raises otherwise
+    assert dict(stage.memory.inputs.sequence_parallel) == {"old_log_prob": 2, "values": 2,  # no ref: no KL
+                                                           "update_critic": 2, "update_actor": 2}
+    assert "sequence parallelism (Ulysses): old_log_prob splits each row over 2 ranks" in stage.table
 
 
 # ---------------------------------------------------------------- the entry point

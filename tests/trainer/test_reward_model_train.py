@@ -155,3 +155,30 @@ def test_a_reward_model_without_its_tokenizer_is_refused_before_anything_starts(
     assert lines[0].startswith("error: reward_model.model.path") and str(rm) in lines[0], lines
     assert lines[0].endswith("copy the checkpoint's tokenizer files"), lines
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_sequence_parallel_2_resumes_the_reference_runs_checkpoint_and_matches_its_step_2(rm_path, reference, tmp_path):
+    """Actor, reference and critic at Ulysses SP 2 over the 2 ranks (models/ulysses.py; the reward model's one
+    attention head keeps it at SP 1), packed, resumed from the padded SP 1 run's step-1 checkpoint: its step 2
+    generates the same responses (rollout is unchanged by SP), and scores, losses, gradient norms and the
+    engine-vs-trainer log-prob gap are the SP 1 run's (packing and the sharded forwards differ only in float
+    rounding)."""
+    resumed = run_main(*RUN, f"reward_model.model.path={rm_path}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                       f"hydra.run.dir={tmp_path / 'run'}", f"{ARR}.model.use_remove_padding=true",
+                       f"{ARR}.actor.ulysses_sequence_parallel_size=2", "reward_model.ulysses_sequence_parallel_size=1",
+                       f"trainer.resume_mode={reference / 'ckpt' / 'global_step_1'}")
+    assert resumed.returncode == 0, tail(resumed)
+    out = resumed.stdout + resumed.stderr
+    assert f"resumed from {reference / 'ckpt' / 'global_step_1'} at step 1" in out
+    # The plan's header names what SP splits: the actor's, reference's and critic's phases, not the reward model's.
+    assert "update_actor splits each row over 2 ranks" in out and "values splits each row over 2 ranks" in out
+    assert "reward_model splits" not in out
+    ours, theirs = metrics(tmp_path / "run"), metrics(reference / "run")
+    assert [r["step"] for r in ours] == [2]
+    ours, theirs = ours[0], theirs[1]
+    for key in ("reward/rule_score/mean", "response_length/mean"):
+        assert ours[key] == theirs[key], key  # the same responses
+    for key in ("reward_model/score/mean", "critic/score/mean", "actor/pg_loss", "critic/vf_loss", "actor/loss",
+                "critic/loss", "actor/grad_norm", "critic/grad_norm", "actor/reward_kl_penalty", "val/score"):
+        assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
+    assert ours["rollout/logprob_diff"] == pytest.approx(theirs["rollout/logprob_diff"], abs=1e-5)
