@@ -4,7 +4,6 @@ import logging
 import sys
 
 import torch
-from omegaconf import OmegaConf
 
 from logicrl.config import compose
 from logicrl.models.loading import load_tokenizer
@@ -18,8 +17,7 @@ def test_vllm_is_the_default_engine():
 
 def test_without_vllm_the_hf_engine_is_built_and_the_log_says_why(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "vllm", None)  # what find_spec and import see when it is not installed
-    cfg = OmegaConf.create({"actor_rollout_ref": {"model": {"path": "embedded:tiny"},
-                                                  "rollout": {"name": "vllm", "tensor_model_parallel_size": 2}}})
+    cfg = compose(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
     with caplog.at_level(logging.WARNING, logger="logicrl.rollout"):
         engine = build_engine(cfg, load_tokenizer("embedded:tiny"), torch.float32, torch.device("cpu"), max_num_seqs=4)
     assert isinstance(engine, HFRolloutEngine)
