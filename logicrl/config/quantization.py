@@ -3,7 +3,7 @@
     check_quantization(cfg, spec, critic_spec)
 
 - `actor_rollout_ref.model.quantization` without LoRA: a 4-bit base is frozen, so nothing would train;
-- its package not installed (the quant extra, torchao);
+- its package not installed (the quant extra, torchao), at launch: a dry run plans it without;
 - a decoder Linear that the NF4 block does not divide;
 - a pre-quantized checkpoint (config.json quantization_config, e.g. GPTQ int4): refused at launch,
   with what loading it would need (models/quant_methods.py), and always without LoRA (full fine-tuning
@@ -55,7 +55,7 @@ def check_quantization(cfg: DictConfig, spec: ModelSpec, critic_spec: ModelSpec 
         raise ConfigError(f"{key}={model.quantization} with {ARR}.model.lora_rank=0: a 4-bit base is frozen, so "
                           "nothing would train; set lora_rank > 0 (QLoRA), or drop the quantization to train every "
                           "weight")
-    if problem := package_missing(model.quantization):
+    if not cfg.trainer.dry_run and (problem := package_missing(model.quantization)):
         raise ConfigError(f"{ARR}.model.{problem}")
     block = model.quantization_block_size
     for name, numel in linear_sizes(spec).items():

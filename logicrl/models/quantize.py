@@ -38,12 +38,8 @@ class QuantizationError(ValueError):
 
 
 def _import_nf4():
-    """torchao's NF4 pieces (the module moved in 0.15; both places are tried)."""
-    import logging
-
-    # torchao logs a warning per CUDA-only extension it cannot load (every import on a CPU-only torch):
-    # NF4Tensor is pure torch and needs none of them.
-    logging.getLogger("torchao").setLevel(logging.ERROR)
+    """torchao's NF4 pieces (the module moved in 0.15; both places are tried). Its import warnings
+    about CUDA-only extensions are silenced in logicrl/__init__.py: NF4Tensor needs none of them."""
     try:
         from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import NF4Tensor, linear_nf4, to_nf4
     except ImportError:
