@@ -100,3 +100,23 @@ def test_a_weight_the_block_does_not_divide_is_refused():
     with pytest.raises(QuantizationError, match="quantization_block_size"):
         quantize_base(model, "nf4", 96, 256)  # 128 x 128 = 16,384 is not a multiple of 96
     assert math.gcd(16384, 96) == 32
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_dequantize_transient_is_what_the_plan_counts(dtype):
+    """memory/footprint.py dequant_bytes, (8 + 3 x dtype) bytes a weight, against the live tensor bytes of
+    torchao's dequantize (memory/tracker.py) of Qwen2.5-0.5B's MLP weight (4864 x 896): within 1%."""
+    from logicrl.memory.footprint import dequant_bytes
+    from logicrl.memory.tracker import PeakTracker
+    from logicrl.models.quantize import _import_nf4
+    from logicrl.models.spec import ModelSpec
+
+    spec = ModelSpec.from_dict(dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, head_dim=64,
+                                    num_hidden_layers=1, intermediate_size=4864, vocab_size=1024), "0.5b-mlp")
+    _, _, to_nf4 = _import_nf4()
+    nf4 = to_nf4(torch.randn(4864, 896, dtype=dtype), 64, 256)
+    with PeakTracker("cpu") as tracker:
+        nf4.get_original_weight()
+    planned = dequant_bytes(spec, dtype.itemsize)
+    assert planned == (8 + 3 * dtype.itemsize) * 4864 * 896
+    assert tracker.peak_bytes - tracker.start_bytes == pytest.approx(planned, rel=0.01)

@@ -83,19 +83,23 @@ def test_multirun_two_jobs(tmp_path):
         assert f"{ckpt / job} already holds step 1 of 1" in again.stdout
 
 
-# On one rank, LoRA with a KL loss: the reference is the actor without its adapters, and vLLM's weight
-# sync merges the adapters into the engine's base weights. Also REINFORCE++ over two epochs, so the
+# On one rank, QLoRA with a KL loss: LoRA over an NF4 base (models/quantize.py), the reference is the actor
+# without its adapters, and vLLM's weight sync merges the adapters into the dequantized base weights (the
+# bf16 LoRA merge: tests/workers/test_hybrid_worker.py; QLoRA's resume and export:
+# tests/workers/test_qlora_worker.py). Also REINFORCE++ over two epochs, so the
 # old-log-prob pass runs, with validation at step 2 (vLLM's sampling of the 200 validation prompts).
 # Two ranks on the vLLM engine: tests/trainer/test_console.py; a separate reference model: the dry-run
 # test above.
 LORA = [f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8", f"{ARR}.actor.use_kl_loss=true",
         f"{ARR}.model.target_modules=[q_proj,v_proj]", "algorithm.adv_estimator=reinforce_plus_plus",
-        f"{ARR}.actor.ppo_epochs=2", "trainer.test_freq=2"]
+        f"{ARR}.actor.ppo_epochs=2", "trainer.test_freq=2", f"{ARR}.model.quantization=nf4"]
 
 
 @pytest.mark.parametrize("ranks, tp, extra", [(1, 1, LORA), (2, 2, [])], ids=["1-lora", "2-tp2"])
 def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
     pytest.importorskip("vllm")
+    if extra == LORA:
+        pytest.importorskip("torchao")
     rows = train(tmp_path, f"{ARR}.rollout.name=vllm", f"trainer.n_gpus={ranks}",
                  f"{ARR}.rollout.tensor_model_parallel_size={tp}", *extra)
     assert [r["step"] for r in rows] == [1, 2]
