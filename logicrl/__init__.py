@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 # logs, in every process, a warning per CUDA-only extension a CPU build of torch cannot load, and torch
 # two about enums it registers: none of which logicrl uses (its NF4 path is pure torch). Set before
 # anything imports them, so that a run's stderr stays what logicrl says.
-import logging as _logging  # noqa: E402
+import logging as _logging
 
 _logging.getLogger("torchao").setLevel(_logging.ERROR)
 _logging.getLogger("torch.utils._pytree").setLevel(_logging.ERROR)

@@ -38,10 +38,14 @@ class QuantizationError(ValueError):
 
 
 def _import_nf4():
-    """torchao's NF4 pieces (the module moved in 0.15; both places are tried). Its import warnings
+    """torchao's NF4 pieces (under quantization/ in 0.18, dtypes/ in older releases). Its import warnings
     about CUDA-only extensions are silenced in logicrl/__init__.py: NF4Tensor needs none of them."""
     try:
-        from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import NF4Tensor, linear_nf4, to_nf4
+        from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import (
+            NF4Tensor,
+            linear_nf4,
+            to_nf4,
+        )
     except ImportError:
         from torchao.dtypes.nf4tensor import NF4Tensor, linear_nf4, to_nf4
     return NF4Tensor, linear_nf4, to_nf4

@@ -54,7 +54,8 @@ def test_a_gptq_engine_copy_by_hand():
 
 def test_a_replicated_base_holds_its_linears_whole_on_every_rank():
     spec = load_model_spec(GPTQ)
-    kwargs = dict(dtype_bytes=2, world=2, lora_rank=16, lora_targets_=("q_proj", "v_proj"), base_weight_bits=4.0)
+    kwargs = {"dtype_bytes": 2, "world": 2, "lora_rank": 16, "lora_targets_": ("q_proj", "v_proj"),
+              "base_weight_bits": 4.0}
     sharded = ModelBytes.build(spec, **kwargs)
     replicated = ModelBytes.build(spec, **kwargs, base_replicated=True)
     # Every dim 0 is even: a shard is half of each Linear, and the replicated base adds the other half.

@@ -12,7 +12,7 @@ from tests.workers.conftest import build_tiny_qwen2
 
 torchao = pytest.importorskip("torchao")
 
-from logicrl.models.quantize import (  # noqa: E402  (needs torchao)
+from logicrl.models.quantize import (
     NF4Linear,
     QuantizationError,
     dequantized,
@@ -57,12 +57,11 @@ def quantized_lora(seed: int = 0):
 
 
 def test_only_the_adapters_train_over_a_4bit_base():
-    model, ids, full, base = quantized_lora()
+    model, _, full, base = quantized_lora()
     names = {n for n, p in model.named_parameters() if p.requires_grad}
     assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
     quantized = [n for n, p in model.named_parameters() if is_quantized(p)]
-    assert len(quantized) == 14 and all(n.endswith("_proj.weight") or n.endswith("base_layer.weight")
-                                        for n in quantized)
+    assert len(quantized) == 14 and all(n.endswith(("_proj.weight", "base_layer.weight")) for n in quantized)
     assert all(isinstance(m, NF4Linear) for n, m in model.named_modules() if n.endswith("base_layer"))
     assert not any(is_quantized(p) for n, p in model.named_parameters() if "embed" in n or "norm" in n)
     # The 4-bit base is not the fp32 one (rounded), but close: each weight moved by at most half the widest
@@ -111,8 +110,9 @@ def test_the_dequantize_transient_is_what_the_plan_counts(dtype):
     from logicrl.models.quantize import _import_nf4
     from logicrl.models.spec import ModelSpec
 
-    spec = ModelSpec.from_dict(dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, head_dim=64,
-                                    num_hidden_layers=1, intermediate_size=4864, vocab_size=1024), "0.5b-mlp")
+    spec = ModelSpec.from_dict({"hidden_size": 896, "num_attention_heads": 14, "num_key_value_heads": 2,
+                                "head_dim": 64, "num_hidden_layers": 1, "intermediate_size": 4864,
+                                "vocab_size": 1024}, "0.5b-mlp")
     _, _, to_nf4 = _import_nf4()
     nf4 = to_nf4(torch.randn(4864, 896, dtype=dtype), 64, 256)
     with PeakTracker("cpu") as tracker:
