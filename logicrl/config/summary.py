@@ -80,6 +80,9 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
     ]
     if plan.runs("ref") and cfg[ARR].model.lora_rank > 0:
         lines.append(f"{'':<10} with LoRA the reference is the actor with its adapter disabled (no second copy)")
+    if cfg[ARR].model.quantization:
+        lines.append(f"{'':<10} base quantized to {cfg[ARR].model.quantization} as it loads, whole on every rank; "
+                     "only the LoRA adapters train (docs/quantization.md)")
     lines.append(memory)
     return "\n".join(lines)
 
