@@ -107,11 +107,6 @@ CASES = [
               "not say; the adapters are 0.5% of the model). The engine holds the int4 checkpoint and receives only "
               "the adapters (the adapter sync of issue 26 part 2). logicrl refuses to launch it (no CPU or wheel "
               "path for transformers' GPTQ loader: docs/quantization.md); the dry run plans it."),
-    Case("Seed 004 with the merged bf16 weights sent to the engine", "qwen2.5-7b-gptq-int4", 2, 40, SEED_004,
-         what_if={"engine_full_precision": True},
-         note="What a merged weight sync needs (an int4 weight cannot absorb W + BA, so the engine must hold the "
-              "dequantized, merged model in bf16): vLLM's copy is 15.2 GB in a share of 8 GB, with no room left for "
-              "a single sequence's KV cache, and each sync streams the full model."),
 ]
 
 
