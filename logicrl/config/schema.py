@@ -21,6 +21,7 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 # reward.combine.mode: how a learned score and the rule reward make the sequence reward (its one list).
+from logicrl.models.quant_methods import METHODS as QUANT_METHODS
 from logicrl.reward.combine import MODES as COMBINE_MODES
 
 ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
@@ -71,6 +72,10 @@ class ModelConfig:
     lora_alpha: float = key(gt=0)
     target_modules: Any = key()  # "all-linear" or a list of module names
     dtype: str = key(choices=("auto", "bfloat16", "float16", "float32"))
+    # A frozen 4-bit base under LoRA (models/quantize.py): null (none) or nf4.
+    quantization: Optional[str] = key(choices=QUANT_METHODS)
+    quantization_block_size: int = key(ge=2)
+    quantization_scaler_block_size: int = key(ge=1)
 
 
 @dataclass

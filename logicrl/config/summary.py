@@ -101,6 +101,9 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
         lines.append(f"{'':<10} weight sync: " + (
             "LoRA adapters only, the engine holds the base once" if cfg[ARR].rollout.lora_sync == "adapters" else
             "LoRA merged into full weights, the whole model every sync (rollout.lora_sync=merged)"))
+    if cfg[ARR].model.quantization:
+        lines.append(f"{'':<10} base quantized to {cfg[ARR].model.quantization} as it loads, whole on every rank; "
+                     "only the LoRA adapters train (docs/quantization.md)")
     lines.append(memory)
     return "\n".join(lines)
 

@@ -21,6 +21,7 @@ from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
 from logicrl.config.normalize import normalize, rank_count
 from logicrl.config.plan import ARR, StepPlan, build_plan, uses_critic
+from logicrl.config.quantization import check_quantization
 from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.config.sequence_parallel import check_sequence_parallel
 from logicrl.config.verl_keys import take_verl_keys
@@ -123,8 +124,8 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
             f"data.max_prompt_length={data.max_prompt_length} + data.max_response_length={data.max_response_length}"
             f" = {total} tokens exceed the model's max_position_embeddings={spec.max_position_embeddings}"
             f" ({ARR}.model.path={arr.model.path}): lower them")
-    if uses_critic(cfg):
-        check_model("critic.model.path", cfg.critic.model.path)
+    critic_spec = check_model("critic.model.path", cfg.critic.model.path) if uses_critic(cfg) else None
+    check_quantization(cfg, spec, critic_spec)
 
     if algo.adv_estimator in NEEDS_GROUPS and arr.rollout.n < 2:
         raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator} compares responses to the same prompt: "

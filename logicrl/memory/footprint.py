@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from logicrl.models.lora_targets import is_all_linear, layer_module, matches
+from logicrl.models.lora_targets import LINEARS, is_all_linear, layer_module, matches
 from logicrl.models.spec import ModelSpec
 
 # The smallest KV cache vLLM gets on CPU (workers/rollout/engines.py kv_cache_gb): it needs a few
@@ -20,8 +20,6 @@ from logicrl.models.spec import ModelSpec
 MIN_KV_CACHE_GB = 0.0625
 
 FP32 = 4
-# peft's all-linear: every nn.Linear of a decoder layer (the lm_head is left out).
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def linear_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
@@ -76,17 +74,22 @@ class ModelBytes:
     trainable_lm_head: bool  # the chunked log-prob kernel builds a [V, H] weight gradient
     layer_reduce: int = 0  # one layer's gradients as reduce-scattered (the collective's input)
     root_reduce: int = 0  # the root's, likewise
+    # A 4-bit base (models/quantize.py): its largest Linear dequantized into the compute dtype, the
+    # transient of each of its forwards and backwards (and of a merged weight sync); 0 otherwise.
+    dequant_transient: int = 0
 
     @classmethod
     def build(cls, spec: ModelSpec, *, dtype_bytes: int, world: int, head: str = "lm", lora_rank: int = 0,
               lora_targets_: tuple[str, ...] = (), base_weight_bits: float | None = None,
-              master_bytes: int | None = None) -> "ModelBytes":
+              master_bytes: int | None = None, base_replicated: bool = False) -> "ModelBytes":
         """head: "lm" (a causal LM) or "value" (the critic: a 1-output token head, no lm_head).
-        dtype_bytes: the compute dtype; master_bytes: the stored dtype (None: the same)."""
+        dtype_bytes: the compute dtype; master_bytes: the stored dtype (None: the same).
+        base_weight_bits: the decoder Linears of a frozen 4-bit base; `base_replicated`: they are whole
+        on every rank (logicrl's NF4 base: FSDP2 leaves them out, models/quantize.py), not sharded."""
         h, v = spec.hidden_size, spec.vocab_size
         mb = dtype_bytes if master_bytes is None else master_bytes
-        # (shape, compute bytes, master bytes) per tensor. A frozen 4-bit base (what-if only, see
-        # planner.py) stores decoder Linears at base_weight_bits.
+        # (shape, compute bytes, master bytes) per tensor. A frozen 4-bit base stores decoder Linears at
+        # base_weight_bits (an NF4 or GPTQ base, or a what-if: planner_inputs.py).
         linear_bytes = dtype_bytes if base_weight_bits is None else base_weight_bits / 8
         layer: list[tuple[tuple[int, ...], float, float]] = [
             (s, linear_bytes, mb if base_weight_bits is None else linear_bytes) for s in linear_shapes(spec).values()]
@@ -118,14 +121,28 @@ class ModelBytes:
         per_layer = layer + adapters
         trainable = adapters * layers if lora_rank else per_layer * layers + root
         everything = per_layer * layers + root
+        # A replicated 4-bit base: each rank holds its Linears whole rather than a shard of them.
+        replicated = 0
+        if base_weight_bits is not None and base_replicated:
+            replicated = int(layers * sum((math.prod(s) - shard(s, world)) * linear_bytes
+                                          for s in linear_shapes(spec).values()))
         return cls(
-            total_full=full(everything), total_shard=sharded(everything),
+            total_full=full(everything), total_shard=sharded(everything) + replicated,
             layer_full=full(per_layer), root_full=full(root), root_shard=sharded(root),
             trainable_full=full_master(trainable), trainable_shard=sharded(trainable),
             largest_full=max(int(math.prod(s) * b) for s, b, _ in everything),
             largest_trainable_shard=max(int(shard(s, world) * m) for s, _, m in trainable),
             trainable_root=not lora_rank, trainable_lm_head=head == "lm" and not lora_rank,
-            layer_reduce=full_master(per_layer), root_reduce=full_master(root))
+            layer_reduce=full_master(per_layer), root_reduce=full_master(root),
+            dequant_transient=dequant_bytes(spec, dtype_bytes) if base_weight_bits else 0)
+
+
+def dequant_bytes(spec: ModelSpec, dtype_bytes: int) -> int:
+    """Peak bytes of dequantizing the largest decoder Linear (torchao's NF4Tensor.get_original_weight,
+    read off its code): both nibbles of every byte as int64 (8 bytes a weight), the looked-up values,
+    their scaled copies and the stacked result in the compute dtype (3 x dtype), alive together
+    before it returns the weight. A GPTQ kernel dequantizes tile by tile (less); counted the same."""
+    return (8 + 3 * dtype_bytes) * max(math.prod(s) for s in linear_shapes(spec).values())
 
 
 def kv_bytes_per_token(spec: ModelSpec, dtype_bytes: int) -> int:

@@ -206,7 +206,8 @@ def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, 
         head = tokens * h * b + resp_tokens * h * b
     else:
         chunk, head = 0, tokens * h * b + tokens * b
-    gathered = forward_gathered(x.world, model)
+    # A 4-bit base dequantizes one Linear at a time beside the layer's temporaries.
+    gathered = forward_gathered(x.world, model) + model.dequant_transient
     if gathered + decoder >= root + head + chunk:
         return _phase(name, base, "decoder", params=gathered, activations=common + decoder)
     return _phase(name, base, "head", params=root, activations=common + head, logprob=chunk)
@@ -279,7 +280,8 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     if lm:  # the log-prob kernel's hidden-state gradient, and its [V, H] lm_head gradient
         head_grads = resp_tokens * h * b + (spec.vocab_size * h * b if model.trainable_lm_head else 0)
     chunk = logprob_chunk_bytes(spec.vocab_size, min(LOGPROB_CHUNK_TOKENS, resp_tokens), b) if lm else 0
-    top = _phase(name, base, "top", params=root + model.layer_full, activations=activations,
+    # A 4-bit base's Linear dequantized again for its input gradient (LinearNF4's backward).
+    top = _phase(name, base, "top", params=root + model.layer_full + model.dequant_transient, activations=activations,
                  grads=accumulated + head_grads, logprob=chunk)
     # Layers are reduce-scattered as backward passes them (FSDP2 keeps the last reduce-scatter's
     # input, one layer of gradients, until the next one); the root's gradient stays unsharded to the
@@ -357,6 +359,8 @@ def weight_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: 
         if x.world == 1:
             gathered += min(bucket, x.spec.num_layers * sum(o * i for o, i in targets) * b)
         gathered += out_f * in_f * (FP32 + 3 * b)
+    if x.engine_full_precision:
+        gathered += m.actor.dequant_transient  # each 4-bit base weight dequantized before its merge
     weights, kv = engine_bytes(x, m, capacity, awake=False)
     if x.engine != "hf" and x.device == "cuda" and x.free_cache_engine:
         # Each TP member reloads its own 1/tp slice of every layer (the full tensors stream past it).

@@ -71,12 +71,16 @@ def build_models(x: PlanInputs) -> Models:
     # With LoRA the frozen base stays in the compute dtype (workers/hybrid.py); the adapters are fp32
     # masters gathered in the compute dtype (footprint.py).
     actor = ModelBytes.build(x.spec, dtype_bytes=b, world=w, lora_rank=x.lora_rank, lora_targets_=x.lora_targets,
-                             base_weight_bits=x.base_weight_bits, master_bytes=b if x.lora_rank else master)
+                             base_weight_bits=x.base_weight_bits, master_bytes=b if x.lora_rank else master,
+                             base_replicated=x.base_replicated)
     ref = ModelBytes.build(x.spec, dtype_bytes=b, world=w) if x.uses_ref and not x.lora_rank else None
     critic = ModelBytes.build(x.critic_spec, dtype_bytes=b, world=w, head="value",
                               master_bytes=master) if x.critic_spec else None
     reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if x.uses_reward_model else None
-    engine = ModelBytes.build(x.spec, dtype_bytes=b, world=1, base_weight_bits=x.base_weight_bits)
+    # The engine's copy of a quantized base: 4-bit when it loads a pre-quantized checkpoint, the compute
+    # dtype when it loaded the bf16 one and takes the dequantized, merged weights (quantization=nf4).
+    engine_bits = None if x.engine_full_precision else x.base_weight_bits
+    engine = ModelBytes.build(x.spec, dtype_bytes=b, world=1, base_weight_bits=engine_bits)
     return Models(actor, ref, critic, reward, engine)
 
 

@@ -20,6 +20,7 @@ from logicrl.config.plan import ARR, PhasePlan, StepPlan, swap_micro
 from logicrl.config.sequence_parallel import phase_sp_size
 from logicrl.memory.footprint import lora_targets
 from logicrl.memory.lengths import TOKENIZER_FILES
+from logicrl.models.quant_methods import gptq_bits, nf4_bits
 from logicrl.models.spec import ModelSpec, load_model_spec
 from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
 
@@ -73,8 +74,13 @@ class PlanInputs:
     kv_cache_gb: float | None
     free_cache_engine: bool
     max_num_batched_tokens: int
-    # what-if the config cannot express (docs/memory.md): a frozen 4-bit base
+    # A frozen 4-bit base: bits per weight of its decoder Linears (quantization=nf4, a GPTQ checkpoint's
+    # quantization_config, or a what-if); replicated on every rank (models/quantize.py); and whether the
+    # engine holds the base in the compute dtype instead (nf4: it loads the bf16 checkpoint and takes
+    # the dequantized, merged weights) or in 4 bits (a pre-quantized checkpoint vLLM loads as it is).
     base_weight_bits: float | None = None
+    base_replicated: bool = False
+    engine_full_precision: bool = False
     # the reward model (reward_model.enable): its shape, held like the reference; given as a what-if
     # (benchmarks/memory_cases.py) it runs whatever the config says, split as reward_model's keys say
     reward_spec: ModelSpec | None = None
@@ -192,6 +198,8 @@ class PlanInputs:
         if skip_rm is None and what_if.get("reward_spec") is None:
             # Its shape from its checkpoint's config.json (validate.py checked it is there).
             what_if["reward_spec"] = load_model_spec(rm.model.path)
+        if "base_weight_bits" not in what_if:
+            what_if.update(quantized_base(cfg, spec, dtype_bytes))
         if "reward_rerender_len" not in what_if and skip_rm is None and rerenders(cfg):
             what_if["reward_rerender_len"] = rm.max_length or cfg.data.max_prompt_length + cfg.data.max_response_length
         return cls(
@@ -225,6 +233,18 @@ class PlanInputs:
             sequence_parallel=tuple((p.name, s) for p in plan.phases
                                     if p.skipped is None and (s := phase_sp_size(cfg, p.name)) > 1),
             **what_if)
+
+
+def quantized_base(cfg: DictConfig, spec: ModelSpec, dtype_bytes: int) -> dict:
+    """The PlanInputs fields of the actor's quantized base: none, NF4 on the fly, or a GPTQ checkpoint."""
+    model = cfg[ARR].model
+    if model.quantization == "nf4":
+        bits = nf4_bits(model.quantization_block_size, model.quantization_scaler_block_size, dtype_bytes)
+        return {"base_weight_bits": bits, "base_replicated": True, "engine_full_precision": True}
+    if spec.quant_method and spec.quant_bits:
+        bits = gptq_bits(spec.quant_bits, spec.quant_group_size or spec.hidden_size)
+        return {"base_weight_bits": bits, "base_replicated": True}
+    return {}
 
 
 def rerenders(cfg: DictConfig) -> bool:

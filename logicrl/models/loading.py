@@ -40,6 +40,17 @@ class LoraSpec:
     target_modules: str | list[str]
 
 
+@dataclass(frozen=True)
+class QuantSpec:
+    """A frozen 4-bit base (models/quantize.py): the method, its block sizes, and the device the
+    weights are quantized on and kept."""
+
+    method: str
+    block_size: int
+    scaler_block_size: int
+    device: torch.device | None = None
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         # bf16 on CPU is emulated and slow, and fp32 keeps the engine/trainer log-prob checks tight.
@@ -114,8 +125,9 @@ def load_tokenizer(path: str, quiet: bool = False):
 
 def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool = False,
                    lora: LoraSpec | None = None, on_meta: bool = False,
-                   attn_implementation: str | None = None) -> torch.nn.Module:
-    """The policy on CPU in `dtype`; with `lora`, wrapped by peft (only adapter weights train).
+                   attn_implementation: str | None = None, quant: QuantSpec | None = None) -> torch.nn.Module:
+    """The policy on CPU in `dtype`; with `lora`, wrapped by peft (only adapter weights train); with
+    `quant`, its decoder Linears quantized first (QLoRA: peft then adapts the 4-bit Linears).
 
     `on_meta`: the same model with every tensor on the meta device and nothing read from disk,
     for a rank that receives its shards from rank 0 (workers/sharded_load.py).
@@ -128,6 +140,12 @@ def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool =
     else:
         model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True,
                                                      attn_implementation=attn_implementation)
+    if quant is not None:
+        if on_meta:
+            raise ValueError("a quantized base is quantized from real weights: every rank loads it (on_meta=False)")
+        from logicrl.models.quantize import quantize_base
+
+        quantize_base(model, quant.method, quant.block_size, quant.scaler_block_size, quant.device)
     return _prepare(model, gradient_checkpointing, lora)
 
 

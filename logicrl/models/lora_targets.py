@@ -25,6 +25,8 @@ from logicrl.models.weight_files import tensor_names
 ALL_LINEAR = "all-linear"
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
+# The Linears of a decoder layer (Qwen2/Llama names): what peft's all-linear adapts, what QLoRA quantizes.
+LINEARS = ATTENTION + MLP
 
 
 def is_all_linear(target_modules) -> bool:

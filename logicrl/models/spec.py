@@ -38,9 +38,14 @@ class ModelSpec:
     max_position_embeddings: int | None
     tie_word_embeddings: bool
     attention_bias: bool
+    # A pre-quantized checkpoint's quantization_config (GPTQ, AWQ, ...): its method, bits and group size.
+    quant_method: str | None = None
+    quant_bits: int | None = None
+    quant_group_size: int | None = None
 
     @classmethod
     def from_dict(cls, cfg: dict, name: str) -> "ModelSpec":
+        quant = cfg.get("quantization_config") or {}
         cfg = cfg.get("text_config", cfg)
         try:
             hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
@@ -58,6 +63,9 @@ class ModelSpec:
                 tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                 # Qwen2 has q/k/v biases without saying so in its config.
                 attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+                quant_method=quant.get("quant_method") if quant else None,
+                quant_bits=quant.get("bits") if quant else None,
+                quant_group_size=quant.get("group_size") if quant else None,
             )
         except KeyError as e:
             raise ModelSpecError(f"{name}: config.json lacks {e.args[0]!r}") from None

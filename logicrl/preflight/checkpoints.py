@@ -31,7 +31,9 @@ SHAPE_FORMAT = 1
 # What of a model's config.json fixes its parameters' shapes (models/spec.py's names).
 SHAPE_FIELDS = ("model_type", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size", "vocab_size", "tie_word_embeddings", "attention_bias")
-LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules")
+# quantization: adapters trained over an NF4 base fit only that base (docs/quantization.md); a checkpoint
+# from before the key holds None, as an unquantized run does.
+LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules", "quantization")
 
 
 def _model_shape(path: str) -> dict:
@@ -111,9 +113,9 @@ def _difference(cfg: DictConfig, path: Path, saved: dict | None) -> tuple[str, s
     except ModelSpecError:
         return None  # a model directory the model checks refuse, in their own words
     lora_was, lora_is = saved["lora"].get(f"{ARR}.model.lora_rank", 0), current["lora"][f"{ARR}.model.lora_rank"]
-    for key in (f"{ARR}.model.lora_rank", f"{ARR}.model.lora_alpha", f"{ARR}.model.target_modules"):
+    for key in (f"{ARR}.model.{name}" for name in LORA_KEYS):
         if key != f"{ARR}.model.lora_rank" and not (lora_was and lora_is):
-            continue  # alpha and targets mean nothing without LoRA
+            continue  # alpha, targets and the base's quantization mean nothing without LoRA
         old, new = saved["lora"].get(key), current["lora"][key]
         if old != new:
             return f"was saved with {key}={_show(old)}, this run has {_show(new)}", f"{key}={_show(old)}"
@@ -135,7 +137,9 @@ def _difference(cfg: DictConfig, path: Path, saved: dict | None) -> tuple[str, s
 
 
 def _show(value) -> str:
-    """As the user would type it on the command line: [q_proj,v_proj], 16 (not 16.0)."""
+    """As the user would type it on the command line: [q_proj,v_proj], 16 (not 16.0), null."""
+    if value is None:
+        return "null"
     if isinstance(value, list):
         return "[" + ",".join(map(str, value)) + "]"
     return f"{value:g}" if isinstance(value, float) else str(value)

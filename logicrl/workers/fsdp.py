@@ -71,10 +71,17 @@ def shard_model(model: torch.nn.Module, mesh: DeviceMesh, device: torch.device,
 
     The model may be on the CPU or on the meta device: fully_shard moves each unit's parameters to
     `device` as it shards them, so the whole model is never on the device at once.
+
+    A quantized base's 4-bit weights (models/quantize.py) are left out (`ignored_params`): each rank
+    keeps its whole frozen copy, unsharded and uncast (they dequantize in forward), and no gradient
+    of theirs is reduced.
     """
+    from logicrl.models.quantize import is_quantized
     # Parameter offload only means something with an accelerator: CPU ranks already hold them on CPU.
     offload = CPUOffloadPolicy() if param_offload and device.type == "cuda" else None
     kwargs = {"mesh": mesh, **({"offload_policy": offload} if offload else {})}
+    if ignored := {p for p in model.parameters() if is_quantized(p)}:
+        kwargs["ignored_params"] = ignored
     if compute_dtype is not None:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     layers = _layer_classes(model)

@@ -39,6 +39,7 @@ from logicrl.logs import quiet_worker
 from logicrl.memory.telemetry import measure, tracks_tensors
 from logicrl.models.loading import (
     LoraSpec,
+    QuantSpec,
     load_causal_lm,
     load_tokenizer,
     load_value_model,
@@ -196,9 +197,13 @@ class HybridWorker:
         path, ckpt = model_cfg.path, model_cfg.enable_gradient_checkpointing
         actor_dtype = self.dtype if self.lora else master
         attn = packed_attention(model_cfg.use_remove_padding, self.device, self.dtype)
+        # A 4-bit base (QLoRA, models/quantize.py): quantized on the rank's device by every rank, kept whole.
+        quant = QuantSpec(model_cfg.quantization, model_cfg.quantization_block_size,
+                          model_cfg.quantization_scaler_block_size, self.device) if model_cfg.quantization else None
         actor_model = load_sharded_model(lambda meta: load_causal_lm(path, actor_dtype, ckpt, lora, on_meta=meta,
-                                                                     attn_implementation=attn),
-                                         self.mesh, self.device, arr.actor.fsdp_config.param_offload, mixed)
+                                                                     attn_implementation=attn, quant=quant),
+                                         self.mesh, self.device, arr.actor.fsdp_config.param_offload, mixed,
+                                         every_rank_loads=quant is not None)
         self._ulysses(actor_model, "actor")
         self.remove_padding = model_cfg.use_remove_padding  # the actor's and the reference's forwards
         self.actor = Actor(self._trained("actor", actor_model, arr.actor, arr.actor.loss_agg_mode, plan.actor),
@@ -235,6 +240,10 @@ class HybridWorker:
         # The engine holds its own full copy of the policy: generation lengths differ per rank,
         # and a sharded model would need every rank in lock-step for each decode step.
         self.engine = build_engine(cfg, tokenizer, self.dtype, self.device, plan.micro("generate").value)
+        if quant is not None:
+            # The engine loaded the checkpoint's own weights; the policy is their 4-bit round trip, so
+            # the first generation must already sample from that (rollout/logprob_diff from step 1).
+            self._update_weights(None, None)
 
     def _load_reward_model(self, rm: DictConfig, actor_tokenizer) -> None:
         """The learned reward model: frozen, sharded on meta and offloaded like the reference, in the

@@ -13,7 +13,10 @@ Here, as verl's `fsdp2_load_full_state_dict`:
      and each rank keeps its slice: the transient is one full tensor per rank, on the device;
   4. buffers (RoPE's inv_freq, not in the state dict) are broadcast from rank 0's model the same way.
 
-One rank gains nothing from this and skips it: the model loads and shards as it is.
+One rank gains nothing from this and skips it: the model loads and shards as it is. Nor does a
+quantized base (`every_rank_loads`): its 4-bit weights are quantized from real ones and kept whole
+on every rank (models/quantize.py), so each rank reads the checkpoint and quantizes it itself; the
+seeded LoRA initialisation is the same on every rank.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ from logicrl.workers.fsdp import shard_model
 
 
 def load_sharded_model(build: Callable[[bool], torch.nn.Module], mesh: DeviceMesh, device: torch.device,
-                       param_offload: bool = False, compute_dtype: torch.dtype | None = None) -> torch.nn.Module:
+                       param_offload: bool = False, compute_dtype: torch.dtype | None = None,
+                       every_rank_loads: bool = False) -> torch.nn.Module:
     """`build(on_meta)` returns the model (read from disk, or on the meta device); shard it with
     workers/fsdp.shard_model and fill every rank's shards from rank 0's copy. A collective."""
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
+    if every_rank_loads or not (dist.is_initialized() and dist.get_world_size() > 1):
         return shard_model(build(False), mesh, device, param_offload, compute_dtype)
     rank0 = dist.get_rank() == 0
     source = build(False) if rank0 else None  # before the meta build: the seeded inits match a plain load

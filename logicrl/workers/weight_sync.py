@@ -10,7 +10,9 @@ update_weights_bucket_mb).
 With `dtype` each shard is cast BEFORE it is gathered (fp32 masters, a bf16 engine: half the bytes
 all-gathered, the same result, a cast being elementwise). With LoRA each adapted Linear is sent merged,
 W + scale * B @ A, formed in fp32 from the gathered base and adapter matrices, then cast; it takes the
-base tensor's place in the bucket, so nothing else is copied. docs/engines.md.
+base tensor's place in the bucket, so nothing else is copied. Over a 4-bit base (models/quantize.py)
+the base weight is dequantized first: the engine gets dequant(W) + scale * B @ A in the compute dtype,
+the function the trainer computes (an int4 weight cannot absorb the sum). docs/engines.md.
 
 `iter_adapter_weights` is the adapter-only sync (rollout.lora_sync=adapters): only the LoRA A/B
 matrices, gathered and cast the same way, for an engine that holds the base once and applies the
@@ -24,6 +26,7 @@ from collections.abc import Iterator
 
 import torch
 
+from logicrl.models.quantize import dequantized
 from logicrl.workers.fsdp import full_tensor
 
 MB = 2**20
@@ -35,8 +38,9 @@ def _plain_name(name: str) -> str:
 
 
 def _gathered(param: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """The whole parameter in `dtype` (None: its own), the shard cast before the all-gather."""
-    shard = param.detach()
+    """The whole parameter in `dtype` (None: its own), the shard cast before the all-gather. A 4-bit
+    base weight (replicated, never a shard) is dequantized: the engine holds the compute dtype."""
+    shard = dequantized(param.detach())
     if dtype is not None and shard.dtype != dtype:
         shard = shard.to(dtype)  # a DTensor stays sharded: only this rank's slice is converted
     return full_tensor(shard)

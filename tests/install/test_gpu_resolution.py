@@ -1,6 +1,6 @@
 """The CUDA install resolves from wheels only, to the pinned vLLM and torch.
 
-pip resolves `-e '.[gpu,test,slurm]'` with the Makefile's wheels-only flags, as `make` does on a CUDA
+pip resolves `-e '.[gpu,test,slurm,quant]'` with the Makefile's wheels-only flags, as `make` does on a CUDA
 box, but with --dry-run --ignore-installed: nothing is installed, and this machine's Python (3.11,
 x86_64 Linux, like the box's) stands in for the box's. This is the one test that reads the package
 registry: it skips, with pip's own words, when the registry cannot be reached. It takes 70-115 s on

@@ -51,6 +51,10 @@ def test_a_lora_rank_other_than_the_saved_one_is_refused_with_the_ways_out(data_
         check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=8",
                                 f"{ARR}.model.target_modules=[v_proj,q_proj]"))
     check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=8"))  # the same run fits
+    # Adapters trained over the bf16 base do not fit an NF4 one (docs/quantization.md); a dry run needs no torchao.
+    with pytest.raises(ConfigError, match=f"saved with {ARR}.model.quantization=null, this run has nf4: "):
+        check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=8", f"{ARR}.model.quantization=nf4",
+                                "trainer.dry_run=true"))
     check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=16", "trainer.resume_mode=disable"))
 
 

@@ -82,3 +82,20 @@ def test_dynamic_sampling_reaches_095_validation_accuracy_within_one_epoch(tmp_p
     # At chance (n=8) nearly every group has a spread; once accuracy saturates most groups are all right
     # and dropped: the filter's metric shows it.
     assert statistics.mean(kept[-10:]) < statistics.mean(kept[:10]) - 0.3
+
+
+# QLoRA (docs/quantization.md): rank-16 adapters on every decoder Linear over the NF4 base, the hf engine.
+QLORA = ["actor_rollout_ref.model.quantization=nf4", "actor_rollout_ref.model.lora_rank=16",
+         "actor_rollout_ref.model.lora_alpha=32", "actor_rollout_ref.rollout.name=hf"]
+
+
+def test_qlora_reward_climbs_only_with_updates(tmp_path):
+    """The same bar as the full model's: the adapters over a 4-bit base learn the embedded task."""
+    pytest.importorskip("torchao")
+    need_data("kk_role")
+    first, last = accuracy(tmp_path, "learn", *QLORA)
+    base_first, base_last = accuracy(tmp_path, "frozen", *QLORA, f"trainer.critic_warmup={STEPS + 1}")
+    print(f"qlora: with updates: {first:.2f} -> {last:.2f}; update off: {base_first:.2f} -> {base_last:.2f}")
+    assert last > first + 0.3
+    assert last > base_last + 0.3
+    assert abs(base_last - base_first) < 0.15

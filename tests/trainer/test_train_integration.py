@@ -111,8 +111,10 @@ def test_multirun_two_jobs(tmp_path):
 
 # On one rank, LoRA with a KL loss: the reference is the actor without its adapters, and vLLM's weight
 # sync sends the adapters alone (rollout.lora_sync=adapters; the merged sync is checked in
-# tests/workers/test_hybrid_worker.py). Also REINFORCE++ over two epochs, so the old-log-prob pass runs,
-# with validation at step 2 (vLLM's sampling of the 200 validation prompts).
+# tests/workers/test_hybrid_worker.py; QLoRA over an NF4 base, whose sync is merged, with its resume and
+# export: tests/workers/test_qlora_worker.py, learning: test_learning.py). Also REINFORCE++ over two
+# epochs, so the old-log-prob pass runs, with validation at step 2 (vLLM's sampling of the 200 validation
+# prompts).
 # Two ranks on the vLLM engine: 2-tp2-bypass-dynamic below; the default as make train runs it, learning:
 # test_console.py; a separate reference model: the dry-run
 # test above.

@@ -1,0 +1,64 @@
+"""The quantized-base checks, each a one-line ConfigError before any model, Ray or torch loads.
+
+    check_quantization(cfg, spec, critic_spec)
+
+- `actor_rollout_ref.model.quantization` without LoRA: a 4-bit base is frozen, so nothing would train;
+- its package not installed (the quant extra, torchao), at launch: a dry run plans it without;
+- a decoder Linear that the NF4 block does not divide;
+- a pre-quantized checkpoint (config.json quantization_config, e.g. GPTQ int4): refused at launch,
+  with what loading it would need (models/quant_methods.py), and always without LoRA (full fine-tuning
+  of int4 weights) or as the critic (trained in full). A dry run still plans it (memory/planner_inputs.py
+  reads its bits per weight), so the plan of such a run can be read before the refusal.
+"""
+
+from __future__ import annotations
+
+import math
+
+from omegaconf import DictConfig
+
+from logicrl.config.errors import ConfigError
+from logicrl.config.plan import ARR
+from logicrl.models.quant_methods import package_missing, pre_quantized_refusal
+from logicrl.models.spec import ModelSpec
+
+
+def linear_sizes(spec: ModelSpec) -> dict[str, int]:
+    """Values in each decoder-layer Linear's weight (q, k/v, o, and the MLP's three)."""
+    h, q, kv, i = spec.hidden_size, spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim, \
+        spec.intermediate_size
+    return {"q_proj": q * h, "k_proj": kv * h, "v_proj": kv * h, "o_proj": h * q, "gate_proj": i * h,
+            "up_proj": i * h, "down_proj": h * i}
+
+
+def check_quantization(cfg: DictConfig, spec: ModelSpec, critic_spec: ModelSpec | None = None) -> None:
+    model = cfg[ARR].model
+    key = f"{ARR}.model.quantization"
+    if critic_spec is not None and critic_spec.quant_method:
+        raise ConfigError(f"critic.model.path={cfg.critic.model.path} is a pre-quantized {critic_spec.quant_method} "
+                          "checkpoint: the critic trains every weight, which int4 weights cannot take; point it at "
+                          "a bf16/fp32 checkpoint")
+    if spec.quant_method:
+        if model.lora_rank == 0:
+            raise ConfigError(f"{ARR}.model.path={model.path} is a pre-quantized {spec.quant_method} checkpoint and "
+                              f"{ARR}.model.lora_rank=0: int4 weights cannot be fine-tuned in full; train LoRA "
+                              "adapters over it (lora_rank > 0)")
+        if model.quantization:
+            raise ConfigError(f"{key}={model.quantization} but {ARR}.model.path={model.path} is already quantized "
+                              f"({spec.quant_method}): drop {key}")
+        if not cfg.trainer.dry_run:
+            raise ConfigError(pre_quantized_refusal(f"{ARR}.model.path", model.path, spec.quant_method))
+        return
+    if not model.quantization:
+        return
+    if model.lora_rank == 0:
+        raise ConfigError(f"{key}={model.quantization} with {ARR}.model.lora_rank=0: a 4-bit base is frozen, so "
+                          "nothing would train; set lora_rank > 0 (QLoRA), or drop the quantization to train every "
+                          "weight")
+    if not cfg.trainer.dry_run and (problem := package_missing(model.quantization)):
+        raise ConfigError(f"{ARR}.model.{problem}")
+    block = model.quantization_block_size
+    for name, numel in linear_sizes(spec).items():
+        if numel % block:
+            raise ConfigError(f"{ARR}.model.quantization_block_size={block} does not divide {name}'s {numel:,} "
+                              f"weights ({model.path}): use a divisor such as {math.gcd(numel, 64)}")

@@ -1,0 +1,96 @@
+"""The plan of a frozen 4-bit base under LoRA: its bytes by hand, NF4 from the config, a GPTQ
+checkpoint from its config.json, and seed 004 (GRPO, Qwen2.5-7B-GPTQ-int4, QLoRA, vLLM at 0.2 of
+2 x 40 GB) planned from logicrl/memory/shapes/qwen2.5-7b-gptq-int4 (docs/memory.md has the table)."""
+
+from dataclasses import replace
+
+import pytest
+
+from logicrl.config import ConfigError, compose, validate
+from logicrl.config.phases import ARR
+from logicrl.memory.footprint import ModelBytes, dequant_bytes
+from logicrl.memory.phases import GB
+from logicrl.memory.planner import build_models, plan_inputs
+from logicrl.memory.planner_inputs import PlanInputs
+from logicrl.models.spec import load_model_spec
+from tests.conftest import BASE_BATCH, write_jsonl
+
+GPTQ = "logicrl/memory/shapes/qwen2.5-7b-gptq-int4"
+# Qwen2.5-7B's decoder Linears, one layer: q and o 3584 x 3584, k and v 512 x 3584, gate/up/down 18944 x 3584.
+LINEAR_WEIGHTS = 2 * 3584 * 3584 + 2 * 512 * 3584 + 3 * 18944 * 3584
+assert LINEAR_WEIGHTS == 233_046_016
+# Embedding and untied lm_head (152064 x 3584 each), final norm; per layer 2 norms and q/k/v biases.
+BF16_REST = 2 * (2 * 152064 * 3584 + 3584 + 28 * (2 * 3584 + 3584 + 512 + 512))
+# The seed's settings (issue 26): GRPO, 2 GPUs, vLLM at gpu_memory_utilization 0.2 and max_model_len 2500
+# (prompt 512 + response 1988 here), per-device batch 2 and 2 generations per prompt, KL to the reference.
+SEED_004 = ["trainer.n_gpus=2", "trainer.gpu_memory_gb=40", "trainer.device=cuda", "algorithm.adv_estimator=grpo",
+            f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.gpu_memory_utilization=0.2", "data.max_prompt_length=512",
+            "data.max_response_length=1988", f"{ARR}.rollout.n=2", "data.train_batch_size=2",
+            f"{ARR}.actor.ppo_mini_batch_size=2", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2",
+            f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=2", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=2",
+            f"{ARR}.model.lora_rank=16", f"{ARR}.model.lora_alpha=32", f"{ARR}.actor.use_kl_loss=true",
+            f"{ARR}.model.enable_gradient_checkpointing=true"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    path = write_jsonl(tmp_path_factory.mktemp("q") / "train.jsonl", 20)
+    return [f"data.train_files={path}", f"data.val_files={path}"]
+
+
+def inputs(data, *overrides) -> PlanInputs:
+    typed, spec, plan = validate(compose([*data, *BASE_BATCH, *overrides]))
+    return PlanInputs.from_plan(plan, typed, spec, "cuda" if "trainer.device=cuda" in overrides else "cpu")
+
+
+def test_a_gptq_engine_copy_by_hand():
+    spec = load_model_spec(GPTQ)
+    engine = ModelBytes.build(spec, dtype_bytes=2, world=1, base_weight_bits=4.15625)
+    assert engine.total_full == int(28 * LINEAR_WEIGHTS * 4.15625 / 8) + BF16_REST
+    assert engine.total_full / 1e9 == pytest.approx(5.571, abs=1e-3)  # against 15.23 GB in bf16
+    # torchao's dequantize of the widest Linear (18944 x 3584): int64 nibbles + 3 bf16 copies, 14 B a weight.
+    assert dequant_bytes(spec, 2) == 14 * 18944 * 3584
+
+
+def test_a_replicated_base_holds_its_linears_whole_on_every_rank():
+    spec = load_model_spec(GPTQ)
+    kwargs = {"dtype_bytes": 2, "world": 2, "lora_rank": 16, "lora_targets_": ("q_proj", "v_proj"),
+              "base_weight_bits": 4.0}
+    sharded = ModelBytes.build(spec, **kwargs)
+    replicated = ModelBytes.build(spec, **kwargs, base_replicated=True)
+    # Every dim 0 is even: a shard is half of each Linear, and the replicated base adds the other half.
+    assert replicated.total_shard - sharded.total_shard == 28 * LINEAR_WEIGHTS * 4 // 8 // 2
+    assert replicated.trainable_shard == sharded.trainable_shard  # the adapters are sharded either way
+
+
+def test_nf4_from_the_config(data):
+    x = inputs(data, f"{ARR}.model.lora_rank=4", f"{ARR}.model.quantization=nf4", "trainer.dry_run=true")
+    assert x.base_weight_bits == 4 + 8 / 64 + 8 * 4 / (64 * 256)  # fp32 on CPU: fp32 scaler factors
+    assert x.base_replicated and x.engine_full_precision  # the engine loads the bf16 checkpoint
+    m = build_models(x)
+    assert m.actor.dequant_transient == (8 + 3 * 4) * 352 * 128  # the tiny MLP's widest Linear, fp32
+    assert m.engine.dequant_transient == 0 and m.engine.total_full == build_models(
+        replace(x, base_weight_bits=None)).engine.total_full
+
+
+def test_seed_004_fits_with_an_int4_engine_and_not_with_bf16_weights_sent(data):
+    x = inputs(data, f"{ARR}.model.path={GPTQ}", "trainer.dry_run=true", *SEED_004)
+    assert (x.base_weight_bits, x.base_replicated, x.engine_full_precision) == (4.15625, True, False)
+    plan = plan_inputs(x, 40 * GB)
+    assert max(p.total for p in plan.running()) <= plan.usable
+    generate = plan.phase("generate")
+    # vLLM's 0.2 x 40 GB = 8 GB share: the int4 weights (5.57 GB) and its activation reserve, the rest KV.
+    assert generate.parts["engine"] + generate.parts["kv_cache"] == int(0.2 * 40 * GB)
+    assert generate.parts["kv_cache"] > 2 * 2500 * 2 * 28 * 4 * 128 * 2  # both rows' 2500 tokens of K and V
+    # An engine re-sent the merged bf16 weights needs them in its share: 15.2 GB of weights, no KV cache left.
+    merged = plan_inputs(replace(x, engine_full_precision=True), 40 * GB)
+    assert merged.phase("generate").parts["engine"] > int(0.2 * 40 * GB)
+    assert merged.phase("generate").parts["kv_cache"] == 0
+
+
+def test_the_gptq_checkpoint_is_refused_at_launch_in_one_line(data):
+    with pytest.raises(ConfigError, match="gptqmodel") as e:
+        validate(compose([*data, *BASE_BATCH, f"{ARR}.model.path={GPTQ}", f"{ARR}.model.lora_rank=4"]))
+    assert "\n" not in str(e.value) and "quantization=nf4" in str(e.value)
+    with pytest.raises(ConfigError, match="lora_rank=0"):
+        validate(compose([*data, *BASE_BATCH, f"{ARR}.model.path={GPTQ}", "trainer.dry_run=true"]))
