@@ -34,6 +34,7 @@ from logicrl.config.plan import StepPlan
 from logicrl.faults import Faults
 from logicrl.logs import quiet_worker
 from logicrl.memory.telemetry import measure
+from logicrl.models.attention import packed_attention
 from logicrl.models.loading import (
     LoraSpec,
     load_causal_lm,
@@ -42,7 +43,6 @@ from logicrl.models.loading import (
     master_dtype,
     resolve_dtype,
 )
-from logicrl.models.packing import packed_attention
 from logicrl.models.reward_model import load_reward_model, sequence_scores
 from logicrl.models.rm_inputs import retokenize, same_tokenizer
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics

@@ -26,6 +26,7 @@ from logicrl.memory.lengths import last_run_response_length, plan_lengths
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import plan_inputs
 from logicrl.memory.planner_inputs import PlanInputs
+from logicrl.models.attention import PACKED_SDPA
 from logicrl.models.tiny import tiny_checkpoint_dir
 from tests.conftest import ROOT, need_data, run_main, tail
 
@@ -104,7 +105,7 @@ def test_worst_case_refuses_128_prompts_and_names_the_budget_beside_the_micro_ba
 
 def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
     # Packed micro-batches of 125 responses, GSM8K-sized prompts of 200 tokens and responses of 300.
-    x = replace(worst, packing="sdpa", prompt_len=200, response_len=300, plan_mode="expected").with_micro({MICRO: 125})
+    x = replace(worst, packing=PACKED_SDPA, prompt_len=200, response_len=300, plan_mode="expected").with_micro({MICRO: 125})
     plan = plan_inputs(x, CAP)
     check_fit(plan)  # fits: no error
     stops = stop_lengths(plan)
@@ -117,7 +118,7 @@ def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
 
 
 def test_packed_auto_micro_batch_picks_a_budget_that_fits_at_any_length(worst):
-    x = replace(worst, packing="sdpa", prompt_len=44, response_len=300, plan_mode="expected")
+    x = replace(worst, packing=PACKED_SDPA, prompt_len=44, response_len=300, plan_mode="expected")
     picked = auto_micro_batch(x, CAP)
     budget = picked[BUDGET]
     assert budget == any_length_budget(x, CAP, "update_actor")
