@@ -27,7 +27,7 @@ the full-length, head-sharded q/k/v with `cu_seq_lens_q=packed_cu_seqlens(full_p
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import itertools
 import weakref
 from typing import TYPE_CHECKING
@@ -51,9 +51,20 @@ def packed_kernel(remove_padding: bool, device: str, dtype_bytes: int) -> str | 
     the driver, so a driver without flash_attn plans PACKED_SDPA (the workers' kernel keeps no more)."""
     if not remove_padding:
         return None
-    if device == "cuda" and dtype_bytes == 2 and importlib.util.find_spec("flash_attn") is not None:
+    if device == "cuda" and dtype_bytes == 2 and _flash_attn_2_installed():
         return FLASH
     return PACKED_SDPA
+
+
+def _flash_attn_2_installed() -> bool:
+    """The flash-attn distribution, by name: flash-attn-4 installs a flash_attn namespace package too
+    (flash_attn/cute, no varlen entry transformers' flash_attention_2 can call), so find_spec would
+    say yes without it."""
+    try:
+        importlib.metadata.version("flash-attn")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def packed_attention(remove_padding: bool, device: torch.device, compute_dtype: torch.dtype) -> str | None:
