@@ -7,22 +7,22 @@ A packed row ([1, L], models/packing.py) holds several sequences whose positions
 attention must stay inside each sequence, and its memory must grow with the tokens, never with L^2:
 
 - "flash_attention_2": flash-attn's varlen kernel over cu_seqlens, on CUDA in bf16/fp16 where the
-  flash_attn package is importable (no wheel on PyPI: a user installs it).
+  flash-attn distribution is installed (no wheel on PyPI: a user installs it).
 - "logicrl_packed_sdpa" (PACKED_SDPA) everywhere else: torch's scaled_dot_product_attention run on
   each sequence of the packed row on its own (is_causal, no mask tensor at all), registered with
   transformers' AttentionInterface. Each call costs the sequence's own n^2 attention, as padded rows
   do, without the padding; torch picks its fused (flash) kernel per call on CPU and CUDA alike.
 
-Why not torch's flex_attention, which transformers offers (attn_implementation="flex_attention"):
-measured on this CPU build (docs/memory.md, "Packed attention"), transformers builds its document
-BlockMask with a compiled create_block_mask and runs flex_attention through torch.compile with
-dynamic=False, so every new packed length L recompiles (a micro-batch's L is different every time);
-past the recompile limit it runs flex's eager reference, which materializes [L, L] scores. The
-per-sequence SDPA needs no compiler, keeps nothing quadratic and is exact.
+Why not torch's flex_attention (attn_implementation="flex_attention", a document BlockMask): on this
+CPU build (torch 2.13) it has no backward at all ("FlexAttention does not support backward on CPU"),
+and its forward compiles through inductor at the first packed lengths (docs/memory.md, "Packed
+attention"). The per-sequence SDPA needs no compiler, keeps nothing quadratic and is exact.
 
-A Ulysses sequence-parallel wrapper (all-to-all from sequence shards to head shards) calls
-`packed_sdpa_attention` (or any kernel named here, through transformers' ALL_ATTENTION_FUNCTIONS) on
-the full-length, head-sharded q/k/v with `cu_seq_lens_q=packed_cu_seqlens(full_position_ids)`.
+A Ulysses sequence-parallel wrapper (all-to-all from sequence shards to head shards) calls the chosen
+kernel, `transformers.AttentionInterface()[packed_kernel(...)]`, on the full-length, head-sharded
+q/k/v with `cu_seq_lens_q=cu_seq_lens_k=packed_cu_seqlens(full_position_ids)` (and max_length_q/k, the
+longest sequence, which flash-attn reads): each rank's shard of position_ids alone does not say
+where sequences start.
 """
 
 from __future__ import annotations
