@@ -39,8 +39,8 @@ PACKED_SDPA = "logicrl_packed_sdpa"
 FLASH = "flash_attention_2"
 # What each kernel keeps, for the plan's header (config/summary.py) and docs/memory.md.
 KERNEL_NOTES = {
-    PACKED_SDPA: "torch SDPA per sequence of the packed row, no mask (linear in tokens)",
-    FLASH: "flash-attn varlen over cu_seqlens, no mask (linear in tokens)",
+    PACKED_SDPA: "torch SDPA per sequence of the packed row, no mask: linear in tokens",
+    FLASH: "flash-attn varlen over cu_seqlens, no mask: linear in tokens",
 }
 
 

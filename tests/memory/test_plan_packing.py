@@ -52,3 +52,15 @@ def test_update_actor_activations_packed_keep_no_mask_and_unrepeated_kv(x):
     # Linear in tokens: 16 rows keep twice what 8 keep, beside the rank's batch (held either way).
     assert top(PACKED_SDPA, 16) - batch_bytes(x) == 2 * (top(PACKED_SDPA, 8) - batch_bytes(x))
     assert top(None, 16) - batch_bytes(x) == 2 * (top(None, 8) - batch_bytes(x))  # padded: rows of fixed width
+
+
+def test_the_plan_header_names_each_models_attention(x):
+    from dataclasses import replace
+
+    from logicrl.memory.planner import format_table, plan_inputs
+
+    kernel = x.packing
+    lines = format_table(plan_inputs(x, 80 * 2**30)).splitlines()
+    assert lines[1].startswith(f"attention: actor/ref packed on {kernel} (")  # no critic, no reward model here
+    padded = format_table(plan_inputs(replace(x, packing=None), 80 * 2**30)).splitlines()[1]
+    assert padded == "attention: actor/ref padded (sdpa, a [T, T] padding mask per row)"
