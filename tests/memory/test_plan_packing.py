@@ -1,7 +1,7 @@
 """The plan under use_remove_padding: the same worst-case tokens, all real; the attention keeps no mask
 and K and V unrepeated (models/attention.py's kernels)."""
 
-import importlib.util
+import importlib.metadata
 
 import pytest
 
@@ -23,9 +23,11 @@ def x(tmp_path_factory):
 
 
 def test_packing_kernel_is_read_from_the_config(x):
-    kernel = FLASH if importlib.util.find_spec("flash_attn") and x.device == "cuda" else PACKED_SDPA  # bf16 on cuda: flash when installed
+    # bf16 on cuda: flash when installed; never in fp32 (flash-attn has no fp32 kernels) or on CPU.
+    flash = "flash-attn" in {d.metadata["Name"] for d in importlib.metadata.distributions()}
+    kernel = FLASH if flash and x.device == "cuda" else PACKED_SDPA
     assert x.packing == kernel and x.critic_packing == kernel  # the critic follows the actor's key
-    assert packed_kernel(True, "cpu", 4) == PACKED_SDPA and packed_kernel(True, "cuda", 4) == PACKED_SDPA  # no fp32 flash
+    assert packed_kernel(True, "cpu", 4) == PACKED_SDPA and packed_kernel(True, "cuda", 4) == PACKED_SDPA
     assert packed_kernel(True, "cpu", 2) == PACKED_SDPA and packed_kernel(False, "cuda", 2) is None
 
 
