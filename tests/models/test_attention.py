@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from logicrl.memory.tracker import PeakTracker
 from logicrl.models.attention import PACKED_SDPA, packed_attention, packed_cu_seqlens, packed_sdpa_attention
 from logicrl.models.packing import pack
-from tests.models.test_packing import trainer_batch
+from tests.models.conftest import trainer_batch
 from tests.workers.conftest import build_tiny_qwen2
 
 

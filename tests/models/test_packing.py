@@ -13,27 +13,15 @@ from logicrl.models.attention import packed_attention
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.models.packing import pack
 from logicrl.workers.critic import response_values
+from tests.models.conftest import trainer_batch
 from tests.workers.conftest import build_tiny_qwen2
 
-PAD = 0
 KERNEL = packed_attention(True, torch.device("cpu"), torch.float32)
 
 
 def packed_model(model):
     model.set_attn_implementation(KERNEL)
     return model
-
-
-def trainer_batch(prompt_lens, response_lens, p_width, r_width, vocab=2048, seed=1):
-    """[N, P+R] ids, mask, positions as workers/hybrid.py lays them out, with random real tokens."""
-    g = torch.Generator().manual_seed(seed)
-    n = len(prompt_lens)
-    ids = torch.full((n, p_width + r_width), PAD, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, (p, r) in enumerate(zip(prompt_lens, response_lens)):
-        ids[i, p_width - p: p_width + r] = torch.randint(1, vocab, (p + r,), generator=g)
-        mask[i, p_width - p: p_width + r] = 1
-    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 def test_pack_hand_example():
