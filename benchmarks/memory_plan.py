@@ -50,7 +50,7 @@ RERENDER_LEN = 512  # reward_model.max_length of the rerender variant: >= the lo
 LENGTHS = [(24, 40), (64, 192)]  # (prompt, response) tokens
 PROMPTS, N = 4, 2  # 4 prompts x 2 responses = 8 responses per step, 2 mini-batches of 2 prompts
 VARIANTS = {
-    "padded": [],
+    "padded": [f"{ARR}.model.use_remove_padding=false"],
     "packed": [f"{ARR}.model.use_remove_padding=true"],
     "sharded": [f"{ARR}.actor.fsdp_config.grad_accumulation=sharded", "critic.fsdp_config.grad_accumulation=sharded"],
     "rerender": [f"reward_model.max_length={RERENDER_LEN}"],  # and the reward model with its own template

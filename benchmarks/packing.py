@@ -12,7 +12,9 @@ left-padded prompts of varied length, then right-padded responses whose lengths 
 uniformly from [response_len / 16, response_len], as RL responses spread (a few reach the cap,
 most stop earlier). Each timed pass runs every micro-batch of `--micro` rows, as update_actor
 (log-probs with entropy, a loss over real tokens, backward) and as old_log_prob (no grad). The
-same micro-batches run both ways; only the padding differs. Prints each repeat's seconds and
+same micro-batches run both ways; only the padding differs, and the attention each is loaded with in
+the trainer: padded on transformers' sdpa (with the padding mask), packed on the kernel
+models/attention.py chooses here (on CPU the per-sequence SDPA). Prints each repeat's seconds and
 the ratio packed / padded of the medians (below 1: packing is faster).
 """
 
@@ -27,6 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's logicrl, and benchmarks/ as a package
 from benchmarks.step_time import BENCH_MODEL  # noqa: E402
+from logicrl.models.attention import packed_attention  # noqa: E402
 from logicrl.models.logprob import causal_lm_logprobs  # noqa: E402
 
 
@@ -45,6 +48,7 @@ def build_batch(rows: int, prompt_len: int, response_len: int, vocab: int, seed:
 
 def one_pass(model, batch, micro: int, response_len: int, packed: bool, train: bool) -> float:
     ids, mask, pos, resp_mask = batch
+    model.set_attn_implementation(packed_attention(packed, torch.device("cpu"), torch.float32) or "sdpa")
     start = time.perf_counter()
     for s in range(0, ids.shape[0], micro):
         rows = slice(s, s + micro)
@@ -75,7 +79,8 @@ def main() -> None:
     model = AutoModelForCausalLM.from_config(Qwen2Config(vocab_size=2048, tie_word_embeddings=True, **BENCH_MODEL),
                                              dtype=torch.float32).train()
     print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"attn_implementation={model.config._attn_implementation}, threads={args.threads}")
+          f"attention: padded sdpa, packed {packed_attention(True, torch.device('cpu'), torch.float32)}, "
+          f"threads={args.threads}")
     batch = build_batch(args.rows, args.prompt_len, args.response_len, 2048)
     real, width = int(batch[1].sum()), batch[1].numel()
     print(f"batch: {args.rows} rows x {batch[0].shape[1]} columns, micro-batches of {args.micro} rows; "

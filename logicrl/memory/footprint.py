@@ -151,7 +151,7 @@ def kv_bytes_per_token(spec: ModelSpec, dtype_bytes: int) -> int:
 
 
 def saved_per_token_layer(spec: ModelSpec, b: int, width: int, *, lora: tuple[str, ...] = (),
-                          lora_rank: int = 0) -> int:
+                          lora_rank: int = 0, packed: bool = False) -> int:
     """Bytes autograd keeps per token per decoder layer until backward (no checkpointing).
 
     b: parameter dtype bytes; width: the padded sequence length of the micro-batch. Checked
@@ -167,6 +167,9 @@ def saved_per_token_layer(spec: ModelSpec, b: int, width: int, *, lora: tuple[st
                      mask is present, which RL batches always have), and SDPA's output, which is
                      also o_proj's input: 4 x bq; SDPA's fp32 logsumexp (4 x heads); and the padding
                      mask, which SDPA converts from bool to the query dtype in every layer: b x width
+                     `packed` (models/attention.py, either kernel): q, K and V unrepeated (b x (q + 2 kv))
+                     and the output; no mask (width 0); the fp32 logsumexp counted as above (flash-attn
+                     keeps it, the per-sequence SDPA recomputes it in backward: 4 bytes a head high there)
       MLP            gate (SiLU's input), SiLU(gate), up: 3 x bI
     """
     h, i = spec.hidden_size, spec.intermediate_size
@@ -179,7 +182,10 @@ def saved_per_token_layer(spec: ModelSpec, b: int, width: int, *, lora: tuple[st
     kept = {shared[name] for name in inputs if name in lora or trains}
     own = {"n1": h, "n2": h, "prod": i, "attn": 0}  # "attn" is SDPA's output, counted below
     linear_inputs = sum(b * own[k] for k in kept) + b * lora_rank * len(lora)
-    attention = 4 * b * q + FP32 * spec.num_heads + b * width
+    if packed:
+        attention = b * (2 * q + 2 * spec.num_kv_heads * spec.head_dim) + FP32 * spec.num_heads
+    else:
+        attention = 4 * b * q + FP32 * spec.num_heads + b * width
     mlp = 3 * b * i
     return norms + linear_inputs + attention + mlp
 
@@ -190,16 +196,18 @@ def saved_per_token_root(spec: ModelSpec, b: int, trains: bool = True) -> int:
     return FP32 * spec.hidden_size + FP32 + (b * spec.hidden_size if trains else 0) + 2 * b * spec.head_dim + 8
 
 
-def forward_transient_per_token(spec: ModelSpec, b: int, width: int) -> int:
+def forward_transient_per_token(spec: ModelSpec, b: int, width: int, packed: bool = False) -> int:
     """Peak of one layer's temporaries per token in a no-grad forward (nothing is kept).
 
     The MLP holds SiLU(gate), up and their product at once (3 x bI); attention holds q, the
-    repeated K and V and the output (4 x bq) plus the mask SDPA converts to the query dtype; the
-    residual stream and the norm's fp32 upcast sit beside either.
+    repeated K and V and the output (4 x bq) plus the mask SDPA converts to the query dtype, or
+    `packed` (models/attention.py) q, unrepeated K and V and the output, no mask; the residual
+    stream and the norm's fp32 upcast sit beside either.
     """
     h, i = spec.hidden_size, spec.intermediate_size
     q = spec.num_heads * spec.head_dim
-    return 2 * b * h + FP32 * h + max(3 * b * i, 4 * b * q + b * width)
+    attention = b * (2 * q + 2 * spec.num_kv_heads * spec.head_dim) if packed else 4 * b * q + b * width
+    return 2 * b * h + FP32 * h + max(3 * b * i, attention)
 
 
 def logprob_chunk_bytes(vocab: int, rows: int, b: int) -> int:

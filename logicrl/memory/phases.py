@@ -87,14 +87,11 @@ def sequence_parallel(x: PlanInputs, name: str, spec: ModelSpec, micro: int | No
     return s, tokens, local, 3 * qkv + 3 * out
 
 
-def mask_width(x: PlanInputs, tokens: int, packing: str | None, width: int | None = None) -> int:
+def mask_width(x: PlanInputs, packing: str | None, width: int | None = None) -> int:
     """Keys per query in the attention mask: padded, each row's [T, T] bool mask (the rows' width,
-    x.width unless given); packed on sdpa, the one packed row's [L, L] block-diagonal mask (L = the
-    micro-batch's tokens); packed on flash-attn varlen, no mask at all. SDPA converts the mask to the
-    query dtype in every layer."""
-    if packing is None:
-        return width or x.width
-    return tokens if packing == "sdpa" else 0
+    x.width unless given); packed (either kernel of models/attention.py), no mask at all. SDPA
+    converts the mask to the query dtype in every layer."""
+    return (width or x.width) if packing is None else 0
 
 
 def micro_batches(x: PlanInputs, micro: int | None, budget: int | None, per_rank_mini: int) -> int:
@@ -183,7 +180,7 @@ def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, 
     temporaries and the (bool) padding mask give way to the head: the final hidden states, the
     response slice copied for the chunked log-prob kernel and its [chunk, V] buffers, or the
     critic's value head. With packing (use_remove_padding) the worst case is the same tokens, all
-    real; only the mask changes (mask_width).
+    real; only the attention changes (no mask, K and V unrepeated: footprint.py).
 
     `width` (the rows' padded length, x.width unless given), `outputs` (the phase's results: by default
     an fp32 [N, R] per micro-batch, then their cat) and `rows` (inputs the phase builds beside the batch)
@@ -191,14 +188,14 @@ def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, 
     """
     b = x.dtype_bytes
     s, tokens, local, exchange = sequence_parallel(x, name, spec, micro, budget, width)
-    keys = mask_width(x, tokens, packing, width)
+    keys = mask_width(x, packing, width)
     h = spec.hidden_size
     root = model.root_full
     if outputs is None:
         outputs = 2 * x.responses_per_rank * x.response_len * FP32  # per-micro results, then their cat
     # The bool mask lives through the forward; with SP the rank holds its group's rows and results.
     common = s * (batch_bytes(x) + outputs + rows) + tokens * keys
-    decoder = local * forward_transient_per_token(spec, b, keys) + exchange
+    decoder = local * forward_transient_per_token(spec, b, keys, packed=packing is not None) + exchange
     tokens = local  # the head and the log-prob kernel see this rank's tokens only
     resp_tokens = tokens * x.response_len // x.width
     if lm:
@@ -262,10 +259,11 @@ def backward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec,
     """
     b, h, layers = x.dtype_bytes, spec.hidden_size, spec.num_layers
     s, whole, tokens, exchange = sequence_parallel(x, name, spec, micro, budget)  # tokens: this rank's share
-    keys = mask_width(x, whole, packing)
+    keys = mask_width(x, packing)
     resp_tokens = tokens * x.response_len // x.width
     lora = x.lora_targets if lm and x.lora_rank else ()
-    per_layer = tokens * saved_per_token_layer(spec, b, keys, lora=lora, lora_rank=x.lora_rank)
+    per_layer = tokens * saved_per_token_layer(spec, b, keys, lora=lora, lora_rank=x.lora_rank,
+                                               packed=packing is not None)
     saved = layers * tokens * h * b + per_layer if ckpt else layers * per_layer
     saved += tokens * saved_per_token_root(spec, b, trains=not lora) + whole * keys  # + the bool mask
     saved += resp_tokens * h * b if lm else tokens * h * b  # the head's input

@@ -35,6 +35,7 @@ from logicrl.memory.phases import (
     reward_model_phase,
     weight_sync_phase,
 )
+from logicrl.models.attention import KERNEL_NOTES
 from logicrl.models.spec import ModelSpec
 
 # Kept free on a GPU for what the plan does not model: the CUDA context, NCCL buffers and the
@@ -209,6 +210,23 @@ def plan_memory(step_plan: StepPlan, cfg: DictConfig, spec: ModelSpec, *, device
     return plan_inputs(x, int(capacity_gb * GB))
 
 
+def attention_line(plan: MemoryPlan) -> str:
+    """Which attention each model's micro-batches run on (models/attention.py packed_kernel), as planned."""
+    x = plan.inputs
+
+    def kernel(packing: str | None) -> str:
+        if packing is None:
+            return "padded (sdpa, a [T, T] padding mask per row)"
+        return f"packed on {packing} ({KERNEL_NOTES[packing]})"
+
+    models = [("actor/ref", x.packing)]
+    if not plan.phase("update_critic").skipped:
+        models.append(("critic", x.critic_packing))
+    if not plan.phase("reward_model").skipped:
+        models.append(("reward model", x.reward_packing))
+    return "attention: " + "; ".join(f"{who} {kernel(packing)}" for who, packing in models)
+
+
 def format_table(plan: MemoryPlan, capacity_note: str = "") -> str:
     """One row per phase: each component and the total (GB, or MB for models under a GB), and the
     total's share of the device."""
@@ -216,7 +234,8 @@ def format_table(plan: MemoryPlan, capacity_note: str = "") -> str:
     unit, scale = ("GB", GB) if biggest >= GB else ("MB", 2**20)
     short = {"optimizer": "optim", "activations": "activ", "logprob": "logits", "kv_cache": "kv"}
     header = f"{'phase':<15}" + "".join(f"{short.get(c, c):>9}" for c in COMPONENTS) + f"{'total':>9}{'of cap':>8}"
-    lines = [f"memory plan per device ({unit}; capacity {plan.capacity / GB:.1f} GB{capacity_note})", header]
+    lines = [f"memory plan per device ({unit}; capacity {plan.capacity / GB:.1f} GB{capacity_note})",
+             attention_line(plan), header]
     for p in plan.phases:
         if p.skipped:
             lines.append(f"{p.name:<15}  skipped: {p.skipped}")

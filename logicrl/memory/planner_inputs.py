@@ -11,7 +11,6 @@ set; micro-batch, token budget and use_dynamic_bsz keys are the phase table's (c
 from __future__ import annotations
 
 import functools
-import importlib.util
 from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
@@ -21,6 +20,7 @@ from logicrl.config.sequence_parallel import phase_sp_size
 from logicrl.memory.footprint import lora_targets
 from logicrl.memory.lengths import TOKENIZER_FILES
 from logicrl.models.quant_methods import gptq_bits, nf4_bits
+from logicrl.models.attention import packed_kernel
 from logicrl.models.spec import ModelSpec, load_model_spec
 from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
 
@@ -105,7 +105,8 @@ class PlanInputs:
     # fsdp_config.grad_accumulation: "sharded", "unsharded" or "auto" (planner.py resolves it from memory)
     actor_grad_accum: str = "unsharded"
     critic_grad_accum: str = "unsharded"
-    # use_remove_padding: None (padded), "flash" (varlen, no mask) or "sdpa" (a packed [L, L] mask)
+    # use_remove_padding: None (padded) or the packed kernel's attn_implementation (models/attention.py
+    # packed_kernel: "flash_attention_2" or "logicrl_packed_sdpa", neither with a mask)
     packing: str | None = None  # the actor's and the reference's forwards
     critic_packing: str | None = None
     # Responses one rank generates per round: responses_per_rank, or with dynamic sampling
@@ -226,10 +227,10 @@ class PlanInputs:
             max_prompt_len=cfg.data.max_prompt_length, max_response_len=cfg.data.max_response_length,
             actor_grad_accum=plan.actor.grad_accumulation,
             critic_grad_accum=plan.critic.grad_accumulation if plan.critic else "unsharded",
-            packing=packing_kernel(arr.model.use_remove_padding, device, dtype_bytes),
-            critic_packing=packing_kernel(critic.model.use_remove_padding, device, dtype_bytes),
+            packing=packed_kernel(arr.model.use_remove_padding, device, dtype_bytes),
+            critic_packing=packed_kernel(critic.model.use_remove_padding, device, dtype_bytes),
             reward_offload=rm.model.fsdp_config.param_offload,
-            reward_packing=packing_kernel(rm.model.use_remove_padding, device, dtype_bytes),
+            reward_packing=packed_kernel(rm.model.use_remove_padding, device, dtype_bytes),
             sequence_parallel=tuple((p.name, s) for p in plan.phases
                                     if p.skipped is None and (s := phase_sp_size(cfg, p.name)) > 1),
             **what_if)
@@ -273,13 +274,3 @@ def _tokenizers_differ(source: str, path: str) -> bool:
         return not same_tokenizer(load_tokenizer(source, quiet=True), load_tokenizer(path, quiet=True))
     except Exception:  # noqa: BLE001 - transformers raises many kinds for a broken tokenizer; the run will say
         return True
-
-
-def packing_kernel(remove_padding: bool, device: str, dtype_bytes: int) -> str | None:
-    """The attention packed micro-batches run on (models/packing.py packed_attention), as this
-    machine sees it: flash_attn is looked for here, so a driver without it plans the sdpa mask."""
-    if not remove_padding:
-        return None
-    if device == "cuda" and dtype_bytes == 2 and importlib.util.find_spec("flash_attn") is not None:
-        return "flash"
-    return "sdpa"

@@ -131,7 +131,7 @@ def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool =
 
     `on_meta`: the same model with every tensor on the meta device and nothing read from disk,
     for a rank that receives its shards from rank 0 (workers/sharded_load.py).
-    `attn_implementation`: transformers' name, None for its default (sdpa); see models/packing.py."""
+    `attn_implementation`: transformers' name, None for its default (sdpa); see models/attention.py."""
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()

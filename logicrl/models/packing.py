@@ -6,29 +6,18 @@
 
 Each row's real tokens are one contiguous run with positions 0..n-1 (a left-padded prompt, then a
 right-padded response); packing concatenates the runs into [1, L] and keeps their positions. With no
-attention mask, transformers reads the restarts as sequence boundaries: flash-attention-2 runs varlen
-over cu_seqlens from the position ids, and sdpa / eager / flex get a block-diagonal causal mask. No
-kernel here. It saves the padded tokens' compute and the [B, T, T] padding mask; on sdpa the mask is
-[L, L] and attention runs over all L keys, so the attention term grows with the micro-batch's rows
-(with flash-attn it is exactly the sum of each sequence's own).
+attention mask, the attention reads the restarts as sequence boundaries; models/attention.py chooses
+the kernel a packed model is loaded with (flash-attn varlen, or torch SDPA per sequence), both without
+any mask, so attention costs exactly the sum of each sequence's own. It saves the padded tokens'
+compute and the [B, T, T] padding mask. (transformers' plain sdpa would build a dense [L, L]
+block-diagonal mask here: never load a packed model with it.)
 """
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 
 import torch
-
-
-def packed_attention(remove_padding: bool, device: torch.device, compute_dtype: torch.dtype) -> str | None:
-    """The attn_implementation to load a trained model with: flash-attention-2 (varlen, no mask at
-    all) when packing on CUDA in a half dtype with flash_attn installed; otherwise None, transformers'
-    default (sdpa, which takes the packed block-diagonal mask). flash_attn has no fp32 kernels."""
-    if (remove_padding and device.type == "cuda" and compute_dtype in (torch.bfloat16, torch.float16)
-            and importlib.util.find_spec("flash_attn") is not None):
-        return "flash_attention_2"
-    return None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from logicrl.config.sequence_parallel import model_sp_sizes, phase_sp_size
 from logicrl.faults import Faults
 from logicrl.logs import quiet_worker
 from logicrl.memory.telemetry import measure, tracks_tensors
+from logicrl.models.attention import packed_attention
 from logicrl.models.loading import (
     LoraSpec,
     QuantSpec,
@@ -46,7 +47,6 @@ from logicrl.models.loading import (
     master_dtype,
     resolve_dtype,
 )
-from logicrl.models.packing import packed_attention
 from logicrl.models.reward_model import load_reward_model, sequence_scores
 from logicrl.models.rm_inputs import retokenize, same_tokenizer
 from logicrl.models.ulysses import sequence_parallel_group, use_ulysses

@@ -367,7 +367,8 @@ def test_entry_point_dry_runs_verl_ppo_script_with_a_reward_model(kk_role, tmp_p
     assert f"reward     reward model {rm}, per rank 128 forwards of <= 8; reward.combine.mode=model" in out
     # The memory plan counts the reward model's own phase (not skipped) between generate and old_log_prob.
     table = out[out.index("memory plan per device"):].splitlines()
-    phases = [line.split()[0] for line in table[2:] if line and not line.startswith("note:")]
+    # Below the attention line and the column header.
+    phases = [line.split()[0] for line in table[3:] if line and not line.startswith("note:")]
     assert phases[:3] == ["generate", "reward_model", "old_log_prob"], table
     assert "skipped" not in next(line for line in table if line.startswith("reward_model")), table
     # verl's reward-loop serving keys are ignored, one line each (the reward_model.rollout.* subtree in one).

@@ -20,7 +20,8 @@ PPO_7B = [f"{ARR}.model.path={QWEN7B}", "algorithm.adv_estimator=gae", "algorith
           "trainer.n_gpus=4", "trainer.device=cuda", "trainer.gpu_memory_gb=80", "data.train_batch_size=8",
           f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4", "data.max_prompt_length=512",
           "data.max_response_length=1024", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
-          "critic.ppo_micro_batch_size_per_gpu=4", f"{ARR}.rollout.name=hf", "trainer.memory_plan=worst_case"]
+          "critic.ppo_micro_batch_size_per_gpu=4", f"{ARR}.rollout.name=hf", "trainer.memory_plan=worst_case",
+          f"{ARR}.model.use_remove_padding=false"]  # padded rows (the hand counts below), unless a test packs
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +153,8 @@ def test_the_refusal_names_reward_model_keys(files, tmp_path):
     other = write_tiny_reward_model(tmp_path / "other", chat_template="{{ messages[0].content }}")
     cfg, spec, plan = validate(compose([*data, *TINY_ACTOR, "reward_model.enable=true", f"reward_model.model.path={rm}",
                                         f"reward_model.model.input_tokenizer={other}", "reward_model.max_length=8192",
-                                        "reward_model.micro_batch_size_per_gpu=8"]))
+                                        "reward_model.micro_batch_size_per_gpu=8",
+                                        "reward_model.model.use_remove_padding=false"]))  # padded: the [T, T] mask
     x, cap, _ = plan_for(cfg, spec, plan)
     memory = plan_inputs(x, cap)
     over = [p.name for p in memory.running() if p.total > cap - 2**30]

@@ -1,28 +1,27 @@
 """Packed sequences (use_remove_padding) give the padded path's log-probs, entropies, values and
-gradients, on the trainer's layout: left-padded prompts, right-padded responses, positions cumsum-1."""
+gradients, on the trainer's layout: left-padded prompts, right-padded responses, positions cumsum-1.
+
+Every model here is loaded as the trainer loads a packed one: with the kernel models/attention.py
+chooses on this machine (on CPU the per-sequence SDPA; flash-attn varlen is CUDA-only: tests/gpu).
+The kernel hands padded micro-batches to transformers' sdpa, so the padded passes are the padded path."""
 
 import pytest
 import torch
 import transformers
 
+from logicrl.models.attention import packed_attention
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.models.packing import pack
 from logicrl.workers.critic import response_values
+from tests.models.conftest import trainer_batch
 from tests.workers.conftest import build_tiny_qwen2
 
-PAD = 0
+KERNEL = packed_attention(True, torch.device("cpu"), torch.float32)
 
 
-def trainer_batch(prompt_lens, response_lens, p_width, r_width, vocab=2048, seed=1):
-    """[N, P+R] ids, mask, positions as workers/hybrid.py lays them out, with random real tokens."""
-    g = torch.Generator().manual_seed(seed)
-    n = len(prompt_lens)
-    ids = torch.full((n, p_width + r_width), PAD, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, (p, r) in enumerate(zip(prompt_lens, response_lens)):
-        ids[i, p_width - p: p_width + r] = torch.randint(1, vocab, (p + r,), generator=g)
-        mask[i, p_width - p: p_width + r] = 1
-    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+def packed_model(model):
+    model.set_attn_implementation(KERNEL)
+    return model
 
 
 def test_pack_hand_example():
@@ -55,13 +54,14 @@ def _policy_grads(model, remove_padding, weights):
 
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_packed_logprobs_entropy_and_grads_equal_padded(checkpointing):
-    model = build_tiny_qwen2(seed=3)
+    model = packed_model(build_tiny_qwen2(seed=3))
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()  # dropout is 0 in the tiny config; train mode is what the update runs
     weights = torch.randn(len(PROMPTS), R, generator=torch.Generator().manual_seed(2))
     lp_pad, ent_pad, mask, g_pad = _policy_grads(model, False, weights)
     lp_pack, ent_pack, _, g_pack = _policy_grads(model, True, weights)
+    assert model.config._attn_implementation == KERNEL
     torch.testing.assert_close(lp_pack[mask], lp_pad[mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(ent_pack[mask], ent_pad[mask], atol=1e-5, rtol=0)
     assert (lp_pack[~mask] == 0).all() and (ent_pack[~mask] == 0).all()
@@ -72,7 +72,7 @@ def test_packed_logprobs_entropy_and_grads_equal_padded(checkpointing):
 
 def test_packed_logprobs_with_lora_equal_padded():
     peft = pytest.importorskip("peft")
-    model = peft.get_peft_model(build_tiny_qwen2(seed=4), peft.LoraConfig(
+    model = peft.get_peft_model(packed_model(build_tiny_qwen2(seed=4)), peft.LoraConfig(
         r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, init_lora_weights=False))
     weights = torch.randn(len(PROMPTS), R, generator=torch.Generator().manual_seed(5))
     lp_pad, _, mask, g_pad = _policy_grads(model, False, weights)
@@ -89,7 +89,7 @@ def test_packed_values_and_grads_equal_padded():
     config = build_tiny_qwen2().config
     config.num_labels = 1
     # eval: the value head's classifier dropout (0.1) would draw different masks in the two passes.
-    critic = transformers.AutoModelForTokenClassification.from_config(config).eval()
+    critic = transformers.AutoModelForTokenClassification.from_config(config, attn_implementation=KERNEL).eval()
     ids, mask, pos = trainer_batch(PROMPTS, RESPONSES, P, R, seed=7)
     batch = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "responses": ids[:, P:]}
     resp_mask = mask[:, P:].bool()
@@ -113,7 +113,7 @@ def test_forward_logprobs_packed_to_a_token_budget_equals_padded_fixed_rows():
     from logicrl.workers.actor import forward_logprobs
     from logicrl.workers.oom import MicroSize
 
-    model = build_tiny_qwen2(seed=8).eval()
+    model = packed_model(build_tiny_qwen2(seed=8)).eval()
     ids, mask, pos = trainer_batch(PROMPTS, RESPONSES, P, R, seed=9)
     batch = TensorDict({"input_ids": ids, "attention_mask": mask, "position_ids": pos, "responses": ids[:, P:]},
                        batch_size=[len(PROMPTS)])

@@ -16,7 +16,8 @@ import torch.multiprocessing as mp
 import transformers
 
 from logicrl.controller.ports import free_port
-from tests.models.test_packing import trainer_batch
+from logicrl.models.attention import packed_attention
+from tests.models.conftest import trainer_batch
 from tests.workers.conftest import leave_group
 
 pytestmark = pytest.mark.integration
@@ -28,7 +29,7 @@ ATOL = 1e-5
 def _config(**kw):
     return transformers.Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                     head_dim=16, intermediate_size=96, vocab_size=256, tie_word_embeddings=True,
-                                    attn_implementation="sdpa", **kw)
+                                    attn_implementation=packed_attention(True, torch.device("cpu"), torch.float32), **kw)
 
 
 def _causal_lm(lora: bool):

@@ -19,7 +19,8 @@ def test_each_stage_is_planned_once_and_its_plan_is_handed_on(data_files, tmp_pa
     calls = []
     plan_for = memory_preflight.plan_for
     monkeypatch.setattr(memory_preflight, "plan_for", lambda *a, **k: calls.append(a) or plan_for(*a, **k))
-    stages = [stage(0, data_files, tmp_path), stage(1, data_files, tmp_path, "trainer.auto_micro_batch=true")]
+    stages = [stage(0, data_files, tmp_path), stage(1, data_files, tmp_path, "trainer.auto_micro_batch=true",
+                                                         f"{ARR}.model.use_remove_padding=false")]  # picks rows
     plans = preflight(stages)
     assert len(calls) == 2  # the table, the picked micro-batches, the disk estimate and the peaks share it
     assert [s.plan for s in stages] == [c[2] for c in calls]  # the stages are not changed: the plans are returned

@@ -38,7 +38,8 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     assert dry.returncode == 0, tail(dry)
     assert "5 steps per epoch, 5 steps in all" in dry.stdout
     table = dry.stdout[dry.stdout.index("memory plan per device"):]
-    planned = {line.split()[0] for line in table.splitlines()[2:] if line and not line.startswith("note")}
+    # Below the attention line and the column header.
+    planned = {line.split()[0] for line in table.splitlines()[3:] if line and not line.startswith("note")}
 
     run_dir = tmp_path / "run"
     result = run_main(*args, f"hydra.run.dir={run_dir}", cwd=tmp_path)
