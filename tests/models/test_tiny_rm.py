@@ -122,8 +122,8 @@ def test_recipe_dry_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "algorithm  gae, rollout vllm, critic yes, reference yes" in out
-    assert "reward     reward model embedded:tiny_rm, per rank 2 forwards of <= 32; reward.combine.mode=model" in out
-    assert "16 prompts x n=4 = 64 responses" in out
+    assert "reward     reward model embedded:tiny_rm, per rank 4 forwards of <= 32; reward.combine.mode=model" in out
+    assert "16 prompts x n=8 = 128 responses" in out
     assert "no model was loaded" in out
 
 
