@@ -16,8 +16,6 @@ cross the Ray boundary on CPU and `run` moves them to the rank's device and back
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -51,8 +49,14 @@ from logicrl.models.reward_model import load_reward_model, sequence_scores
 from logicrl.models.rm_inputs import retokenize, same_tokenizer
 from logicrl.models.ulysses import sequence_parallel_group, use_ulysses
 from logicrl.workers.actor import Actor, forward_logprobs, logprob_diff_metrics
-from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
+from logicrl.workers.checkpoint import (
+    export_hf,
+    load_sharded,
+    load_stage_start,
+    save_sharded,
+)
 from logicrl.workers.critic import Critic
+from logicrl.workers.devices import pick_device
 from logicrl.workers.fsdp import (
     build_optimizer,
     has_nonfinite,
@@ -111,40 +115,6 @@ def poison(model: torch.nn.Module) -> None:
     """Fill this rank's shard of the model's first trainable parameter with NaN (the `nan` test fault)."""
     param = next(p for p in model.parameters() if p.requires_grad)
     (param.to_local() if hasattr(param, "to_local") else param).fill_(float("nan"))
-
-
-def pick_device(kind: str, rank: int) -> torch.device:
-    cuda = torch.cuda.is_available()
-    if kind == "cuda" and not cuda:
-        raise RuntimeError("trainer.device=cuda but CUDA is not available here: use trainer.device=auto or cpu")
-    if kind == "cpu" or not cuda:
-        return torch.device("cpu")
-    # A Ray worker always has ray imported; anything else (tests, one process) does not need it.
-    ray = sys.modules.get("ray")
-    ray_ids = ray.get_gpu_ids() if ray is not None and ray.is_initialized() else []
-    return torch.device("cuda", gpu_index(rank, torch.cuda.device_count(), ray_ids,
-                                          os.environ.get("CUDA_VISIBLE_DEVICES")))
-
-
-def gpu_index(rank: int, count: int, ray_ids: list, visible: str | None) -> int:
-    """This rank's index among the visible GPUs.
-
-    Under Ray it is the GPU Ray assigned (ray.get_gpu_ids(), named as in CUDA_VISIBLE_DEVICES).
-    Ray usually narrows CUDA_VISIBLE_DEVICES to that GPU, which makes it index 0; with
-    RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES every rank sees all of them, and taking index 0
-    would put every rank on GPU 0 (NCCL: "Duplicate GPU detected"). Without Ray: the one visible
-    GPU, or one per rank.
-    """
-    if ray_ids:
-        gpu = str(ray_ids[0])
-        if visible is None:
-            return int(gpu)  # every GPU visible, in the driver's order
-        names = [name.strip() for name in visible.split(",")]
-        if gpu not in names:
-            raise RuntimeError(f"Ray assigned GPU {gpu} to rank {rank} but CUDA_VISIBLE_DEVICES={visible} hides it: "
-                               "leave CUDA_VISIBLE_DEVICES to Ray")
-        return names.index(gpu)
-    return 0 if count == 1 else rank % count
 
 
 class HybridWorker:
