@@ -224,7 +224,10 @@ def attention_line(plan: MemoryPlan) -> str:
         models.append(("critic", x.critic_packing))
     if not plan.phase("reward_model").skipped:
         models.append(("reward model", x.reward_packing))
-    return "attention: " + "; ".join(f"{who} {kernel(packing)}" for who, packing in models)
+    groups: dict[str | None, list[str]] = {}  # models on the same kernel share one description
+    for who, packing in models:
+        groups.setdefault(packing, []).append(who)
+    return "attention: " + "; ".join(f"{', '.join(who)} {kernel(packing)}" for packing, who in groups.items())
 
 
 def format_table(plan: MemoryPlan, capacity_note: str = "") -> str:
