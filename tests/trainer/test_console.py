@@ -136,7 +136,7 @@ def test_default_run_console_is_readable_and_it_learns(kk_role, tmp_path):
     assert re.findall(r"^step (\d+):", result.stdout, re.MULTILINE) == [str(s) for s in range(LEARN_STEPS + 1)]
     assert f"{LEARN_STEPS} steps done" in result.stdout  # the result
     # the bar ends at the step count
-    assert f"{LEARN_STEPS}/{LEARN_STEPS}" in result.stderr and f"{LEARN_STEPS + 1}step" not in result.stderr
+    assert f"{LEARN_STEPS}/{LEARN_STEPS}" in result.stderr and f"{LEARN_STEPS + 1}/{LEARN_STEPS}" not in result.stderr
     assert "update_actor ran out of memory" in console  # logicrl's worker-side warning still shows
     for noise in ("Failed to load weights", "reset prefix cache", "(MainProcess pid=", "Loading safetensors",
                   "Started a local Ray instance"):

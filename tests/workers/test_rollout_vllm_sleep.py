@@ -40,7 +40,7 @@ class FakeLLM:
     def reset_prefix_cache(self):
         self.calls.append(("reset_prefix_cache",))
 
-    def generate(self, prompts, params, use_tqdm):
+    def generate(self, prompts, params, use_tqdm, lora_request=None):
         assert all(p.flat_logprobs and p.logprobs == 0 for p in params)
         self.calls.append(("generate", len(prompts)))
         flat = FlatLogprobs()
