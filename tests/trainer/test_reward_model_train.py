@@ -67,7 +67,8 @@ def test_every_phase_runs_with_the_reward_model(reference):
         for phase in ("generate", "reward_model", "reward", "old_log_prob", "ref", "values", "update_critic",
                       "update_actor", "update_weights"):
             assert f"timing_s/{phase}" in row, phase
-        assert 0 < row["perf/memory/reward_model/tensor_peak_gb"] < row["perf/memory/reward_model/rss_peak_gb"]
+        if row["step"] == 1:  # the tracked step (memory/telemetry.py tracks_tensors)
+            assert 0 < row["perf/memory/reward_model/tensor_peak_gb"] < row["perf/memory/reward_model/rss_peak_gb"]
         assert row["perf/oom_retries/reward_model"] == 0 and row["reward_model/truncated"] == 0
         # reward.combine weighted: every row's score is 0.5 x learned + 1 x rule, so are the means.
         assert row["critic/score/mean"] == pytest.approx(

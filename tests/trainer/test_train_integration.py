@@ -47,7 +47,7 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     measured = {m.group(1) for key in rows[-1] if (m := re.fullmatch(r"perf/memory/(\w+)/rss_peak_gb", key))}
-    # The first steps also track each phase's live tensors (memory/telemetry.py tracks_tensors), the
+    # The first step also tracks each phase's live tensors (memory/telemetry.py tracks_tensors), the
     # quantity the plan predicts: below the process's RSS, which holds Python and the libraries as well.
     tracked = {m.group(1) for key in rows[0] if (m := re.fullmatch(r"perf/memory/(\w+)/tensor_peak_gb", key))}
     assert tracked == measured and not any(key.endswith("/tensor_peak_gb") for key in rows[-1])  # step 5: not tracked
