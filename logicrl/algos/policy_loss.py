@@ -73,6 +73,12 @@ def compute_policy_loss(
     return out
 
 
+def token_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] pi / pi_old per token, 1 at padding, its log clamped to +-MAX_LOG_RATIO (no inf from a
+    token the old policy all but ruled out)."""
+    return torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+
+
 def _clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """max(-A r, -A clip(r, 1 - low, 1 + high)): PPO's pessimistic surrogate, as a loss."""
     if not (0 < low < 1 and high > 0):
@@ -102,7 +108,7 @@ def vanilla_policy_loss(
     if clip_ratio_c <= 1:
         raise ValueError(f"clip_ratio_c={clip_ratio_c} must be > 1 (the dual-clip bound on -A * ratio)")
     mask = as_bool_mask(response_mask)
-    ratio = torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    ratio = token_ratio(log_probs, old_log_probs, mask)
     advantages = masked_fill_zero(advantages, mask)
     loss = _clipped_surrogate(ratio, advantages, clip_ratio_low, clip_ratio_high)
     dual = torch.minimum(loss, -advantages * clip_ratio_c)
@@ -156,7 +162,7 @@ def cispo_policy_loss(
     effectively off: set clip_ratio_low near 1 for that). The loss value is not a surrogate's value (it
     carries log pi); only its gradient means anything, as in verl."""
     mask = as_bool_mask(response_mask)
-    ratio = torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    ratio = token_ratio(log_probs, old_log_probs, mask)
     weight = ratio.detach().clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
     loss = -weight * masked_fill_zero(advantages, mask) * masked_fill_zero(log_probs, mask)
     return PolicyLossOutput(masked_fill_zero(loss, mask), ratio)
@@ -211,7 +217,7 @@ def sapo_policy_loss(
     the plain policy gradient, and it fades smoothly as r leaves 1 instead of PPO's hard cut. No clip
     ratios. verl forces seq-mean-token-mean for sapo; here the config's mode applies (set that one)."""
     mask = as_bool_mask(response_mask)
-    ratio = torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    ratio = token_ratio(log_probs, old_log_probs, mask)
     advantages = masked_fill_zero(advantages, mask)
     tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
     gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
@@ -230,7 +236,7 @@ def gpg_policy_loss(
     valid-sample correction factor are not part of it (use the advantage estimators). The ratio returned
     is pi / pi_old, for the clip metrics only."""
     mask = as_bool_mask(response_mask)
-    ratio = torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    ratio = token_ratio(log_probs, old_log_probs, mask)
     loss = -masked_fill_zero(log_probs, mask) * masked_fill_zero(advantages, mask)
     return PolicyLossOutput(masked_fill_zero(loss, mask), ratio.detach())
 

@@ -13,7 +13,13 @@ from __future__ import annotations
 import torch
 
 from logicrl.algos.masked import as_bool_mask, masked_fill_zero, masked_mean
-from logicrl.algos.policy_loss import MAX_LOG_RATIO, PolicyLossOutput, _clipped_surrogate, register_policy_loss
+from logicrl.algos.policy_loss import (
+    MAX_LOG_RATIO,
+    PolicyLossOutput,
+    _clipped_surrogate,
+    register_policy_loss,
+    token_ratio,
+)
 
 
 def _covariance(log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -46,7 +52,7 @@ def clip_cov_policy_loss(
     if clip_cov_ratio <= 0:
         raise ValueError(f"clip_cov_ratio={clip_cov_ratio} must be > 0")
     mask = as_bool_mask(response_mask)
-    ratio = torch.exp(masked_fill_zero(log_probs - old_log_probs, mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    ratio = token_ratio(log_probs, old_log_probs, mask)
     advantages = masked_fill_zero(advantages, mask)
     loss = _clipped_surrogate(ratio, advantages, clip_ratio_low, clip_ratio_high)
     clipped_by_ppo = (-advantages * ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high) > -advantages * ratio)
