@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -180,6 +181,14 @@ def data_files(tmp_path) -> list[str]:
     return [f"data.train_files={train}", f"data.val_files={val}", *BASE_BATCH]
 
 
+def _sigint_default() -> None:
+    """In the child before exec: SIGINT back to its default. A child inherits an ignored SIGINT (Python then
+    installs no KeyboardInterrupt handler), and something earlier in a pytest-xdist worker can leave it ignored:
+    in make test the Ctrl-C case of test_signals.py hung there (twice) while the SIGTERM case passed, and it
+    passes alone, under CPU load and in module order."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd: Path | None = None,
              env: dict | None = None, timeout: float = 900):
     """Run the real entry point as a user would: `python main_ppo.py *overrides`, one-line errors
@@ -201,9 +210,9 @@ def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd
     if fault:
         run_env["LOGICRL_INJECT_FAULT"] = fault
     argv = [sys.executable, str(ROOT / "main_ppo.py"), *overrides]
-    if popen:
+    if popen:  # a run the test signals: Ctrl-C must reach it as it reaches a terminal's foreground job
         return subprocess.Popen(argv, cwd=cwd or ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=run_env, start_new_session=True)
+                                env=run_env, start_new_session=True, preexec_fn=_sigint_default)
     return subprocess.run(argv, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env=run_env,
                           start_new_session=True)
 
