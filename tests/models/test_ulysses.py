@@ -60,6 +60,13 @@ def _compare(what, got, want):
     assert torch.allclose(got, want, atol=ATOL), f"{what}: max |diff| {(got - want).abs().max().item():.3g}"
 
 
+def _compare_grads(what, grads, want, sp):
+    """Each rank's gradients cover its shard of the tokens: summed over the SP group, averaged as FSDP would."""
+    for name, g in grads.items():
+        dist.all_reduce(g, group=sp.group)
+        _compare(f"{what} {name}", g / sp.size, want[name])
+
+
 def _logprob_case(sp, lora, ids, mask, pos, r):
     from logicrl.models.logprob import causal_lm_logprobs
     from logicrl.models.ulysses import use_ulysses
@@ -79,9 +86,7 @@ def _logprob_case(sp, lora, ids, mask, pos, r):
     lp, ent, grads = run(model, sp)
     _compare(f"SP{sp.size} lora={lora} log-probs", lp, want[0])
     _compare(f"SP{sp.size} lora={lora} entropies", ent, want[1])
-    for name, g in grads.items():
-        dist.all_reduce(g, group=sp.group)
-        _compare(f"SP{sp.size} lora={lora} grad {name}", g / sp.size, want[2][name])
+    _compare_grads(f"SP{sp.size} lora={lora} grad", grads, want[2], sp)
 
 
 def _value_case(sp, ids, mask, pos, r):
@@ -107,9 +112,7 @@ def _value_case(sp, ids, mask, pos, r):
     values, scores, grads = run(model, sp)
     _compare(f"SP{sp.size} values", values, want[0])
     _compare(f"SP{sp.size} reward scores", scores, want[1])
-    for name, g in grads.items():
-        dist.all_reduce(g, group=sp.group)
-        _compare(f"SP{sp.size} value grad {name}", g / sp.size, want[2][name])
+    _compare_grads(f"SP{sp.size} value grad", grads, want[2], sp)
 
 
 def _rank(rank: int, world: int, port: int):
