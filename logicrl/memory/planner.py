@@ -79,7 +79,7 @@ def build_models(x: PlanInputs) -> Models:
                               master_bytes=master) if x.critic_spec else None
     reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if x.uses_reward_model else None
     # The engine's copy of a quantized base: 4-bit when it loads a pre-quantized checkpoint, the compute
-    # dtype when it loaded the bf16 one and takes the dequantized, merged weights (quantization=nf4).
+    # dtype when it loaded the bf16 one and takes the dequantized weights (quantization=nf4).
     engine_bits = None if x.engine_full_precision else x.base_weight_bits
     engine = ModelBytes.build(x.spec, dtype_bytes=b, world=1, base_weight_bits=engine_bits)
     return Models(actor, ref, critic, reward, engine)
