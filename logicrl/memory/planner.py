@@ -28,12 +28,12 @@ from logicrl.memory.phases import (
     Models,
     PhaseMemory,
     backward_phase,
+    base_once,
     engine_bytes,
     forward_phase,
     generate_phase,
     micro_batches,
     reward_model_phase,
-    base_once,
     weight_sync_phase,
 )
 from logicrl.models.attention import KERNEL_NOTES
