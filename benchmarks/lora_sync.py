@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/lora_sync.py                 # 27M bench shape, LoRA r=32 all-linear, 5 syncs
     .venv/bin/python benchmarks/lora_sync.py --rank 8 --syncs 10
+    .venv/bin/python benchmarks/lora_sync.py --nf4           # the same over an NF4 base (QLoRA)
 
 The trainer model is step_time.py's BENCH_MODEL checkpoint (27M parameters, fp32) under peft
 adapters of `--rank` (alpha 2r, all-linear), B drawn at random so the adapters change the outputs.
@@ -12,6 +13,11 @@ for each adapted Linear, every other weight as is). Each sync's bytes are what t
 over; its seconds are the median of `--syncs` (gather + the engine's load + prefix-cache reset).
 After the last sync both engines decode the same greedy prompts and the largest |engine - trainer|
 log-prob is printed: the adapter path must sit at the merged path's level.
+
+With --nf4 the trainer's base is quantized to NF4 (models/quantize.py) while both engines load the
+checkpoint's own weights: the adapter engine first takes the dequantized base once (iter_engine_weights
+with merge_lora=False, its bytes and seconds printed apart), then adapters; the merged engine takes
+dequant(W) + scale * B @ A every sync.
 
 Measured (2 CPU cores shared with other jobs): adapters 10,092,544 bytes and 0.0051 s a sync, merged
 107,038,720 bytes and 0.150 s: 10.6x the bytes, 29.6x the time; both log-prob gaps 1.9e-6. 7B shape: 94x.
@@ -32,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's logicrl, and benchmarks/ as a package
 from benchmarks.step_time import bench_model_dir  # noqa: E402
 from logicrl.memory.footprint import LINEARS, linear_shapes  # noqa: E402
-from logicrl.models.loading import LoraSpec, load_causal_lm  # noqa: E402
+from logicrl.models.loading import LoraSpec, QuantSpec, load_causal_lm  # noqa: E402
 from logicrl.models.logprob import causal_lm_logprobs  # noqa: E402
 from logicrl.models.spec import ModelSpec  # noqa: E402
 from logicrl.workers.rollout.base import SamplingParams  # noqa: E402
@@ -80,12 +86,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--syncs", type=int, default=5)
+    parser.add_argument("--nf4", action="store_true", help="the trainer's base quantized to NF4 (QLoRA)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     path = str(bench_model_dir())
     lora = LoraSpec(args.rank, 2 * args.rank, "all-linear")
-    actor = load_causal_lm(path, torch.float32, lora=lora).eval()
+    quant = QuantSpec("nf4", 64, 256) if args.nf4 else None
+    actor = load_causal_lm(path, torch.float32, lora=lora, quant=quant).eval()
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in actor.named_parameters():
@@ -95,7 +103,11 @@ def main():
     results = {}
     for mode, lora_arg in (("adapters", lora), ("merged", None)):
         eng = engine(path, lora_arg)
-        seconds, stats = [], {}
+        seconds, stats, base = [], {}, {}
+        if lora_arg is not None and quant is not None:  # once: the engine loaded the checkpoint, not its 4-bit trip
+            start = time.perf_counter()
+            eng.sync_weights(iter_engine_weights(actor, 512, base, dtype=torch.float32, merge_lora=False))
+            base["seconds"] = time.perf_counter() - start
         for _ in range(args.syncs):
             start = time.perf_counter()
             if lora_arg is not None:
@@ -103,16 +115,20 @@ def main():
             else:
                 eng.sync_weights(iter_engine_weights(actor, 512, stats, dtype=torch.float32))
             seconds.append(time.perf_counter() - start)
-        results[mode] = dict(bytes=stats["bytes"], seconds=statistics.median(seconds), gap=logprob_gap(eng, actor))
+        results[mode] = dict(bytes=stats["bytes"], seconds=statistics.median(seconds), gap=logprob_gap(eng, actor),
+                             base=base)
         del eng
 
     total = sum(p.numel() for p in actor.parameters())
-    print(f"27M bench shape ({total / 1e6:.1f}M parameters with adapters), LoRA r={args.rank} all-linear, fp32, "
-          f"{args.syncs} syncs each, one process")
+    print(f"27M bench shape ({total / 1e6:.1f}M parameters with adapters){' over an NF4 base' if args.nf4 else ''}, "
+          f"LoRA r={args.rank} all-linear, fp32, {args.syncs} syncs each, one process")
     print(f"{'mode':<10}{'bytes/sync':>14}{'s/sync (median)':>18}{'max |logprob gap|':>20}")
     for mode, r in results.items():
         print(f"{mode:<10}{r['bytes']:>14,}{r['seconds']:>18.4f}{r['gap']:>20.2e}")
     a, m = results["adapters"], results["merged"]
+    if a["base"]:
+        print(f"adapters: the dequantized base once, before the first sync: {a['base']['bytes']:,} bytes, "
+              f"{a['base']['seconds']:.4f} s")
     print(f"merged / adapters: {m['bytes'] / a['bytes']:.1f}x the bytes, {m['seconds'] / a['seconds']:.1f}x the time")
     model, adapters = shape_bytes(QWEN25_7B, args.rank)
     print(f"Qwen2.5-7B shape, r={args.rank} all-linear, bf16 (computed): merged {model / 2**30:.2f} GiB, adapters "

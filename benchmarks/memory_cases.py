@@ -91,7 +91,8 @@ CASES = [
               "of 256, torchao's layout), whole on every GPU (FSDP2 leaves them out); embeddings and lm_head in "
               "bf16, LoRA adapters and their AdamW states in fp32 and sharded, activations in bf16, plus one "
               "Linear dequantized at a time in each forward and backward. The engine loads the bf16 checkpoint "
-              "and takes the dequantized, merged weights (15.2 GB in vLLM's share). The bf16 LoRA run follows it."),
+              "and takes the dequantized base once, at build, then the adapters alone (15.2 GB in vLLM's "
+              "share). The bf16 LoRA run follows it."),
     Case("The same LoRA run in bf16 (what logicrl loads)", "qwen2.5-7b", 2, 40,
          ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
           "data.max_response_length=2048", "data.train_batch_size=16", f"{ARR}.rollout.n=8",

@@ -9,9 +9,6 @@ per curriculum stage), after migration and before the checks:
   trainer.logger                     a bare string (logger=wandb) as a one-item list
   *.ppo_mini_batch_size              clamped to data.train_batch_size (Logic-RL sets 256 against 8)
   *.ppo_micro_batch_size_per_gpu     clamped to the per-rank mini-batch it splits
-  rollout.lora_sync                  merged over a quantized base (model.quantization): the engine loads
-                                     the checkpoint's own weights, and only a merged sync hands it the
-                                     4-bit round trip the trainer computes with (docs/quantization.md)
 """
 
 from __future__ import annotations
@@ -55,9 +52,6 @@ def normalize(cfg: DictConfig) -> None:
     for side in ("clip_ratio_low", "clip_ratio_high"):
         if actor[side] is None:
             fill(actor, f"{ARR}.actor", side, actor.clip_ratio)
-    model, rollout = cfg[ARR].model, cfg[ARR].rollout
-    if model.quantization and model.lora_rank > 0 and rollout.lora_sync == "adapters":
-        fill(rollout, f"{ARR}.rollout", "lora_sync", "merged")
     if isinstance(t.logger, str):  # verl scripts write both logger=wandb and logger=['wandb']
         t.logger = [t.logger]
         filled.append(f"trainer.logger={list(t.logger)}")

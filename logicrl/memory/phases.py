@@ -342,6 +342,8 @@ def weight_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: 
     vLLM wakes its weights (not its KV cache), and its layer-wise reload holds one layer's tensors
     until the layer is complete.
     """
+    if x.lora_rank and x.lora_sync == "adapters":
+        return adapter_sync_phase(x, m, base, capacity)
     b = x.dtype_bytes
     bucket = min(x.update_weights_bucket_mb * 2**20, m.actor.total_full)  # never more than the model
     largest = m.actor.largest_full
@@ -364,3 +366,41 @@ def weight_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: 
         # Each TP member reloads its own 1/tp slice of every layer (the full tensors stream past it).
         weights = (m.engine.total_full + m.engine.layer_full) // x.rollout_tp
     return _phase("update_weights", {**base, "engine": weights, "kv_cache": kv}, params=gathered)
+
+
+def adapter_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: int) -> PhaseMemory:
+    """update_weights with rollout.lora_sync=adapters: only the LoRA A/B tensors, in the compute dtype
+    (weight_sync.iter_adapter_weights), each a new copy (a cast, a gather, or a clone where it would
+    alias the trainer's). vLLM collects them all before it builds the adapter on the host
+    (rollout/vllm_lora.py), so it holds every adapter at once; hf copies each into its own as it
+    arrives. A sleeping vLLM stays asleep (level 1: its base is on the host). Over an NF4 base the
+    engine was also sent the base once, at build: not a step's phase (base_once below).
+    """
+    b = x.dtype_bytes
+    shapes = linear_shapes(x.spec)
+    # Every adapter is an fp32 master (footprint.py), so the full set in the compute dtype is this.
+    adapters = m.actor.trainable_full // FP32 * b
+    largest = max(max(o, i) * x.lora_rank * b for o, i in (shapes[name] for name in x.lora_targets))
+    held = adapters if x.engine != "hf" else largest
+    gathered = held + (largest if x.world > 1 else 0)  # the all-gather in flight beside what is held
+    weights, kv = engine_bytes(x, m, capacity, awake=False)
+    return _phase("update_weights", {**base, "engine": weights, "kv_cache": kv}, "adapters", params=gathered)
+
+
+def base_once(x: PlanInputs, m: Models, base: dict[str, int], capacity: int) -> PhaseMemory | None:
+    """The adapter sync over an NF4 base whose engine loaded the checkpoint in the compute dtype: the
+    engine is sent the base once, at build (workers/hybrid.py), awake with its KV cache: every base
+    tensor in the compute dtype, no adapters, each 4-bit Linear dequantized (its transient) into a new
+    tensor, a bucket of them held at most. None where no such stream runs. The AdamW states in `base`
+    do not exist yet at build; the adapters' are small, and the plan keeps them."""
+    if not (x.lora_rank and x.lora_sync == "adapters" and x.engine_full_precision):
+        return None
+    b, shapes = x.dtype_bytes, linear_shapes(x.spec)
+    bucket = min(x.update_weights_bucket_mb * 2**20, m.engine.total_full)  # the base in the compute dtype
+    if x.world > 1:
+        stream = max(2 * m.engine.largest_full, bucket + m.engine.largest_full)
+    else:  # the rest of the base is stored in the compute dtype: only the dequantized Linears are new
+        stream = min(bucket, x.spec.num_layers * sum(o * i for o, i in shapes.values()) * b)
+    weights, kv = engine_bytes(x, m, capacity, awake=True)
+    return _phase("update_weights", {**base, "engine": weights, "kv_cache": kv}, "the 4-bit base once, at build",
+                  params=stream + m.actor.dequant_transient)

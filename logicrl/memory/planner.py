@@ -28,6 +28,7 @@ from logicrl.memory.phases import (
     Models,
     PhaseMemory,
     backward_phase,
+    base_once,
     engine_bytes,
     forward_phase,
     generate_phase,
@@ -54,6 +55,9 @@ class MemoryPlan:
     phases: list[PhaseMemory]
     capacity: int  # bytes per device the plan is checked against
     notes: list[str]
+    # The adapter sync over an NF4 base: the engine sent the dequantized base once, at build (a moment
+    # before the first step, not a step's phase: phases.base_once); None where none is sent.
+    base_once: PhaseMemory | None = None
 
     @property
     def usable(self) -> int:
@@ -79,7 +83,7 @@ def build_models(x: PlanInputs) -> Models:
                               master_bytes=master) if x.critic_spec else None
     reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if x.uses_reward_model else None
     # The engine's copy of a quantized base: 4-bit when it loads a pre-quantized checkpoint, the compute
-    # dtype when it loaded the bf16 one and takes the dequantized, merged weights (quantization=nf4).
+    # dtype when it loaded the bf16 one and takes the dequantized weights (quantization=nf4).
     engine_bits = None if x.engine_full_precision else x.base_weight_bits
     engine = ModelBytes.build(x.spec, dtype_bytes=b, world=1, base_weight_bits=engine_bits)
     return Models(actor, ref, critic, reward, engine)
@@ -161,7 +165,14 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     phases.append(weight_sync_phase(x, m, base, capacity))
     # One list of phase names (config/plan.py): the table's rows are the metrics' perf/memory/<phase>.
     assert [p.name for p in phases] == list(WORKER_PHASES)
-    return MemoryPlan(inputs=x, phases=phases, capacity=capacity, notes=_notes(x, m, phases[0]))
+    notes = _notes(x, m, phases[0])
+    once = base_once(x, m, base, capacity)
+    if once is not None:
+        usable = usable_bytes(capacity, x.device)
+        notes.append(f"the engine is sent the dequantized 4-bit base once, at build, awake: {once.total / GB:.1f} GB "
+                     f"at that moment ({'fits' if once.total <= usable else 'over the usable'} "
+                     f"{usable / GB:.1f} GB); each step's sync then moves only the adapters")
+    return MemoryPlan(inputs=x, phases=phases, capacity=capacity, notes=notes, base_once=once)
 
 
 def resolve_grad_accumulation(x: PlanInputs, capacity: int) -> PlanInputs:

@@ -77,10 +77,14 @@ class PlanInputs:
     # A frozen 4-bit base: bits per weight of its decoder Linears (quantization=nf4, a GPTQ checkpoint's
     # quantization_config, or a what-if); replicated on every rank (models/quantize.py); and whether the
     # engine holds the base in the compute dtype instead (nf4: it loads the bf16 checkpoint and takes
-    # the dequantized, merged weights) or in 4 bits (a pre-quantized checkpoint vLLM loads as it is).
+    # the dequantized weights: once with the adapter sync, merged each sync otherwise) or in 4 bits (a
+    # pre-quantized checkpoint vLLM loads as it is).
     base_weight_bits: float | None = None
     base_replicated: bool = False
     engine_full_precision: bool = False
+    # rollout.lora_sync with LoRA: "adapters" (each sync the A/B tensors alone; over an NF4 base the
+    # dequantized base once, at build) or "merged" (the whole model, adapters folded in, every sync).
+    lora_sync: str = "merged"
     # the reward model (reward_model.enable): its shape, held like the reference; given as a what-if
     # (benchmarks/memory_cases.py) it runs whatever the config says, split as reward_model's keys say
     reward_spec: ModelSpec | None = None
@@ -211,7 +215,7 @@ class PlanInputs:
             phases=tuple(replace(p, skipped=skip_rm) if p.name == "reward_model" else p for p in plan.phases),
             actor_per_rank_mini=plan.actor.per_rank_mini,
             actor_ckpt=arr.model.enable_gradient_checkpointing, actor_offload=arr.actor.fsdp_config.param_offload,
-            lora_rank=arr.model.lora_rank,
+            lora_rank=arr.model.lora_rank, lora_sync=arr.rollout.lora_sync,
             lora_targets=lora_targets(arr.model.target_modules, spec.num_layers) if arr.model.lora_rank else (),
             ref_offload=arr.ref.fsdp_config.param_offload,
             critic_per_rank_mini=plan.critic.per_rank_mini if plan.critic else 1,

@@ -210,10 +210,14 @@ class HybridWorker:
         # The engine holds its own full copy of the policy: generation lengths differ per rank,
         # and a sharded model would need every rank in lock-step for each decode step.
         self.engine = build_engine(cfg, tokenizer, self.dtype, self.device, plan.micro("generate").value)
+        # Whether the engine's base is the trainer's. Over a 4-bit base it is not: the engine loaded the
+        # checkpoint's own weights, the policy computes with their 4-bit round trip. The adapter sync
+        # then sends the dequantized base once, here, and never again; the merged sync sends it each time.
+        self.engine_has_base = quant is None
+        self.first_sync = None  # the metrics of the sync at build (over a 4-bit base), which no step reports
         if quant is not None:
-            # The engine loaded the checkpoint's own weights; the policy is their 4-bit round trip, so
-            # the first generation must already sample from that (rollout/logprob_diff from step 1).
-            self._update_weights(None, None)
+            # The first generation must already sample from the 4-bit policy (rollout/logprob_diff from step 1).
+            self.first_sync = self._update_weights(None, None)[1]
 
     def _load_reward_model(self, rm: DictConfig, actor_tokenizer) -> None:
         """The learned reward model: frozen, sharded on meta and offloaded like the reference, in the
@@ -393,14 +397,21 @@ class HybridWorker:
         rollout = self.cfg.actor_rollout_ref.rollout
         adapters = self.lora and rollout.lora_sync == "adapters"
         start = time.perf_counter()
+        base: dict = {}
         # Cast to the engine's dtype shard by shard, before gathering: half the bytes all-gathered.
         if adapters:  # only the LoRA A/B tensors: the engine holds the base since it was built
+            if not self.engine_has_base:  # once, over a 4-bit base: dequant(W), no adapters (vLLM drops its own)
+                self.engine.sync_weights(iter_engine_weights(self.actor.model, rollout.update_weights_bucket_mb,
+                                                             base, dtype=self.dtype, merge_lora=False))
+                self.engine_has_base = True
             self.engine.sync_adapters(iter_adapter_weights(self.actor.model, self.dtype, stream))
         else:
             self.engine.sync_weights(iter_engine_weights(self.actor.model, rollout.update_weights_bucket_mb, stream,
                                                          dtype=self.dtype))
-        metrics = {"perf/update_weights/bytes": stream["bytes"], "perf/update_weights/seconds":
+        metrics = {"perf/update_weights/bytes": stream["bytes"] + base.get("bytes", 0), "perf/update_weights/seconds":
                    time.perf_counter() - start, "perf/update_weights/adapters_only": float(adapters)}
+        if base:  # the one-time base stream, counted in bytes above
+            metrics["perf/update_weights/base_bytes"] = base["bytes"]
         if not adapters:
             # The gathered bytes the stream held at once (its largest bucket), counted as it goes: free,
             # unlike an allocation tracker; the engine's own share shows in perf/memory/update_weights/.

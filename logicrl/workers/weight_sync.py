@@ -16,7 +16,10 @@ the function the trainer computes (an int4 weight cannot absorb the sum). docs/e
 
 `iter_adapter_weights` is the adapter-only sync (rollout.lora_sync=adapters): only the LoRA A/B
 matrices, gathered and cast the same way, for an engine that holds the base once and applies the
-adapters itself (rollout/vllm_lora.py, rollout/hf.py). Both streams count the bytes they hand over.
+adapters itself (rollout/vllm_lora.py, rollout/hf.py). Over a 4-bit base that engine first takes the
+base once, `iter_engine_weights(..., merge_lora=False)`: every base tensor, dequant(W) in the compute
+dtype for the 4-bit ones, no adapter folded in (the engine loaded the checkpoint's own weights, not
+their 4-bit round trip). Every stream counts the bytes it hands over.
 """
 
 from __future__ import annotations
@@ -58,10 +61,11 @@ def _merged(param: torch.Tensor, layer, dtype: torch.dtype | None) -> torch.Tens
 
 
 def iter_engine_weights(model: torch.nn.Module, bucket_mb: float | None = None,
-                        stats: dict | None = None, dtype: torch.dtype | None = None
+                        stats: dict | None = None, dtype: torch.dtype | None = None, merge_lora: bool = True
                         ) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) for every parameter of the plain HF model, LoRA merged in, gathered in
-    buckets of at most `bucket_mb` MiB (None: one tensor at a time), in `dtype` (None: as stored).
+    """(name, full tensor) for every parameter of the plain HF model, LoRA merged in (merge_lora=False:
+    the base alone, adapters left out), gathered in buckets of at most `bucket_mb` MiB (None: one
+    tensor at a time), in `dtype` (None: as stored).
 
     stats, when given, receives `peak_bucket_bytes` (the largest bucket gathered, i.e. the most
     gathered bytes this stream held at once), `buckets` (how many were gathered) and `bytes` (all
@@ -91,7 +95,7 @@ def iter_engine_weights(model: torch.nn.Module, bucket_mb: float | None = None,
             if ".lora_" in name:
                 continue  # folded into its base weight by _merged
             owner = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
-            layer = adapted.get(owner) if name.endswith(".weight") else None
+            layer = adapted.get(owner) if merge_lora and name.endswith(".weight") else None
             # The full size as sent: a DTensor's shape is global, the dtype the one it is cast to.
             size = param.numel() * (dtype or param.dtype).itemsize
             if bucket and held + size > limit:

@@ -47,3 +47,13 @@ def test_a_block_that_does_not_divide_a_linear_is_refused(data):
 
 def test_an_unknown_method_is_refused(data):
     assert "is not one of: nf4" in refusal(data, f"{ARR}.model.quantization=int3", f"{ARR}.model.lora_rank=4")
+
+
+def test_the_adapter_sync_is_kept_over_a_quantized_base(data):
+    # Not derived merged any more: the engine is sent the dequantized base once, then adapters
+    # (docs/quantization.md); merged stays selectable.
+    pytest.importorskip("torchao")
+    typed, _, _ = validate(compose([*data, NF4, f"{ARR}.model.lora_rank=4"]))
+    assert typed[ARR].rollout.lora_sync == "adapters"
+    typed, _, _ = validate(compose([*data, NF4, f"{ARR}.model.lora_rank=4", f"{ARR}.rollout.lora_sync=merged"]))
+    assert typed[ARR].rollout.lora_sync == "merged"

@@ -94,3 +94,37 @@ def test_the_gptq_checkpoint_is_refused_at_launch_in_one_line(data):
     assert "\n" not in str(e.value) and "quantization=nf4" in str(e.value)
     with pytest.raises(ConfigError, match="lora_rank=0"):
         validate(compose([*data, *BASE_BATCH, f"{ARR}.model.path={GPTQ}", "trainer.dry_run=true"]))
+
+
+# The tiny model's decoder Linears, one layer: q and o 128 x 128, k and v 64 x 128, gate/up/down 352 x 128.
+TINY_LINEARS = 2 * 128 * 128 + 2 * 64 * 128 + 3 * 352 * 128
+# LoRA r=4 on all of them (all-linear), one layer: A [4, in] + B [out, 4] each.
+TINY_ADAPTERS = 2 * (4 * 128 + 128 * 4) + 2 * (4 * 128 + 64 * 4) + 2 * (4 * 128 + 352 * 4) + (4 * 352 + 128 * 4)
+
+
+def test_the_sync_row_models_the_stream_lora_sync_sends(data):
+    """fp32 on one CPU rank: the adapter sync holds its adapters' copies (vLLM collects them all); over
+    an NF4 base the plan also has the base sent once at build (each Linear dequantized: a new tensor,
+    all of them under the 512 MB bucket, plus torchao's dequantize transient), the awake engine beside it."""
+    from logicrl.memory.planner import resident
+
+    lora = (f"{ARR}.model.lora_rank=4", "trainer.dry_run=true")
+    x = inputs(data, *lora)
+    assert (x.lora_sync, x.world, x.dtype_bytes, x.engine) == ("adapters", 1, 4, "vllm")
+    held = resident(x, build_models(x))[0]
+    row = plan_inputs(x, 8 * GB).phase("update_weights")
+    assert row.moment == "adapters" and row.parts["params"] == held + 2 * TINY_ADAPTERS * 4
+    merged = plan_inputs(replace(x, lora_sync="merged"), 8 * GB).phase("update_weights")
+    assert merged.parts["params"] > row.parts["params"]
+
+    q = inputs(data, *lora, f"{ARR}.model.quantization=nf4")
+    held = resident(q, build_models(q))[0]
+    plan = plan_inputs(q, 8 * GB)
+    # Each step's sync (what perf/memory/update_weights measures): the adapters, as over a bf16 base.
+    assert plan.phase("update_weights").parts["params"] == held + 2 * TINY_ADAPTERS * 4
+    once = plan.base_once  # the moment at build, before the first step
+    assert once.moment == "the 4-bit base once, at build"
+    assert once.parts["params"] == held + 2 * TINY_LINEARS * 4 + (8 + 3 * 4) * 352 * 128
+    assert once.parts["engine"] == plan.phase("generate").parts["engine"]  # awake, as it generates
+    assert any("the dequantized 4-bit base once, at build" in note for note in plan.notes)
+    assert plan_inputs(replace(q, lora_sync="merged"), 8 * GB).base_once is None

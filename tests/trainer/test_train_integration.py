@@ -110,10 +110,10 @@ def test_multirun_two_jobs(tmp_path):
         assert f"{ckpt / job} already holds step 1 of 1" in again.stdout
 
 
-# On one rank, LoRA with a KL loss: the reference is the actor without its adapters, and vLLM's weight
-# sync sends the adapters alone (rollout.lora_sync=adapters; the merged sync is checked in
-# tests/workers/test_hybrid_worker.py; QLoRA over an NF4 base, whose sync is merged, with its resume and
-# export: tests/workers/test_qlora_worker.py, learning: test_learning.py). Also REINFORCE++ over two
+# On one rank, QLoRA (LoRA over an NF4 base) with a KL loss: the reference is the actor without its
+# adapters, and vLLM's weight sync sends the adapters alone (rollout.lora_sync=adapters), the dequantized
+# base having gone once at build (the merged sync is checked in tests/workers/test_hybrid_worker.py;
+# QLoRA's resume and export: tests/workers/test_qlora_worker.py, learning: test_learning.py). Also REINFORCE++ over two
 # epochs, so the old-log-prob pass runs, with validation at step 2 (vLLM's sampling of the 200 validation
 # prompts).
 # Two ranks on the vLLM engine: 2-tp2-bypass-dynamic below; the default as make train runs it, learning:
@@ -125,6 +125,7 @@ CORR = "algorithm.rollout_correction"
 BYPASS = [f"{CORR}.bypass_mode=true", f"{CORR}.loss_type=reinforce", f"{CORR}.rollout_is=sequence",
           f"{CORR}.rollout_is_batch_normalize=true"]
 LORA = [f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8", f"{ARR}.actor.use_kl_loss=true",
+        f"{ARR}.model.quantization=nf4",
         f"{ARR}.model.target_modules=[q_proj,v_proj]", "algorithm.adv_estimator=reinforce_plus_plus",
         f"{ARR}.actor.ppo_epochs=2", "trainer.test_freq=2"]
 
@@ -146,9 +147,10 @@ def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
     # log-probs still match the trainer's (fp32 on CPU).
     assert rows[-1]["rollout/logprob_diff_max"] < 1e-3
     if extra == LORA:
-        # rollout.lora_sync=adapters, the default: each sync sent the engine only the LoRA A/B tensors
-        # (2 layers x q, v x (A [4, 128] + B [out, 4]), fp32: 14,336 bytes, the base never again), and
-        # the engine's log-probs still match the trainer's within the merged sync's bound above.
+        # rollout.lora_sync=adapters, the default over an NF4 base too: each step's sync sent the engine
+        # only the LoRA A/B tensors (2 layers x q, v x (A [4, 128] + B [out, 4]), fp32: 14,336 bytes; the
+        # 4-bit base went once, at build), and the engine's log-probs still match the trainer's within
+        # the merged sync's bound above.
         assert rows[-1]["perf/update_weights/adapters_only"] == 1.0
         assert rows[-1]["perf/update_weights/bytes"] == 2 * (4 * 128 + 128 * 4 + 4 * 128 + 64 * 4) * 4
         # The adapterless reference runs and the KL loss is reported; two optimizer steps per step: the

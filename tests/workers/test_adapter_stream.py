@@ -47,3 +47,14 @@ def test_the_merged_stream_counts_every_weight_it_sends():
     # proj (weight 4x6 + bias 4, the adapter folded in) and other (3x4 + 3): 43 numbers, fp32.
     assert names == ["proj.weight", "proj.bias", "other.weight", "other.bias"]
     assert stats["bytes"] == (24 + 4 + 12 + 3) * 4
+
+
+def test_the_base_stream_leaves_the_adapters_out():
+    # merge_lora=False: what an engine over a 4-bit base is sent once (docs/quantization.md), the base alone.
+    m, stats = model(), {}
+    got = dict(iter_engine_weights(m, None, stats, merge_lora=False))
+    layer = m.base_model.model.proj
+    assert torch.equal(got["proj.weight"], layer.base_layer.weight)  # B @ A (B drawn non-zero) not folded in
+    assert not torch.equal(dict(iter_engine_weights(m))["proj.weight"], layer.base_layer.weight)
+    assert list(got) == ["proj.weight", "proj.bias", "other.weight", "other.bias"]
+    assert stats["bytes"] == (24 + 4 + 12 + 3) * 4

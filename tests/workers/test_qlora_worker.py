@@ -1,6 +1,8 @@
 """QLoRA on one worker (in-process, the hf engine): an NF4 base under LoRA adapters trains, the engine
-samples from the 4-bit policy from the first step, a checkpoint resumes bit for bit, and the exported
-adapter loads with peft onto the same NF4 base and gives the trainer's logits."""
+samples from the 4-bit policy from the first step (the adapter sync, the default: the dequantized base
+once at build, then adapters alone), a checkpoint resumes bit for bit, and the exported adapter loads
+with peft onto the same NF4 base and gives the trainer's logits. vLLM's adapter sync over the NF4 base:
+tests/workers/test_rollout_vllm_lora.py."""
 
 import pytest
 import torch
@@ -12,6 +14,11 @@ from tests.workers.test_hybrid_worker import add, generate, make_worker
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torchao")
+# The embedded tiny model in fp32: embeddings 763 x 128 (tied to the head), per layer q 128x128 + 128,
+# k and v 64x128 + 64 each, o 128x128, gate/up/down 352x128 each, two norms of 128; a final norm.
+BASE_BYTES = (763 * 128 + 2 * (128 * 128 + 128 + 2 * (64 * 128 + 64) + 128 * 128 + 3 * 352 * 128 + 2 * 128) + 128) * 4
+# Per layer: q A [4, 128] + B [128, 4], v A [4, 128] + B [64, 4], down A [4, 352] + B [128, 4]; fp32.
+ADAPTER_BYTES = 2 * (4 * 128 + 128 * 4 + 4 * 128 + 64 * 4 + 4 * 352 + 128 * 4) * 4
 QLORA = (f"{ARR}.model.quantization=nf4", f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8",
          f"{ARR}.model.target_modules=[q_proj,v_proj,down_proj]")
 
@@ -23,7 +30,7 @@ def step(worker, prompts, seed: int):
     add(worker, batch, "ref")
     batch["advantages"] = torch.randn(batch["responses"].shape, generator=torch.Generator().manual_seed(seed))
     worker.run(batch, "update_actor")
-    worker.run(None, "update_weights")
+    metrics.update(worker.run(None, "update_weights")[1])
     return batch, metrics
 
 
@@ -48,9 +55,14 @@ def test_qlora_trains_resumes_exactly_and_exports_a_peft_adapter(tmp_path):
     # The 4-bit base is replicated (left out of FSDP2); the adapters are FSDP2 shards (DTensors).
     assert not any(hasattr(p, "to_local") for p in model.parameters() if is_quantized(p))
     assert all(hasattr(p, "to_local") for p in model.parameters() if p.requires_grad)
+    # The engine loaded the fp32 checkpoint and was sent its 4-bit round trip once, before it sampled:
+    # every base tensor (test_rollout_vllm_lora.py's BASE_BYTES), and the adapters.
+    assert worker.first_sync["perf/update_weights/base_bytes"] == BASE_BYTES
+    assert worker.first_sync["perf/update_weights/bytes"] == BASE_BYTES + ADAPTER_BYTES
     batch, metrics = step(worker, prompts, seed=3)
-    # The engine loaded the bf16/fp32 checkpoint, and was synced the 4-bit policy before it sampled.
     assert metrics["rollout/logprob_diff"] < 1e-4
+    # Each step's sync: the adapters alone, the base never again.
+    assert metrics["perf/update_weights/bytes"] == ADAPTER_BYTES and "perf/update_weights/base_bytes" not in metrics
     worker.save_checkpoint(str(tmp_path / "ckpt"), save_hf=True, merge_lora=False)
     saved = trained(worker)
     ids = batch["input_ids"][:2]
@@ -60,6 +72,7 @@ def test_qlora_trains_resumes_exactly_and_exports_a_peft_adapter(tmp_path):
 
     batch2, metrics = step(worker, prompts, seed=4)  # the reference continuation
     assert metrics["rollout/logprob_diff"] < 1e-4  # the synced adapters reached the engine
+    assert metrics["perf/update_weights/bytes"] == ADAPTER_BYTES
     expected = trained(worker)
 
     again, _ = make_worker("hf", *QLORA)

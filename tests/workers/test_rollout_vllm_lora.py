@@ -76,22 +76,22 @@ def test_adapter_syncs_keep_the_engine_equal_to_the_trainer(engine, actor):
     assert not torch.equal(seen[0], seen[-1])  # the adapters changed what is generated
 
 
+def logprob_diff(engine, model) -> dict[str, float]:
+    """rollout/logprob_diff(_max) as a run reports it: the engine's sampled log-probs against `model`'s."""
+    out = generate(engine, PROMPTS, SAMPLED)
+    input_ids, attention_mask, position_ids = trainer_inputs(PROMPTS, out, PAD)
+    with torch.no_grad():
+        lp, _ = causal_lm_logprobs(model, input_ids, attention_mask, position_ids, SAMPLED.max_tokens,
+                                   temperature=SAMPLED.logprob_temperature, chunk_tokens=16)
+    return logprob_diff_metrics(lp, {"response_mask": out.response_mask, "rollout_log_probs": out.log_probs})
+
+
 def test_a_sync_that_did_not_take_shows_in_logprob_diff(engine, actor):
     engine.sync_adapters(iter_adapter_weights(actor, torch.float32))
-    out = generate(engine, PROMPTS, SAMPLED)
-
-    def diff(model):
-        input_ids, attention_mask, position_ids = trainer_inputs(PROMPTS, out, PAD)
-
-        with torch.no_grad():
-            lp, _ = causal_lm_logprobs(model, input_ids, attention_mask, position_ids, SAMPLED.max_tokens,
-                                       temperature=SAMPLED.logprob_temperature, chunk_tokens=16)
-        batch = {"response_mask": out.response_mask, "rollout_log_probs": out.log_probs}
-        return logprob_diff_metrics(lp, batch)["rollout/logprob_diff_max"]
-
-    assert diff(actor) < BOUND  # in sync
+    assert logprob_diff(engine, actor)["rollout/logprob_diff_max"] < BOUND  # in sync
     step(actor, seed=99)  # the trainer moves on; the injected fault: no sync_adapters call
-    assert diff(actor) > 100 * BOUND  # the stale adapter is far outside the bound the run's tests assert
+    # The stale adapter is far outside the bound the run's tests assert.
+    assert logprob_diff(engine, actor)["rollout/logprob_diff_max"] > 100 * BOUND
 
 
 def test_sync_adapters_refuses_an_engine_built_without_lora(engine, monkeypatch):
@@ -106,3 +106,35 @@ def test_the_engine_never_writes_into_the_trainers_adapters(engine, actor):
     before = {n: p.detach().clone() for n, p in actor.named_parameters() if ".lora_" in n}
     engine.sync_adapters(iter_adapter_weights(actor))  # no dtype: nothing to cast, the aliasing case
     assert all(torch.equal(p, before[n]) for n, p in actor.named_parameters() if ".lora_" in n)
+
+
+
+def test_over_an_nf4_base_the_base_goes_once_then_only_adapters(engine, actor):
+    """QLoRA with the adapter sync (docs/quantization.md): the engine loaded the checkpoint's own weights;
+    it takes the dequantized 4-bit base once, then each sync is the adapters alone, and stays the trainer."""
+    pytest.importorskip("torchao")
+    from logicrl.models.loading import QuantSpec
+    from logicrl.workers.weight_sync import iter_engine_weights
+    from tests.workers.test_qlora_worker import ADAPTER_BYTES, BASE_BYTES
+
+    qlora = load_causal_lm("embedded:tiny", torch.float32, lora=LORA, quant=QuantSpec("nf4", 64, 256)).eval()
+    try:
+        step(qlora, seed=1)
+        engine.sync_adapters(iter_adapter_weights(qlora, torch.float32))
+        # Adapters alone over the checkpoint's own base: the 4-bit round trip is missing (what lora_sync
+        # was forced to merged for), far outside the bound.
+        assert logprob_diff(engine, qlora)["rollout/logprob_diff"] > 100 * BOUND
+        base: dict = {}
+        engine.sync_weights(iter_engine_weights(qlora, None, base, dtype=torch.float32, merge_lora=False))
+        assert base["bytes"] == BASE_BYTES and engine.lora_request is None  # vLLM's reload dropped the adapter
+        for i in range(2, 5):
+            stats: dict = {}
+            engine.sync_adapters(iter_adapter_weights(qlora, torch.float32, stats))
+            assert stats["bytes"] == ADAPTER_BYTES  # the base is never re-sent
+            assert_engine_is_the_trainer(engine, qlora)  # greedy = argmax, log-probs within the merged bound
+            step(qlora, seed=i)
+        # A sync that did not take (the last step above was never sent) is caught over the 4-bit base too.
+        assert logprob_diff(engine, qlora)["rollout/logprob_diff_max"] > 100 * BOUND
+    finally:  # the module's engine goes back to the checkpoint's base for the tests after this one
+        engine.sync_weights(iter_engine_weights(actor, None, dtype=torch.float32, merge_lora=False))
+        engine.sync_adapters(iter_adapter_weights(actor, torch.float32))

@@ -160,10 +160,15 @@ class HFRolloutEngine:
         tensors, not DTensor shards. Nothing is kept after its copy, so the memory a sync adds is
         what the caller's stream holds: one bucket of update_weights_bucket_mb with
         weight_sync.iter_engine_weights (tests/workers/test_weight_sync.py measures it). Tied
-        parameters are listed under every name, so either name works.
+        parameters are listed under every name, so either name works. Under the engine's own peft
+        adapters (rollout.lora_sync=adapters) a base tensor is also found by its plain HF name, as
+        the base stream over a 4-bit base names it (weight_sync.iter_engine_weights, merge_lora=False).
         """
         own = dict(self.model.named_parameters(remove_duplicate=False))
         own.update(self.model.named_buffers(remove_duplicate=False))
+        # peft's 'base_model.model.x.q_proj.base_layer.weight' is also 'x.q_proj.weight'.
+        own.update({n.removeprefix("base_model.model.").replace(".base_layer.", "."): t for n, t in list(own.items())
+                    if n.startswith("base_model.model.") and ".lora_" not in n})
         with torch.no_grad():
             for name, tensor in named_tensors:
                 if name not in own:

@@ -16,6 +16,8 @@ LoRA: with `lora` given (rollout.lora_sync=adapters) the engine is built with Lo
 sync hands it only the adapter tensors (sync_adapters, vllm_lora.py); the base is loaded once and
 never re-sent, so sleep on CUDA keeps it (level 1: offloaded to the host, back on wake). Without
 `lora` (lora_sync=merged) each adapted Linear arrives merged (weight_sync.py) through sync_weights.
+Over a 4-bit base (model.quantization) a LoRA engine also takes sync_weights once, the dequantized
+base, before its first adapters (docs/quantization.md).
 """
 
 from __future__ import annotations
@@ -229,6 +231,10 @@ class VLLMRolloutEngine:
             self.llm.wake_up(tags=["weights"])
         self.llm.collective_rpc(_reload_weights, args=(named_tensors,))
         self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+        # vLLM's reload drops every adapter (reset_lora_state: they were built over the old base), so
+        # until the next sync_adapters the engine runs the base alone. Over a 4-bit base the worker
+        # sends that base once, then the adapters (workers/hybrid.py).
+        self.lora_request = None
         # Every parameter was streamed (weight_sync.iter_engine_weights sends the whole model), so
         # nothing discarded is left. A stream that raised part-way leaves the flag as it was.
         self.weights_valid = True
