@@ -243,11 +243,12 @@ class DoesNotFit(ConfigError):
         self.peaks_gb = {p.name: round(p.total / GB, 3) for p in plan.running()}
 
 
-def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
+def check_fit(plan: MemoryPlan, capacity_gb: float | None = None, auto: bool = False) -> None:
     """Raise ConfigError for the phase furthest over the device, naming the knobs that make it fit.
 
     capacity_gb: check against another device size than the plan's (the plan is redone for it,
-    since vLLM's KV cache on CUDA is a fraction of the device).
+    since vLLM's KV cache on CUDA is a fraction of the device). auto: the plan is auto_micro_batch's
+    (its micro-batches the largest that fit), so a sequence-parallel size is named without a micro-batch.
     """
     if capacity_gb is not None and int(capacity_gb * GB) != plan.capacity:
         plan = plan_inputs(plan.inputs, int(capacity_gb * GB))
@@ -260,7 +261,7 @@ def check_fit(plan: MemoryPlan, capacity_gb: float | None = None) -> None:
     need = f"{worst.name} needs {worst.total / GB:.1f} GB > {plan.usable / GB:.1f} GB usable per device{others}"
     fixes = remedies(plan)
     budget, budget_keys = budget_remedy(plan)
-    sp = sp_remedy(plan)
+    sp = sp_remedy(plan, auto)
     if fixes:
         also, sp_keys = (f"; or {sp}", [sp.split("=")[0].removeprefix("set ")]) if sp else ("", [])
         raise DoesNotFit(f"{need}: set {' or '.join(f'{k}={_show(v)}' for k, v in fixes)}{budget}{also}",
@@ -294,10 +295,11 @@ SP_KEYS = {"actor": (f"{ARR}.actor.ulysses_sequence_parallel_size", ("actor", "r
            "reward_model": ("reward_model.ulysses_sequence_parallel_size", ("reward_model",))}
 
 
-def sp_remedy(plan: MemoryPlan) -> str | None:
+def sp_remedy(plan: MemoryPlan, auto: bool = False) -> str | None:
     """For a packed phase that no micro-batch makes fit: the smallest sequence-parallel size (a divisor of
     the ranks that the model's heads allow, config/sequence_parallel.py) with which it fits at one row per
-    micro-batch (or a one-row budget), as "set <key>=S (...)"; None when none does."""
+    micro-batch (or a one-row budget), as "set <key>=S (...)"; None when none does. The one-row setting is
+    named beside it unless configured already, or `auto` (trainer.auto_micro_batch picks it at that size)."""
     worst, x = worst_phase(plan), plan.inputs
     model = BY_NAME[worst.name].model
     packing = {"reward_model": x.reward_packing, "critic": x.critic_packing}.get(model, x.packing)
@@ -316,7 +318,7 @@ def sp_remedy(plan: MemoryPlan) -> str | None:
         y = replace(x, sequence_parallel=tuple(split.items())).with_micro(smallest)
         if _fits(y, plan.capacity, (worst.name,)):
             (what, value), = smallest.items()
-            micro = f" with {what}={value}" if x.setting(what) != value else ""
+            micro = f" with {what}={value}" if x.setting(what) != value and not auto else ""
             return f"set {key}={s} (Ulysses sequence parallelism: each row's tokens split over {s} ranks){micro}"
     return None
 

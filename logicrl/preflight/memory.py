@@ -76,7 +76,7 @@ def check_memory(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> StagePlan:
     by_rows = {token_key(p.micro.key) for p in plan.phases if p.micro is not None and not p.micro.by_tokens}
     memory = plan_inputs(x, cap)
     table = _table(memory, source, picked, by_rows)
-    check_fit(memory)
+    check_fit(memory, auto=cfg.trainer.auto_micro_batch)
     # The workers run the grad_accumulation the plan resolved ("auto": unsharded unless it does not fit).
     chosen = memory.inputs
     step_plan = plan.with_micro(picked).with_grad_accumulation(chosen.actor_grad_accum, chosen.critic_grad_accum)

@@ -138,21 +138,19 @@ class HybridWorker:
         tokenizer = load_tokenizer(model_cfg.path, quiet=True)
         self.lora = model_cfg.lora_rank > 0
         # Each phase's micro-batch as it stands: the plan's, halved by an OOM for the rest of the run.
-        self.sizes = {p.name: MicroSize(p.name, p.micro.key, p.micro.value, by_tokens=p.micro.by_tokens)
-                      for p in plan.phases if p.micro is not None}
         # Ulysses sequence parallelism (models/ulysses.py): in a phase of a model with SP size S, groups of
         # S consecutive ranks hold the same rows (the controller sends each group one shard, trainer/ppo.py),
-        # each rank running 1/S of every packed row. A token budget then holds S times the tokens of one
-        # rank's share (verl scales it the same way); a mini-batch is S ranks' worth of rows. Every rank
-        # creates every group size's groups, in one order.
+        # each rank running 1/S of every packed row. A token budget then packs S times the tokens of one
+        # rank's share (verl scales it the same way; MicroSize.group); a mini-batch is S ranks' worth of
+        # rows. Every rank creates every group size's groups, in one order.
+        self.sizes = {p.name: MicroSize(p.name, p.micro.key, p.micro.value, by_tokens=p.micro.by_tokens,
+                                        group=phase_sp_size(cfg, p.name))
+                      for p in plan.phases if p.micro is not None}
         in_use = {"actor": True, "ref": plan.runs("ref"), "critic": plan.critic is not None,
                   "reward_model": plan.runs("reward_model")}
         sp_sizes = {model: s if in_use[model] else 1 for model, s in model_sp_sizes(cfg).items()}
         groups = {s: sequence_parallel_group(s) for s in sorted(set(sp_sizes.values()))}
         self.sp = {model: groups[s] for model, s in sp_sizes.items()}  # None where S = 1
-        for name, size in self.sizes.items():
-            if size.by_tokens:
-                size.value *= phase_sp_size(cfg, name)
 
         lora = LoraSpec(model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.target_modules) if self.lora else None
         # The actor and critic keep fp32 master weights and AdamW states when self.dtype (the compute

@@ -67,16 +67,20 @@ class MicroSize:
     by_tokens: bool = False  # value is a token budget (use_dynamic_bsz)
     minimum: int = 1  # below this halving means nothing (one row; a budget of one row's tokens)
     retries: int = 0
+    # Ranks that split each packed row (Ulysses SP, models/ulysses.py): a group's micro-batch packs
+    # group x value tokens, of which each rank computes its 1/group share, so `value` (what is reported,
+    # halved and saved) stays the config's per-rank budget. Rows per micro-batch are not scaled.
+    group: int = 1
 
     def split(self, batch: TensorDict, device: torch.device, with_index: bool = False):
-        """`batch` in micro-batches of `value` rows, or packed to `value` tokens (see workers/micro.py);
+        """`batch` in micro-batches of `value` rows, or packed to `value` tokens per rank (see workers/micro.py);
         with `with_index`, also the row order to undo (None for fixed splits, which keep it)."""
         if not self.by_tokens:
             parts = split_fixed(batch, self.value)
             return (parts, None) if with_index else parts
-        # A row is never split: a budget below the longest row cannot make micro-batches smaller.
-        self.minimum = int(batch["attention_mask"].sum(-1).max())
-        return split_by_tokens(batch, self.value, device, with_index=with_index)
+        # A row is never split: a budget below the longest row's share cannot make micro-batches smaller.
+        self.minimum = -(-int(batch["attention_mask"].sum(-1).max()) // self.group)
+        return split_by_tokens(batch, self.value * self.group, device, with_index=with_index)
 
     def halve(self) -> int:
         """Halve `value` (returns the old one), or raise OutOfMemoryAtMinimum."""

@@ -1,7 +1,8 @@
 """The memory plan under Ulysses sequence parallelism (memory/phases.py sequence_parallel, memory/fit.py
 sp_remedy): SP divides per-token activations, not weights or optimizer states, and a refusal names the
 size that fits. The seed-001 scenario: Qwen2.5-7B's shape on 4 x 80 GB, 16k-token responses, rollout.n=16,
-no gradient checkpointing (docs/memory.md has its table)."""
+no gradient checkpointing (docs/memory.md has its table). And trainer.auto_micro_batch's path (preflight
+check_memory) on a config only: when no micro-batch or token budget fits, its refusal names the SP size."""
 
 import pytest
 
@@ -10,7 +11,7 @@ from logicrl.config.phases import ARR
 from logicrl.memory.fit import check_fit
 from logicrl.memory.phases import sequence_parallel
 from logicrl.memory.planner import plan_inputs
-from logicrl.preflight.memory import plan_for
+from logicrl.preflight.memory import check_memory, plan_for
 from tests.conftest import ROOT
 
 QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"  # 28 heads, 4 KV heads of 128
@@ -55,3 +56,25 @@ def test_the_exchange_buffers_by_hand(data_files):
     assert (s, tokens, local) == (4, 17408, 4352)
     assert exchange == 3 * 4352 * (28 + 8) * 128 * 2 + 3 * 4352 * 28 * 128 * 2
     assert sequence_parallel(x, "generate", x.spec, 1, None)[0] == 1  # rollout is not split
+
+
+def test_auto_micro_batch_names_the_sp_size_when_no_micro_batch_fits(data_files):
+    # Qwen2.5-7B's shape, 1,024 + 31,744 = 32,768-token rows, gradient checkpointing on, 4 x 48 GB: auto
+    # fitting finds no token budget or micro-batch for update_actor (not even one row fits a rank), so the
+    # refusal is SP alone, without a micro-batch (auto picks it at that size); at that size auto fits.
+    def stage(sp: int):
+        cfg, spec, plan = validate(compose([
+            *data_files, "data.train_batch_size=16", "data.max_prompt_length=1024", "data.max_response_length=31744",
+            f"{ARR}.model.path={QWEN7B}", f"{ARR}.model.use_remove_padding=true", "trainer.auto_micro_batch=true",
+            f"{ARR}.model.enable_gradient_checkpointing=true", f"{ARR}.actor.ppo_mini_batch_size=16",
+            f"{ARR}.rollout.n=16", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.gpu_memory_utilization=0.5",
+            "trainer.n_gpus=4", "trainer.gpu_memory_gb=48", "trainer.device=cuda", f"{SP}={sp}"]))
+        return check_memory(cfg, spec, plan)
+
+    with pytest.raises(ConfigError) as err:
+        stage(1)
+    assert str(err.value).endswith(
+        f"a 32,768-token row does not fit at any micro-batch on one device; set {SP}=2 (Ulysses sequence "
+        "parallelism: each row's tokens split over 2 ranks)"), err.value
+    fitted = stage(2)  # auto's picks at SP 2 fit every phase
+    assert "update_actor splits each row over 2 ranks" in fitted.table and "auto_micro_batch: " in fitted.table

@@ -6,6 +6,7 @@ the gradients, and `actor/loss` is the mini-batch's loss whatever the split.
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from logicrl.workers.actor import forward_logprobs
 from logicrl.workers.micro import split_by_tokens
@@ -64,6 +65,30 @@ def test_oom_at_a_micro_batch_of_one_is_a_clear_error():
     with pytest.raises(OutOfMemoryAtMinimum, match=r"ppo_micro_batch_size_per_gpu=1, the smallest split"):
         retry_on_oom(size, always_oom, torch.device("cpu"))
     assert calls == [2, 1]
+
+
+def test_a_token_budget_under_sequence_parallelism_stays_per_rank():
+    # Ulysses SP 2 (MicroSize.group): each rank computes half of every packed row, so a group's micro-batch
+    # packs 2 x 12 tokens. Rows of 10, 9, 7 and 6 real tokens (32): two micro-batches of 16 (10+6, 9+7),
+    # where one rank alone (group 1) takes ceil(32 / 12) = 3. The value reported (perf/micro_size), halved
+    # and saved stays the per-rank budget of 12; halving stops at the longest row's share, ceil(10 / 2) = 5.
+    lengths = torch.tensor([10, 9, 7, 6])
+    batch = TensorDict({"attention_mask": (torch.arange(12)[None] < lengths[:, None]).long()}, batch_size=[4])
+    size = MicroSize("old_log_prob", "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", 12,
+                     by_tokens=True, group=2)
+    parts = size.split(batch, torch.device("cpu"))
+    assert sorted(p["attention_mask"].sum().item() for p in parts) == [16, 16]
+    assert len(MicroSize("old_log_prob", "k", 12, by_tokens=True).split(batch, torch.device("cpu"))) == 3
+    calls = []
+
+    def always_oom(given):
+        calls.append(given.value)
+        given.split(batch, torch.device("cpu"))
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    with pytest.raises(OutOfMemoryAtMinimum, match=r"log_prob_max_token_len_per_gpu=5, the smallest split"):
+        retry_on_oom(size, always_oom, torch.device("cpu"))
+    assert calls == [12, 6, 5]
 
 
 @pytest.mark.integration
