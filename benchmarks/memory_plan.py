@@ -9,7 +9,8 @@ the hf engine), warmed up to steady state, then for each (lengths, micro-batch) 
 phases run in its order and each phase's peak is compared with the plan of the same config. By
 default one rank on both shapes, then two ranks on the smaller one, each in VARIANTS (padded, packed,
 sharded and sp on two ranks, rerender: a reward model with its own chat template, qlora: an NF4 base under
-LoRA; sp: Ulysses sequence parallelism of 2 for all four models, the SP 1 cells being packed's). About 15 minutes on 2 CPU cores; docs/memory.md explains the grid and the results. Measured: on CUDA max_memory_allocated, on
+LoRA; sp: Ulysses sequence parallelism of 2 for all four models, whose SP 1 cells are packed's). About 15
+minutes on 2 CPU cores; docs/memory.md explains the grid and the results. Measured: on CUDA max_memory_allocated, on
 CPU the peak of live tensor bytes from c10's allocation records (logicrl/memory/tracker.py). Target:
 +-15% in every cell; "rise error" checks what a phase adds to the bytes it found, a harsher test.
 """
@@ -251,7 +252,10 @@ def main() -> None:
     device_kind = "cuda" if torch.cuda.is_available() else "cpu"
     capacity_gb = torch.cuda.get_device_properties(0).total_memory / 2**30 if device_kind == "cuda" else 64.0
     every, small = list(SHAPES.items()), list(SHAPES.items())[:1]
-    runs = [(args.ranks or 1, small)] if args.quick else [(args.ranks, every)] if args.ranks else [(1, every), (2, small)]
+    if args.quick:
+        runs = [(args.ranks or 1, small)]
+    else:
+        runs = [(args.ranks, every)] if args.ranks else [(1, every), (2, small)]
     chosen = [v for v in args.variants.split(",") if v]
     unknown = set(chosen) - set(VARIANTS)
     if unknown:
