@@ -47,10 +47,11 @@ def build_batch(rows: int, prompt_len: int, response_len: int, vocab: int, seed:
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), mask[:, prompt_len:]
 
 
-def one_pass(model, batch, micro: int, response_len: int, packed: bool, train: bool) -> float:
+def one_pass(model, batch, micro: int, response_len: int, packed: bool, train: bool) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of one pass over the batch."""
     ids, mask, pos, resp_mask = batch
     model.set_attn_implementation(packed_attention(packed, torch.device("cpu"), torch.float32) or "sdpa")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for s in range(0, ids.shape[0], micro):
         rows = slice(s, s + micro)
         with torch.enable_grad() if train else torch.no_grad():
@@ -61,25 +62,31 @@ def one_pass(model, batch, micro: int, response_len: int, packed: bool, train: b
                 ((-logp + 0.01 * ent) * m).sum().div(m.sum()).backward()
     if train:
         model.zero_grad(set_to_none=True)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def compare(model, batch, micro: int, response_len: int, train: bool, repeats: int, warmup: int) -> dict:
     """Padded and packed passes interleaved in pairs, the order flipped every pair (padded first, then
     packed first), after `warmup` passes of each: load from other processes that rises or falls during
     a pair, or across the run, then hits both alike. The ratio is the median of each pair's own
-    packed / padded; its spread is the pairs' quartiles and extremes."""
+    packed / padded; its spread is the pairs' quartiles and extremes. Both in wall time and in this
+    process's CPU time, which other processes' load changes far less (time spent waiting for a core is
+    not counted), though spinning OpenMP threads count theirs."""
     for _ in range(warmup):
         for packed in (True, False):
             one_pass(model, batch, micro, response_len, packed, train)
-    times: dict[bool, list[float]] = {False: [], True: []}
+    times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     for i in range(repeats):
         for packed in ((False, True) if i % 2 == 0 else (True, False)):
             times[packed].append(one_pass(model, batch, micro, response_len, packed, train))
-    ratios = sorted(b / a for a, b in zip(times[False], times[True]))
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-    return {"padded": times[False], "packed": times[True], "ratio": statistics.median(ratios), "q1": quartiles[0],
-            "q3": quartiles[2], "low": ratios[0], "high": ratios[-1]}
+    out = {}
+    for clock, k in (("wall", 0), ("cpu", 1)):
+        ratios = sorted(b[k] / a[k] for a, b in zip(times[False], times[True]))
+        quartiles = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
+        out[clock] = {"padded": [t[k] for t in times[False]], "packed": [t[k] for t in times[True]],
+                      "ratio": statistics.median(ratios), "q1": quartiles[0], "q3": quartiles[2],
+                      "low": ratios[0], "high": ratios[-1]}
+    return out
 
 
 def profile(model, batch, micro: int, response_len: int, rows: int) -> None:
@@ -88,7 +95,7 @@ def profile(model, batch, micro: int, response_len: int, rows: int) -> None:
     from torch.profiler import profile as torch_profile
 
     for packed in (False, True):
-        one_pass(model, batch, micro, response_len, packed, True)  # warm
+        one_pass(model, batch, micro, response_len, packed, True)  # warm-up
         with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
             one_pass(model, batch, micro, response_len, packed, True)
         print(f"\n{'packed' if packed else 'padded'}, {micro} rows per micro-batch, update pass:")
@@ -103,7 +110,9 @@ def main() -> None:
     ap.add_argument("--response-len", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=7, help="timed (padded, packed) pairs per comparison")
     ap.add_argument("--warmup", type=int, default=1, help="untimed passes each way before them")
-    ap.add_argument("--threads", type=int, default=2)
+    # One thread: on cores shared with other jobs a second OpenMP thread spins while its partner waits for a
+    # core, which slows the pass by whatever the load is and counts as this process's CPU time.
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--profile", type=int, default=0, metavar="OPS",
                     help="instead: profile one update pass each way at the first --micro, print the top OPS ops")
     args = ap.parse_args()
@@ -128,18 +137,20 @@ def main() -> None:
     for micro in micros:
         for train, name in ((True, "update (fwd+bwd)"), (False, "log-prob (fwd)")):
             r = compare(model, batch, micro, args.response_len, train, args.repeats, args.warmup)
-            print(f"micro {micro:>2} {name}: padded {' '.join(f'{t:.2f}' for t in r['padded'])} s | "
-                  f"packed {' '.join(f'{t:.2f}' for t in r['packed'])} s")
+            for clock in ("wall", "cpu"):
+                print(f"micro {micro:>2} {name} {clock}: padded {' '.join(f'{t:.2f}' for t in r[clock]['padded'])} s"
+                      f" | packed {' '.join(f'{t:.2f}' for t in r[clock]['packed'])} s", flush=True)
             summary.append((micro, name.split()[0], r))
-    print("\npacked / padded, the median of the pairs' ratios [quartiles] (extremes):")
+    print("\npacked / padded, the median of the pairs' ratios [quartiles] (extremes), wall time; CPU time:")
     for micro, name, r in summary:
-        print(f"  micro {micro:>2} {name:<9} {r['ratio']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}] "
-              f"({r['low']:.2f}-{r['high']:.2f}); medians padded {statistics.median(r['padded']):.2f} s, "
-              f"packed {statistics.median(r['packed']):.2f} s")
-    losing = [f"micro {m} {n}" for m, n, r in summary if r["ratio"] > 1.0]
-    print(f"packed <= padded in {len(summary) - len(losing)} of {len(summary)}" +
-          (f"; above 1.0: {', '.join(losing)}" if losing else ""))
-
+        print(f"  micro {micro:>2} {name:<9} " + "; ".join(
+            f"{c['ratio']:.2f} [{c['q1']:.2f}-{c['q3']:.2f}] ({c['low']:.2f}-{c['high']:.2f})"
+            for c in (r["wall"], r["cpu"])) +
+            f"; median padded {statistics.median(r['wall']['padded']):.2f} s wall")
+    for clock in ("wall", "cpu"):
+        losing = [f"micro {m} {n}" for m, n, r in summary if r[clock]["ratio"] > 1.0]
+        print(f"{clock}: packed <= padded in {len(summary) - len(losing)} of {len(summary)}" +
+              (f"; above 1.0: {', '.join(losing)}" if losing else ""))
 
 if __name__ == "__main__":
     main()
