@@ -132,10 +132,10 @@ def _function():
         On CPU each sequence runs torch's flash kernel for CPU (what SDPA itself calls there) directly, and
         its logsumexp (fp32, one per head and token) is kept too, in one [1, heads, L] buffer: backward
         then calls the kernel's own backward per sequence, as SDPA's autograd does for a padded row,
-        instead of running each sequence's attention forward again (the update's extra forward, and an
-        autograd graph per sequence and layer, cost packed micro-batches of 4 rows their lead over
-        padded ones: docs/memory.md). Elsewhere (CUDA: several kernels, SDPA picks one) backward
-        recomputes one sequence's attention at a time."""
+        instead of running each sequence's attention forward again under autograd (one attention
+        forward per layer and an autograd graph per sequence fewer; the plan counts the logsumexp on
+        every device). Elsewhere (CUDA: several kernels, SDPA picks one) backward recomputes one
+        sequence's attention at a time."""
 
         @staticmethod
         def forward(ctx, q, k, v, bounds, scale, gqa):
