@@ -8,8 +8,9 @@ with every phase running (FSDP2 actor, reference and critic, a reward model of i
 the hf engine), warmed up to steady state, then for each (lengths, micro-batch) cell the trainer's
 phases run in its order and each phase's peak is compared with the plan of the same config. By
 default one rank on both shapes, then two ranks on the smaller one, each in VARIANTS (padded, packed,
-sharded on two ranks, rerender: a reward model with its own chat template, qlora: an NF4 base under
-LoRA). About 15 minutes on 2 CPU cores; docs/memory.md explains the grid and the results. Measured: on CUDA max_memory_allocated, on
+sharded and sp on two ranks, rerender: a reward model with its own chat template, qlora: an NF4 base under
+LoRA; sp: Ulysses sequence parallelism of 2 for all four models, whose SP 1 cells are packed's). About 15
+minutes on 2 CPU cores; docs/memory.md explains the grid and the results. Measured: on CUDA max_memory_allocated, on
 CPU the peak of live tensor bytes from c10's allocation records (logicrl/memory/tracker.py). Target:
 +-15% in every cell; "rise error" checks what a phase adds to the bytes it found, a harsher test.
 """
@@ -45,6 +46,10 @@ SHAPES = {
 # The reward model: its own shape (a vocabulary covering both actors' token ids), scoring the actor's rows.
 RM_SHAPE = dict(QWEN2, hidden_size=192, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
                 intermediate_size=512, vocab_size=24576, tie_word_embeddings=False)
+# The sp variant's reward model: RM_SHAPE with 4 query heads (3 do not split over 2 ranks) and its one KV
+# head replicated to each rank of the group (models/ulysses.py kv_replicas).
+RM_SP_SHAPE = dict(RM_SHAPE, hidden_size=256, num_attention_heads=4)
+SP = 2  # the sp variant's ulysses_sequence_parallel_size
 RM_TEMPLATE = "{%- for m in messages %}{{- m['role'] + ': ' + m['content'] + '\n' }}{%- endfor %}"
 RERENDER_LEN = 512  # reward_model.max_length of the rerender variant: >= the longest P+R, 256
 LENGTHS = [(24, 40), (64, 192)]  # (prompt, response) tokens
@@ -56,6 +61,11 @@ VARIANTS = {
     "rerender": [f"reward_model.max_length={RERENDER_LEN}"],  # and the reward model with its own template
     # QLoRA: an NF4 base (replicated, dequantized a Linear at a time) under rank-8 adapters (models/quantize.py)
     "qlora": [f"{ARR}.model.lora_rank=8", f"{ARR}.model.lora_alpha=16", f"{ARR}.model.quantization=nf4"],
+    # Ulysses SP (models/ulysses.py): each group of SP ranks holds the same rows, each rank 1/SP of every
+    # packed row's tokens; packed on 2 ranks is its SP 1.
+    "sp": [f"{ARR}.model.use_remove_padding=true",  # the critic's and reward model's follow it (conf/)
+           *(f"{role}.ulysses_sequence_parallel_size={SP}" for role in (f"{ARR}.actor", f"{ARR}.ref", "critic",
+                                                                          "reward_model"))],
 }
 
 
@@ -78,8 +88,8 @@ def write_checkpoint(shape: dict, directory: Path) -> None:
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(directory)
 
 
-def write_reward_model(directory: Path, chat_template: str | None = None) -> None:
-    """A one-label Qwen2ForSequenceClassification of RM_SHAPE, seeded, with the embedded tiny model's
+def write_reward_model(directory: Path, chat_template: str | None = None, shape: dict = RM_SHAPE) -> None:
+    """A one-label Qwen2ForSequenceClassification of `shape`, seeded, with the embedded tiny model's
     tokenizer (the actors' own), under `chat_template` if given: then the worker re-renders."""
     import torch
     import transformers
@@ -88,7 +98,7 @@ def write_reward_model(directory: Path, chat_template: str | None = None) -> Non
 
     tokenizer = load_tokenizer("embedded:tiny", quiet=True)
     torch.manual_seed(0)
-    config = transformers.Qwen2Config(**{k: v for k, v in RM_SHAPE.items() if k not in ("model_type", "architectures")},
+    config = transformers.Qwen2Config(**{k: v for k, v in shape.items() if k not in ("model_type", "architectures")},
                                       num_labels=1, pad_token_id=tokenizer.pad_token_id)
     transformers.AutoModelForSequenceClassification.from_config(config).save_pretrained(directory)
     if chat_template is not None:
@@ -98,7 +108,7 @@ def write_reward_model(directory: Path, chat_template: str | None = None) -> Non
 
 def overrides(model_dir: Path, data: Path, prompt: int, response: int, micro: int, ranks: int,
               variant: str = "padded") -> list[str]:
-    rm = model_dir.parent / ("rm-own-template" if variant == "rerender" else "rm")
+    rm = model_dir.parent / {"rerender": "rm-own-template", "sp": "rm-sp"}.get(variant, "rm")
     return [*VARIANTS[variant], f"{ARR}.model.path={model_dir}", f"data.train_files={data}", f"data.val_files={data}",
             "reward_model.enable=true", f"reward_model.model.path={rm}",
             f"reward_model.micro_batch_size_per_gpu={micro}",
@@ -119,9 +129,11 @@ def set_micro(worker, micro: int) -> None:
         size.value = micro
 
 
-def run_phases(worker, prompts, response: int, tracker_cls, device, raw_prompt=None) -> dict[str, tuple]:
+def run_phases(worker, prompts, response: int, tracker_cls, device, raw_prompt=None,
+               regroup=None) -> dict[str, tuple]:
     """The trainer's phases in its order on one rank: (live bytes at the start, peak) of each.
-    `raw_prompt`: the rows' prompt text, sent to the reward model only (the controller's keep=)."""
+    `raw_prompt`: the rows' prompt text, sent to the reward model only (the controller's keep=).
+    `regroup`: the rows every phase after generation gets instead of this rank's own (sp_regroup)."""
     import torch
     from tensordict import NonTensorStack
 
@@ -136,6 +148,8 @@ def run_phases(worker, prompts, response: int, tracker_cls, device, raw_prompt=N
 
     batch = prompts.clone()
     measured("generate", batch, params=dict(max_tokens=response, seed=1))
+    if regroup is not None:
+        batch = regroup(batch)
     if raw_prompt is not None:
         batch["raw_prompt"] = NonTensorStack.from_list(raw_prompt)
     measured("reward_model", batch)
@@ -150,6 +164,20 @@ def run_phases(worker, prompts, response: int, tracker_cls, device, raw_prompt=N
         measured(phase, batch)
     measured("update_weights")
     return peaks
+
+
+def sp_regroup(batch, rank: int, world: int, sp: int, pad_id: int):
+    """What the controller does with generated rows under Ulysses SP (trainer/ppo.py rank_shards): every
+    rank's rows in one batch (cat_rounds pads their widths alike), split so that each group of `sp` ranks
+    gets the same shard (trainer/batch.py group_shards). A copy, so the rank keeps its group's rows only,
+    as when Ray delivers them."""
+    import torch.distributed as dist
+
+    from logicrl.trainer.batch import cat_rounds, group_shards
+
+    parts = [None] * world
+    dist.all_gather_object(parts, batch)
+    return group_shards(cat_rounds(parts, pad_id), world, sp)[rank].clone()
 
 
 def micros(world: int) -> list[int]:
@@ -185,7 +213,8 @@ def measure_shape(rank: int, world: int, port: int, config: dict, step_plan, sha
             if variant == "rerender" else None
         for micro in micros(world) if i else [1]:  # i == 0: warm-up to steady state, not reported
             set_micro(worker, micro)
-            measured = run_phases(worker, mine, response, PeakTracker, worker.device, raw)
+            regroup = (lambda b: sp_regroup(b, rank, world, SP, worker.engine.pad_id)) if variant == "sp" else None
+            measured = run_phases(worker, mine, response, PeakTracker, worker.device, raw, regroup)
             if not i:
                 continue
             for phase, (begin, peak) in measured.items():
@@ -209,11 +238,11 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--csv", type=Path, help="also write the table here, one row per cell (docs/memory_plan.csv)")
     parser.add_argument("--json", type=Path, help="also write every cell here")
-    parser.add_argument("--quick", action="store_true", help="one rank, the smaller shape only")
+    parser.add_argument("--quick", action="store_true", help="the smaller shape only, on one rank unless --ranks")
     parser.add_argument("--ranks", type=int, help="only this many FSDP ranks (default: 1 on every shape, then 2 "
                                                   "CPU processes over gloo, or 2 GPUs, on the smaller shape)")
-    parser.add_argument("--variants", default="", help="comma-separated VARIANTS to run (default: padded and "
-                                                       "packed, and sharded on two ranks)")
+    parser.add_argument("--variants", default="", help="comma-separated VARIANTS to run (default: all; sharded "
+                                                       "and sp on two ranks only)")
     args = parser.parse_args()
 
     import torch
@@ -223,14 +252,20 @@ def main() -> None:
     device_kind = "cuda" if torch.cuda.is_available() else "cpu"
     capacity_gb = torch.cuda.get_device_properties(0).total_memory / 2**30 if device_kind == "cuda" else 64.0
     every, small = list(SHAPES.items()), list(SHAPES.items())[:1]
-    runs = [(1, small)] if args.quick else [(args.ranks, every)] if args.ranks else [(1, every), (2, small)]
+    if args.quick:
+        runs = [(args.ranks or 1, small)]
+    else:
+        runs = [(args.ranks, every)] if args.ranks else [(1, every), (2, small)]
     chosen = [v for v in args.variants.split(",") if v]
     unknown = set(chosen) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown --variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
 
     def variants(ranks: int) -> list[str]:  # sharded accumulation needs more than one rank to differ
-        return chosen or ["padded", "packed"] + (["sharded"] if ranks > 1 else []) + ["rerender", "qlora"]
+        if chosen:  # SP needs its group's ranks
+            return [v for v in chosen if v != "sp" or ranks % SP == 0]
+        return ["padded", "packed"] + (["sharded"] if ranks > 1 else []) + ["rerender", "qlora"] + \
+            (["sp"] if ranks % SP == 0 else [])
     if device_kind == "cuda":  # one GPU per rank
         runs = [(r, shapes) for r, shapes in runs if r <= torch.cuda.device_count()]
     rows, start = [], time.perf_counter()
@@ -238,6 +273,7 @@ def main() -> None:
         data = write_jsonl(Path(tmp) / "prompts.jsonl", 8)
         write_reward_model(Path(tmp) / "rm")
         write_reward_model(Path(tmp) / "rm-own-template", RM_TEMPLATE)
+        write_reward_model(Path(tmp) / "rm-sp", shape=RM_SP_SHAPE)
         for ranks, shapes in runs:
             for name, shape in shapes:
                 model_dir = Path(tmp) / name.split()[0]

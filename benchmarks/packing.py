@@ -1,10 +1,8 @@
 """Packed (use_remove_padding) against padded micro-batches: the update's forward + backward, and
 the forward-only log-prob pass, on the same batch, alternating, in one process.
 
-    .venv/bin/python benchmarks/packing.py --rows 8 --micro 4 --prompt-len 32 --response-len 128 --repeats 2
-    .venv/bin/python benchmarks/packing.py          # 16 rows x (96 + 256): several times longer
-
-(The first took 10 minutes on 2 CPU cores shared with a load average of ~14; alone, about a tenth.)
+    .venv/bin/python benchmarks/packing.py                    # 16 rows x (96 + 256), micro-batches of 4, 8, 16
+    .venv/bin/python benchmarks/packing.py --micro 4 --profile 25     # where each way spends an update pass
 
 The model is step_time.py's BENCH_MODEL (a 27M-parameter Qwen2 shape, random weights, fp32) built
 from its config. The batch is laid out as the trainer lays it out (workers/hybrid.py _generate):
@@ -14,8 +12,11 @@ most stop earlier). Each timed pass runs every micro-batch of `--micro` rows, as
 (log-probs with entropy, a loss over real tokens, backward) and as old_log_prob (no grad). The
 same micro-batches run both ways; only the padding differs, and the attention each is loaded with in
 the trainer: padded on transformers' sdpa (with the padding mask), packed on the kernel
-models/attention.py chooses here (on CPU the per-sequence SDPA). Prints each repeat's seconds and
-the ratio packed / padded of the medians (below 1: packing is faster).
+models/attention.py chooses here (on CPU the per-sequence SDPA). On a machine shared with other jobs
+a single timing is noise (the same 4-row update measured 0.94 and 1.03 in two runs), so each
+comparison warms both ways up, then times `--repeats` pairs with the order flipped every pair, and
+reports the median of the pairs' packed / padded ratios (below 1: packing is faster) with their
+quartiles and extremes.
 """
 
 import argparse
@@ -46,10 +47,11 @@ def build_batch(rows: int, prompt_len: int, response_len: int, vocab: int, seed:
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), mask[:, prompt_len:]
 
 
-def one_pass(model, batch, micro: int, response_len: int, packed: bool, train: bool) -> float:
+def one_pass(model, batch, micro: int, response_len: int, packed: bool, train: bool) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of one pass over the batch."""
     ids, mask, pos, resp_mask = batch
     model.set_attn_implementation(packed_attention(packed, torch.device("cpu"), torch.float32) or "sdpa")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for s in range(0, ids.shape[0], micro):
         rows = slice(s, s + micro)
         with torch.enable_grad() if train else torch.no_grad():
@@ -60,17 +62,59 @@ def one_pass(model, batch, micro: int, response_len: int, packed: bool, train: b
                 ((-logp + 0.01 * ent) * m).sum().div(m.sum()).backward()
     if train:
         model.zero_grad(set_to_none=True)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def compare(model, batch, micro: int, response_len: int, train: bool, repeats: int, warmup: int) -> dict:
+    """Padded and packed passes interleaved in pairs, the order flipped every pair (padded first, then
+    packed first), after `warmup` passes of each: load from other processes that rises or falls during
+    a pair, or across the run, then hits both alike. The ratio is the median of each pair's own
+    packed / padded; its spread is the pairs' quartiles and extremes. Both in wall time and in this
+    process's CPU time, which other processes' load changes far less (time spent waiting for a core is
+    not counted), though spinning OpenMP threads count theirs."""
+    for _ in range(warmup):
+        for packed in (True, False):
+            one_pass(model, batch, micro, response_len, packed, train)
+    times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for i in range(repeats):
+        for packed in ((False, True) if i % 2 == 0 else (True, False)):
+            times[packed].append(one_pass(model, batch, micro, response_len, packed, train))
+    out = {}
+    for clock, k in (("wall", 0), ("cpu", 1)):
+        ratios = sorted(b[k] / a[k] for a, b in zip(times[False], times[True]))
+        quartiles = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
+        out[clock] = {"padded": [t[k] for t in times[False]], "packed": [t[k] for t in times[True]],
+                      "ratio": statistics.median(ratios), "q1": quartiles[0], "q3": quartiles[2],
+                      "low": ratios[0], "high": ratios[-1]}
+    return out
+
+
+def profile(model, batch, micro: int, response_len: int, rows: int) -> None:
+    """The ops each way spends the most CPU time in, over one update pass (forward + backward)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for packed in (False, True):
+        one_pass(model, batch, micro, response_len, packed, True)  # warm-up
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            one_pass(model, batch, micro, response_len, packed, True)
+        print(f"\n{'packed' if packed else 'padded'}, {micro} rows per micro-batch, update pass:")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=16)
-    ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--micro", default="4,8,16", help="rows per micro-batch, comma-separated: one comparison each")
     ap.add_argument("--prompt-len", type=int, default=96)
     ap.add_argument("--response-len", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=7, help="timed (padded, packed) pairs per comparison")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed passes each way before them")
+    # One thread: on cores shared with other jobs a second OpenMP thread spins while its partner waits for a
+    # core, which slows the pass by whatever the load is and counts as this process's CPU time.
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--profile", type=int, default=0, metavar="OPS",
+                    help="instead: profile one update pass each way at the first --micro, print the top OPS ops")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, Qwen2Config
@@ -83,19 +127,30 @@ def main() -> None:
           f"threads={args.threads}")
     batch = build_batch(args.rows, args.prompt_len, args.response_len, 2048)
     real, width = int(batch[1].sum()), batch[1].numel()
+    micros = [int(m) for m in args.micro.split(",")]
     print(f"batch: {args.rows} rows x {batch[0].shape[1]} columns, micro-batches of {args.micro} rows; "
-          f"real tokens {real} of {width} ({real / width:.0%})")
-    for train, name in ((True, "update (fwd+bwd)"), (False, "log-prob (fwd)")):
-        one_pass(model, batch, args.micro, args.response_len, True, train)  # warm-up, both ways
-        one_pass(model, batch, args.micro, args.response_len, False, train)
-        times = {False: [], True: []}
-        for _ in range(args.repeats):
-            for packed in (False, True):  # alternating, so load from other processes hits both alike
-                times[packed].append(one_pass(model, batch, args.micro, args.response_len, packed, train))
-        pad, pack = statistics.median(times[False]), statistics.median(times[True])
-        print(f"{name}: padded {' '.join(f'{t:.2f}' for t in times[False])} s | "
-              f"packed {' '.join(f'{t:.2f}' for t in times[True])} s | packed/padded {pack / pad:.2f}")
-
+          f"real tokens {real} of {width} ({real / width:.0%}); {args.repeats} pairs after {args.warmup} warm-up")
+    if args.profile:
+        profile(model, batch, micros[0], args.response_len, args.profile)
+        return
+    summary = []
+    for micro in micros:
+        for train, name in ((True, "update (fwd+bwd)"), (False, "log-prob (fwd)")):
+            r = compare(model, batch, micro, args.response_len, train, args.repeats, args.warmup)
+            for clock in ("wall", "cpu"):
+                print(f"micro {micro:>2} {name} {clock}: padded {' '.join(f'{t:.2f}' for t in r[clock]['padded'])} s"
+                      f" | packed {' '.join(f'{t:.2f}' for t in r[clock]['packed'])} s", flush=True)
+            summary.append((micro, name.split()[0], r))
+    print("\npacked / padded, the median of the pairs' ratios [quartiles] (extremes), wall time; CPU time:")
+    for micro, name, r in summary:
+        print(f"  micro {micro:>2} {name:<9} " + "; ".join(
+            f"{c['ratio']:.2f} [{c['q1']:.2f}-{c['q3']:.2f}] ({c['low']:.2f}-{c['high']:.2f})"
+            for c in (r["wall"], r["cpu"])) +
+            f"; median padded {statistics.median(r['wall']['padded']):.2f} s wall")
+    for clock in ("wall", "cpu"):
+        losing = [f"micro {m} {n}" for m, n, r in summary if r[clock]["ratio"] > 1.0]
+        print(f"{clock}: packed <= padded in {len(summary) - len(losing)} of {len(summary)}" +
+              (f"; above 1.0: {', '.join(losing)}" if losing else ""))
 
 if __name__ == "__main__":
     main()

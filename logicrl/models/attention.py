@@ -121,31 +121,57 @@ def _segments(q, k, v, bounds: list[int], scale: float | None, gqa: bool):
 def _function():
     import torch
 
+    cpu_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # -> (output, logsumexp)
+    cpu_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
     class PackedSDPA(torch.autograd.Function):
-        """Per-sequence SDPA that keeps only q, k and v for backward (and autograd keeps the output,
-        o_proj's input, anyway); backward recomputes one sequence's attention at a time. Letting autograd
-        record each call would keep every sequence's output a second time beside the concatenated one,
-        and its logsumexp: more per token than padded attention keeps."""
+        """Per-sequence SDPA that keeps q, k and v for backward (and autograd keeps the output, o_proj's
+        input, anyway). Letting autograd record each call would keep every sequence's output a second
+        time beside the concatenated one: more per token than padded attention keeps.
+
+        On CPU each sequence runs torch's flash kernel for CPU (what SDPA itself calls there) directly, and
+        its logsumexp (fp32, one per head and token) is kept too, in one [1, heads, L] buffer: backward
+        then calls the kernel's own backward per sequence, as SDPA's autograd does for a padded row,
+        instead of running each sequence's attention forward again under autograd (one attention
+        forward per layer and an autograd graph per sequence fewer; the plan counts the logsumexp on
+        every device). Elsewhere (CUDA: several kernels, SDPA picks one) backward recomputes one
+        sequence's attention at a time."""
 
         @staticmethod
         def forward(ctx, q, k, v, bounds, scale, gqa):
             out = q.new_empty(q.shape)
+            ctx.bounds, ctx.scale, ctx.gqa = bounds, scale, gqa
+            if q.device.type == "cpu":
+                # The kernel's accumulation dtype: fp32, or fp64 for fp64 inputs.
+                lse = q.new_empty((1, q.shape[2], q.shape[1]), dtype=torch.promote_types(q.dtype, torch.float32))
+                for s, e in itertools.pairwise(bounds):
+                    piece, lse[:, :, s:e] = cpu_flash(*(t[:, s:e].transpose(1, 2) for t in (q, k, v)), 0.0, True,
+                                                      scale=scale)
+                    out[:, s:e] = piece.transpose(1, 2)
+                ctx.save_for_backward(q, k, v, out, lse)
+                return out
             for s, e, piece in _segments(q, k, v, bounds, scale, gqa):
                 out[:, s:e] = piece  # written in place: one sequence's output alive beside it, not all
             ctx.save_for_backward(q, k, v)
-            ctx.bounds, ctx.scale, ctx.gqa = bounds, scale, gqa
             return out
 
         @staticmethod
         def backward(ctx, grad):
-            q, k, v = ctx.saved_tensors
+            q, k, v, *kept = ctx.saved_tensors
             grads = [torch.empty_like(t) for t in (q, k, v)]
             for s, e in itertools.pairwise(ctx.bounds):
-                with torch.enable_grad():
-                    qkv = [t[:, s:e].detach().requires_grad_() for t in (q, k, v)]
-                    _, _, out = next(_segments(*qkv, [0, e - s], ctx.scale, ctx.gqa))
-                    for g, part in zip(grads, torch.autograd.grad(out, qkv, grad[:, s:e])):
-                        g[:, s:e] = part
+                if kept:  # CPU: the flash kernel's backward from the kept output and logsumexp
+                    out, lse = kept
+                    parts = cpu_flash_backward(*(t[:, s:e].transpose(1, 2) for t in (grad, q, k, v, out)),
+                                               lse[:, :, s:e], 0.0, True, scale=ctx.scale)
+                    parts = [part.transpose(1, 2) for part in parts]
+                else:
+                    with torch.enable_grad():
+                        qkv = [t[:, s:e].detach().requires_grad_() for t in (q, k, v)]
+                        _, _, piece = next(_segments(*qkv, [0, e - s], ctx.scale, ctx.gqa))
+                        parts = torch.autograd.grad(piece, qkv, grad[:, s:e])
+                for g, part in zip(grads, parts):
+                    g[:, s:e] = part
             return *grads, None, None, None
 
     return PackedSDPA
