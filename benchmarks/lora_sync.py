@@ -21,6 +21,8 @@ dequant(W) + scale * B @ A every sync.
 
 Measured (2 CPU cores shared with other jobs): adapters 10,092,544 bytes and 0.0051 s a sync, merged
 107,038,720 bytes and 0.150 s: 10.6x the bytes, 29.6x the time; both log-prob gaps 1.9e-6. 7B shape: 94x.
+--nf4: the base once, 107,038,720 bytes in 0.32 s; then adapters 10,092,544 bytes and 0.0057 s a sync
+against merged 107,038,720 and 0.34 s (59x the time); log-prob gaps 1.9e-6 adapters, 2.4e-6 merged.
 
 The bytes of a 7B shape (Qwen2.5-7B: 28 layers, hidden 3584, 28/4 heads of 128, MLP 18944, vocab
 152064, untied) are computed from the shapes, the same rank and targets (memory/footprint.py).
