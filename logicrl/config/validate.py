@@ -16,7 +16,6 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from logicrl.algos.rollout_correction import parse_rejection
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
 from logicrl.config.normalize import normalize, rank_count
@@ -183,10 +182,15 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
 def check_rollout_correction(corr: DictConfig) -> None:
     """algorithm.rollout_correction: rejection options and bounds that parse, a loss_type that applies."""
     key = "algorithm.rollout_correction"
-    try:
-        parse_rejection(corr.rollout_rs, corr.rollout_rs_threshold)
-    except ValueError as e:
-        raise ConfigError(f"{key}.{e}") from None
+    if corr.rollout_rs is not None:
+        # Imported only here: logicrl.algos is torch's tensor math, and importing torch (over a second of
+        # CPU) would be most of what a refused or dry run spends before its one line.
+        from logicrl.algos.rollout_correction import parse_rejection
+
+        try:
+            parse_rejection(corr.rollout_rs, corr.rollout_rs_threshold)
+        except ValueError as e:
+            raise ConfigError(f"{key}.{e}") from None
     if corr.rollout_rs is None and corr.rollout_rs_threshold is not None:
         log.warning(f"{key}.rollout_rs_threshold={corr.rollout_rs_threshold} is not read: rollout_rs is null")
     if corr.loss_type == "reinforce" and not corr.bypass_mode:
