@@ -6,7 +6,7 @@ itself (the same seeded model, no group), then the sharded forward; log-probs, e
 reward model's scores and the gradients (the group's mean, which is what FSDP's mean over ranks makes
 of them, see models/ulysses.py) must agree at fp32 atol 1e-5. Rows of uneven prompt and response lengths
 whose packed length (30 tokens) is not a multiple of 4, so the padded tail is exercised; with and without
-LoRA; the LoRA case also recomputes its layers in backward (gradient checkpointing).
+LoRA; the LoRA and the value cases also recompute their layers in backward (gradient checkpointing).
 """
 
 import pytest
@@ -49,7 +49,10 @@ def _value_model():
     torch.manual_seed(0)
     config = _config(num_labels=1)
     config.classifier_dropout = 0.0  # as models/loading.py load_value_model: no random masks in train mode
-    return transformers.AutoModelForTokenClassification.from_config(config).train()
+    model = transformers.AutoModelForTokenClassification.from_config(config)
+    # A fully trained model that recomputes its layers in backward (the LoRA case checkpoints an adapter's).
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model.train()
 
 
 def _grads(model):

@@ -3,6 +3,12 @@ reward model and the reference (KL in the reward); then a SIGKILL in step 2's re
 re-run that resumes from step 1 and ends exactly where the uninterrupted run ended; and injected OOMs
 in every phase at step 1, which the run recovers from with the uninterrupted run's result.
 
+Every run here trains at Ulysses sequence parallelism 2 from step 0 (models/ulysses.py): the actor, the
+reference and the critic split each packed row over the 2 ranks (the reward model's one attention head keeps
+it at SP 1), with gradient checkpointing, the actor's and critic's offload keys on (nothing moves off a CPU
+rank: workers/fsdp.py) and a token budget for old_log_prob. So the SIGKILL resume is bit-exact at SP 2, and
+the last test resumes the SP 2 checkpoint at SP 1, padded, and gets the same step 2.
+
 The reward model is a random one-label sequence classifier (hidden 64, one 64-wide head) over the
 embedded tiny tokenizer, written to a tmp dir with a chat template of its own, so its phase re-renders
 every row from the prompt's chat (the chats cross Ray with the shards). reward.combine is weighted
@@ -27,12 +33,20 @@ from tests.workers.conftest import PLAIN_TEMPLATE, write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
 DATA = ROOT / "data/kk_role"
+# old_log_prob's tokens per rank: rows of at most 128 + 4 tokens, so a halved budget (80) still holds the
+# longest row's half; each SP group packs 2 x the budget (workers/oom.py MicroSize.group).
+BUDGET = 160
 RUN = [*ROLE_DATA, *TINY_RUN, f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2", "trainer.test_freq=2", "trainer.n_gpus=2",
        "trainer.save_freq=1", "trainer.save_hf_model=true",
        "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2", "algorithm.use_kl_in_reward=true",
        "reward_model.enable=true", "reward_model.micro_batch_size_per_gpu=3",
        "reward.combine.mode=weighted", "reward.combine.weights.model=0.5", "reward.combine.weights.rule=1.0",
-       "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score", "data.gen_batch_size=2"]
+       "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score", "data.gen_batch_size=2",
+       f"{ARR}.model.use_remove_padding=true", f"{ARR}.actor.ulysses_sequence_parallel_size=2",
+       "reward_model.ulysses_sequence_parallel_size=1", f"{ARR}.model.enable_gradient_checkpointing=true",
+       f"{ARR}.actor.fsdp_config.param_offload=true", f"{ARR}.actor.fsdp_config.optimizer_offload=true",
+       "critic.fsdp_config.param_offload=true", "critic.fsdp_config.optimizer_offload=true",
+       f"{ARR}.rollout.log_prob_use_dynamic_bsz=true", f"{ARR}.rollout.log_prob_max_token_len_per_gpu={BUDGET}"]
 # Deterministic metrics of a step (no timings, no memory): equal in a resumed run to the uninterrupted one's.
 SAME = ("critic/score/mean", "reward_model/score/mean", "reward/rule_score/mean", "actor/pg_loss", "critic/vf_loss",
         "actor/reward_kl_penalty", "response_length/mean", "val/acc", "val/score")
@@ -57,6 +71,7 @@ def reference(rm_path, tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
     result = launch(rm_path, root / "ckpt", root / "run")
     assert result.returncode == 0, tail(result)
+    (root / "output.txt").write_text(result.stdout + result.stderr)
     return root
 
 
@@ -70,6 +85,8 @@ def test_every_phase_runs_with_the_reward_model(reference):
         if row["step"] == 1:  # the tracked step (memory/telemetry.py tracks_tensors)
             assert 0 < row["perf/memory/reward_model/tensor_peak_gb"] < row["perf/memory/reward_model/rss_peak_gb"]
         assert row["perf/oom_retries/reward_model"] == 0 and row["reward_model/truncated"] == 0
+        # The budget as configured, what each rank holds (its half of a group's 2 x BUDGET tokens), not 2 x it.
+        assert row["perf/micro_size/old_log_prob"] == BUDGET
         # reward.combine weighted: every row's score is 0.5 x learned + 1 x rule, so are the means.
         assert row["critic/score/mean"] == pytest.approx(
             0.5 * row["reward_model/score/mean"] + row["reward/rule_score/mean"], abs=1e-5)
@@ -85,6 +102,11 @@ def test_every_phase_runs_with_the_reward_model(reference):
     # so it is not the rule's alone (+1, 0 or -1 per response: a mean that is a multiple of 1/200).
     val = rows[-1]["val/score"] * 200  # 200 prompts x val_kwargs.n=1
     assert "val/acc" in rows[-1] and abs(val - round(val)) > 1e-6
+    # The plan's header names what SP splits: the actor's, reference's and critic's phases, not the reward model's.
+    out = (reference / "output.txt").read_text()
+    for phase in ("old_log_prob", "ref", "values", "update_critic", "update_actor"):
+        assert f"{phase} splits each row over 2 ranks" in out, phase
+    assert "reward_model splits" not in out
 
 
 def test_sigkill_in_the_reward_model_phase_then_resume_is_bit_exact(rm_path, reference, tmp_path):
@@ -162,22 +184,24 @@ def test_a_reward_model_without_its_tokenizer_is_refused_before_anything_starts(
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_sequence_parallel_2_resumes_the_reference_runs_checkpoint_and_matches_its_step_2(rm_path, reference, tmp_path):
-    """Actor, reference and critic at Ulysses SP 2 over the 2 ranks (models/ulysses.py; the reward model's one
-    attention head keeps it at SP 1), packed, resumed from the padded SP 1 run's step-1 checkpoint: its step 2
-    generates the same responses (rollout is unchanged by SP), and scores, losses, gradient norms and the
-    engine-vs-trainer log-prob gap are the SP 1 run's (packing and the sharded forwards differ only in float
-    rounding)."""
+def test_sp_1_padded_resumes_the_sp_2_runs_checkpoint_and_matches_its_step_2(rm_path, reference, tmp_path):
+    """The SP 2 run's step-1 checkpoint resumed at SP 1, padded, without checkpointing, offload or budget:
+    its step 2 generates the same responses (rollout is unchanged by SP), and scores, losses, gradient
+    norms and the engine-vs-trainer log-prob gap are the SP 2 run's (packing and the sharded forwards
+    differ only in float rounding): SP leaves rollout/logprob_diff at the non-SP level."""
     resumed = run_main(*RUN, f"reward_model.model.path={rm_path}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-                       f"hydra.run.dir={tmp_path / 'run'}", f"{ARR}.model.use_remove_padding=true",
-                       f"{ARR}.actor.ulysses_sequence_parallel_size=2", "reward_model.ulysses_sequence_parallel_size=1",
+                       f"hydra.run.dir={tmp_path / 'run'}", f"{ARR}.model.use_remove_padding=false",
+                       f"{ARR}.actor.ulysses_sequence_parallel_size=1",
+                       f"{ARR}.model.enable_gradient_checkpointing=false",
+                       f"{ARR}.actor.fsdp_config.param_offload=false",
+                       f"{ARR}.actor.fsdp_config.optimizer_offload=false",
+                       "critic.fsdp_config.param_offload=false", "critic.fsdp_config.optimizer_offload=false",
+                       f"{ARR}.rollout.log_prob_use_dynamic_bsz=false",
                        f"trainer.resume_mode={reference / 'ckpt' / 'global_step_1'}")
     assert resumed.returncode == 0, tail(resumed)
     out = resumed.stdout + resumed.stderr
     assert f"resumed from {reference / 'ckpt' / 'global_step_1'} at step 1" in out
-    # The plan's header names what SP splits: the actor's, reference's and critic's phases, not the reward model's.
-    assert "update_actor splits each row over 2 ranks" in out and "values splits each row over 2 ranks" in out
-    assert "reward_model splits" not in out
+    assert "splits each row" not in out
     ours, theirs = metrics(tmp_path / "run"), metrics(reference / "run")
     assert [r["step"] for r in ours] == [2]
     ours, theirs = ours[0], theirs[1]
