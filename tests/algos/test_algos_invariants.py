@@ -69,6 +69,7 @@ def everything(mask, index, d):
     out["value_loss"] = value_loss(d["values"], d["old_values"], d["rewards"], mask, 0.2)
     for loss_mode in sorted(POLICY_LOSSES):
         log_probs = d["log_probs"].clone().requires_grad_()
+        torch.manual_seed(0)  # clip_cov drops a random share of its candidates: the same draw on both copies
         pg = compute_policy_loss(loss_mode, log_probs, d["old_log_probs"], d["advantages"], mask,
                                  clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
         out[f"pg/{loss_mode}"] = pg
