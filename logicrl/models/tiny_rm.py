@@ -11,7 +11,10 @@ the actor writes them (the stated role, the other role, or another first word, t
 sometimes the eos), against the rule score less 0.5 (+0.5, -0.5, -1.5: the sign says right or not)
 at every response token. The build repeats byte for byte on one machine, not across machines: float sums
 in torch's and the BLAS's kernels follow the CPU's instruction set, and 1000 steps of training amplify the
-last bit into another model (held-out agreement 96.9% built with AVX-512 kernels, 99.75% with AVX2's). Its
+last bit into another model (held-out agreement 96.9% built with AVX-512 kernels, 99.75% with AVX2's).
+Training in float64 on one thread does not make it the same bytes either: the AVX2 and AVX-512 builds
+differ by 7e-16 after 20 steps (their fp32 casts still equal) and in nearly every fp32 weight, by up to 0.05,
+after 200 (benchmarks/tiny_rm_bytes.py). Its
 agreement with the rule reward on the test split, and the CPU capability that built it, are written to
 tiny_rm_build.json; +recipe=tiny_rm_ppo is checked against other builds (benchmarks/tiny_rm_seeds.py builds
 with other seeds, and with AVX2 kernels). Build time and measured agreement: docs/testing.md.
