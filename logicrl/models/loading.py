@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,8 +148,11 @@ def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool =
         # A frozen int4 base: transformers' GPTQ quantizer with gptqmodel's torch kernel (models/gptq.py).
         from logicrl.models.gptq import eager_dequantize, gptq_load_kwargs
 
-        model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True,
-                                                     attn_implementation=attn_implementation, **gptq_load_kwargs())
+        with warnings.catch_warnings():  # "the quantization_config from the model will be used": as intended
+            warnings.filterwarnings("ignore", "You passed `quantization_config`")
+            model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True,
+                                                         attn_implementation=attn_implementation,
+                                                         **gptq_load_kwargs())
         eager_dequantize(model)
     else:
         model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True,

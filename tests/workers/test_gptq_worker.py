@@ -6,6 +6,8 @@ frozen buffers and trains only the adapters; the worker trains, samples from the
 engine (adapters synced alone), resumes bit for bit, and exports a peft adapter that loads onto the
 checkpoint with the trainer's logits."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -24,13 +26,12 @@ CALIBRATION = ["Alice says: Bob is a knave. Bob says: Alice and I are both knigh
                "A very special island is inhabited only by knights and knaves. Knights always tell the truth."] * 8
 
 
-@pytest.fixture(scope="module")
-def gptq_tiny(tmp_path_factory):
-    """The tiny model quantized by gptqmodel on CPU: a GPTQ checkpoint directory (config.json carries
-    quantization_config, quant_method gptq)."""
+def quantize_tiny(out: Path) -> Path:
+    """The tiny model quantized by gptqmodel on CPU into `out`: a GPTQ checkpoint directory (config.json
+    carries quantization_config, quant_method gptq). ~3 s after gptqmodel's import."""
     from logicrl.models.loading import checkpoint_dir
 
-    out = tmp_path_factory.mktemp("gptq") / "tiny-gptq"
+    out.parent.mkdir(parents=True, exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
         # gptqmodel 7.6 asks its pool for 2 loader threads and gives the CPU (cores + 1) // 2 workers: 1
         # on this 2-core machine, which it then refuses. It also writes logs/ into the working directory.
@@ -43,6 +44,11 @@ def gptq_tiny(tmp_path_factory):
         model.quantize(CALIBRATION, batch_size=4)
         model.save(str(out))
     return out
+
+
+@pytest.fixture(scope="module")
+def gptq_tiny(tmp_path_factory):
+    return quantize_tiny(tmp_path_factory.mktemp("gptq") / "tiny-gptq")
 
 
 def unpacked(module) -> torch.Tensor:
