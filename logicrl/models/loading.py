@@ -18,12 +18,14 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from logicrl.models.eos import eos_ids
+from logicrl.models.gptq import pre_quantized_method
 from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, exclusive, tiny_checkpoint_dir
 from logicrl.models.tiny_pretrain import pretrain
 from logicrl.models.tiny_rm import tiny_rm_checkpoint_dir
@@ -127,7 +129,8 @@ def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool =
                    lora: LoraSpec | None = None, on_meta: bool = False,
                    attn_implementation: str | None = None, quant: QuantSpec | None = None) -> torch.nn.Module:
     """The policy on CPU in `dtype`; with `lora`, wrapped by peft (only adapter weights train); with
-    `quant`, its decoder Linears quantized first (QLoRA: peft then adapts the 4-bit Linears).
+    `quant`, its decoder Linears quantized first (QLoRA: peft then adapts the 4-bit Linears). A GPTQ
+    checkpoint loads as it is stored: int4 Linears, the rest in `dtype` (models/gptq.py).
 
     `on_meta`: the same model with every tensor on the meta device and nothing read from disk,
     for a rank that receives its shards from rank 0 (workers/sharded_load.py).
@@ -135,8 +138,22 @@ def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool =
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
+    pre_quantized = pre_quantized_method(checkpoint_dir(path)) if path not in (EMBEDDED_TINY, EMBEDDED_TINY_RM) \
+        else None
     if on_meta:
+        if pre_quantized:
+            raise ValueError(f"a {pre_quantized} checkpoint's int4 buffers are read by every rank (on_meta=False)")
         model = _on_meta(AutoModelForCausalLM, path, dtype, attn_implementation)
+    elif pre_quantized == "gptq":
+        # A frozen int4 base: transformers' GPTQ quantizer with gptqmodel's torch kernel (models/gptq.py).
+        from logicrl.models.gptq import eager_dequantize, gptq_load_kwargs
+
+        with warnings.catch_warnings():  # "the quantization_config from the model will be used": as intended
+            warnings.filterwarnings("ignore", "You passed `quantization_config`")
+            model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True,
+                                                         attn_implementation=attn_implementation,
+                                                         **gptq_load_kwargs())
+        eager_dequantize(model)
     else:
         model = AutoModelForCausalLM.from_pretrained(checkpoint_dir(path), dtype=dtype, local_files_only=True,
                                                      attn_implementation=attn_implementation)

@@ -36,9 +36,23 @@ def gptq_bits(bits: int, group_size: int) -> float:
     return bits + (16 + bits) / group_size
 
 
+# Pre-quantized checkpoints logicrl loads (config.json quantization_config.quant_method), through
+# transformers' quantizer integration (models/gptq.py), and the modules that integration imports.
+PRE_QUANTIZED = {"gptq": ("gptqmodel", "optimum")}
+GPTQ_INSTALL = "pip install 'logicrl[gptq]'"  # pyproject.toml's gptq extra (CPU installs: it has no wheel)
+
+
+def pre_quantized_missing(method: str) -> str | None:
+    """Why a `method` checkpoint cannot load here (its packages are not installed), in one line; None when it can."""
+    missing = [m for m in PRE_QUANTIZED[method] if importlib.util.find_spec(m) is None]
+    if missing:
+        return (f"a {method} checkpoint loads through transformers' quantizer with {' and '.join(PRE_QUANTIZED[method])}; "
+                f"not installed: {', '.join(missing)}; {GPTQ_INSTALL} (docs/quantization.md)")
+    return None
+
+
 def pre_quantized_refusal(key: str, path: str, method: str) -> str:
-    """The one line for a checkpoint whose config.json carries a quantization_config."""
-    return (f"{key}={path} is a pre-quantized {method} checkpoint (config.json quantization_config): logicrl does "
-            f"not load those yet. transformers' {method} loader needs gptqmodel, which PyPI ships only as a source "
-            "package that compiles CUDA kernels (no wheel, no CPU path); train LoRA over the bf16 checkpoint with "
-            f"actor_rollout_ref.model.quantization=nf4 instead (docs/quantization.md)")
+    """The one line for a checkpoint whose config.json carries a quantization_config logicrl cannot load."""
+    return (f"{key}={path} is a pre-quantized {method} checkpoint (config.json quantization_config): logicrl loads "
+            f"{', '.join(PRE_QUANTIZED)} checkpoints only; train LoRA over the bf16 checkpoint with "
+            "actor_rollout_ref.model.quantization=nf4 instead (docs/quantization.md)")

@@ -4,7 +4,8 @@ plan counts.
 
 Needs torchao (the quant extra; the GPU check machine may have to be given its wheel:
 `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64
-torchao==0.18.0`, 3.4 MB). GPTQ checkpoints are refused (docs/quantization.md): nothing to check here.
+torchao==0.18.0`, 3.4 MB). GPTQ checkpoints (the gptq extra) have no CUDA check yet: gptqmodel and
+four of its dependencies are sdists, pypcre a C extension (docs/quantization.md).
 """
 
 from __future__ import annotations

@@ -88,12 +88,33 @@ def test_seed_004_fits_with_an_int4_engine_and_not_with_bf16_weights_sent(data):
     assert merged.phase("generate").parts["kv_cache"] == 0
 
 
-def test_the_gptq_checkpoint_is_refused_at_launch_in_one_line(data):
-    with pytest.raises(ConfigError, match="gptqmodel") as e:
-        validate(compose([*data, *BASE_BATCH, f"{ARR}.model.path={GPTQ}", f"{ARR}.model.lora_rank=4"]))
-    assert "\n" not in str(e.value) and "quantization=nf4" in str(e.value)
+def test_a_gptq_checkpoint_is_refused_at_launch_where_it_cannot_run_in_one_line(data, monkeypatch, tmp_path):
+    import importlib.util
+    import json
+    import shutil
+
+    lora = [*data, *BASE_BATCH, f"{ARR}.model.path={GPTQ}", f"{ARR}.model.lora_rank=4"]
+    with pytest.raises(ConfigError, match="rollout.name=hf") as e:  # the seed's vLLM
+        validate(compose([*lora, f"{ARR}.rollout.name=vllm"]))
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="lora_sync=adapters") as e:
+        validate(compose([*lora, f"{ARR}.rollout.name=hf", f"{ARR}.rollout.lora_sync=merged"]))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gptqmodel" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"not installed: gptqmodel.*; pip install 'logicrl\[gptq\]'") as e:
+        validate(compose([*lora, f"{ARR}.rollout.name=hf"]))
+    assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="lora_rank=0"):
         validate(compose([*data, *BASE_BATCH, f"{ARR}.model.path={GPTQ}", "trainer.dry_run=true"]))
+    # Another method (AWQ here) is refused at launch, pointing at NF4 over the bf16 checkpoint.
+    awq = tmp_path / "awq"
+    shutil.copytree(GPTQ, awq)
+    config = json.loads((awq / "config.json").read_text())
+    config["quantization_config"]["quant_method"] = "awq"
+    (awq / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="loads gptq checkpoints only") as e:
+        validate(compose([*data, *BASE_BATCH, f"{ARR}.model.path={awq}", f"{ARR}.model.lora_rank=4"]))
+    assert "quantization=nf4" in str(e.value)
 
 
 # The tiny model's decoder Linears, one layer: q and o 128 x 128, k and v 64 x 128, gate/up/down 352 x 128.

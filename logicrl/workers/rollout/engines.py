@@ -32,13 +32,18 @@ def adapter_sync(cfg: DictConfig):
 
 
 def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
+    from logicrl.models.gptq import is_gptq_linear, to_device_keeping_buffers
     from logicrl.models.loading import load_causal_lm
     from logicrl.workers.rollout.hf import HFRolloutEngine
 
     arr = cfg.actor_rollout_ref
     # With the adapter sync the engine holds the base under its own peft adapters, which each sync
     # overwrites in place; .to(dtype) puts them in the compute dtype, as the actor gathers its own.
-    model = load_causal_lm(arr.model.path, dtype, lora=adapter_sync(cfg)).to(device=device, dtype=dtype)
+    model = load_causal_lm(arr.model.path, dtype, lora=adapter_sync(cfg))
+    if any(is_gptq_linear(m) for m in model.modules()):  # the trainer's int4 base, buffers as stored
+        model = to_device_keeping_buffers(model, device, dtype)
+    else:
+        model = model.to(device=device, dtype=dtype)
     model = model.eval().requires_grad_(False)
     return HFRolloutEngine(model, pad_id=tokenizer.pad_token_id, eos_ids=stop_ids(cfg, tokenizer),
                            micro_batch_size=max_num_seqs)
