@@ -1,6 +1,5 @@
 """A pre-quantized GPTQ checkpoint as the frozen base under LoRA adapters.
 
-    pre_quantized_method(directory)   # config.json's quantization_config.quant_method, or None
     gptq_load_kwargs()                # what from_pretrained needs to load one (models/loading.py)
     eager_dequantize(model)           # undo gptqmodel's torch.compile of each Linear's dequantize
 
@@ -20,21 +19,9 @@ each process's first forward, for a dequantize that is a few elementwise ops on 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 
 BACKEND = "gptq_torch"
-
-
-def pre_quantized_method(directory: Path) -> str | None:
-    """The checkpoint's quantization_config.quant_method ("gptq", "awq", ...), None for a plain checkpoint."""
-    config = Path(directory) / "config.json"
-    if not config.is_file():
-        return None
-    quant = json.loads(config.read_text()).get("quantization_config") or {}
-    return quant.get("quant_method")
 
 
 def gptq_load_kwargs() -> dict:

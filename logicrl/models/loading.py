@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from logicrl.models.eos import eos_ids
-from logicrl.models.gptq import pre_quantized_method
+from logicrl.models.spec import load_model_spec
 from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, exclusive, tiny_checkpoint_dir
 from logicrl.models.tiny_pretrain import pretrain
 from logicrl.models.tiny_rm import tiny_rm_checkpoint_dir
@@ -138,8 +138,7 @@ def load_causal_lm(path: str, dtype: torch.dtype, gradient_checkpointing: bool =
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
-    pre_quantized = pre_quantized_method(checkpoint_dir(path)) if path not in (EMBEDDED_TINY, EMBEDDED_TINY_RM) \
-        else None
+    pre_quantized = load_model_spec(path).quant_method  # config.json's quantization_config
     if on_meta:
         if pre_quantized:
             raise ValueError(f"a {pre_quantized} checkpoint's int4 buffers are read by every rank (on_meta=False)")
