@@ -20,14 +20,14 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from logicrl.algos.masked import as_bool_mask, masked_fill_zero, masked_sum, masked_whiten
+from logicrl.algos.masked import as_bool_mask, masked_fill_zero, masked_mean, masked_sum, masked_whiten
 from logicrl.algos.registry import Registry
 
 # Everything compute_advantage can pass; an estimator declares the subset it uses.
 ADV_ESTIMATORS = Registry(
     "algorithm.adv_estimator",
     inputs=("token_level_rewards", "response_mask", "index", "values", "gamma", "lam",
-            "norm_adv_by_std_in_grpo", "epsilon"),
+            "norm_adv_by_std_in_grpo", "norm_adv_by_std_in_gae", "epsilon"),
 )
 register_adv_estimator = ADV_ESTIMATORS.register
 
@@ -43,12 +43,14 @@ def compute_advantage(
     gamma: float = 1.0,
     lam: float = 1.0,
     norm_adv_by_std_in_grpo: bool = True,
+    norm_adv_by_std_in_gae: bool = True,
     epsilon: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # ([B, T], [B, T])
     """Advantages and returns by the estimator named `adv_estimator` (see ADV_ESTIMATORS)."""
     return ADV_ESTIMATORS.call(
         adv_estimator, token_level_rewards=token_level_rewards, response_mask=response_mask, index=index,
-        values=values, gamma=gamma, lam=lam, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon,
+        values=values, gamma=gamma, lam=lam, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        norm_adv_by_std_in_gae=norm_adv_by_std_in_gae, epsilon=epsilon,
     )
 
 
@@ -102,6 +104,7 @@ def gae_advantage(
     response_mask: torch.Tensor,  # [B, T]
     gamma: float,
     lam: float,
+    norm_adv_by_std_in_gae: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation (Schulman et al. 2016, arXiv:1506.02438), as verl.
 
@@ -110,6 +113,11 @@ def gae_advantage(
     over them, so a hole in the mask (tool output in a multi-turn response) links the tokens either
     side. The advantages are then whitened over all valid tokens of the batch (verl does too);
     `returns` are the critic's targets and stay unwhitened.
+
+    norm_adv_by_std_in_gae=False only subtracts the batch mean. Whitening divides by the batch's std
+    whatever it is, so once nearly every response earns the same score the noise between them, and a
+    single wrong answer, come out at full scale: a batch of 127 right answers and one wrong one gives
+    that one an advantage near -11 (Dr. GRPO's argument against the group std, at batch level).
     """
     mask = as_bool_mask(response_mask)
     rewards = masked_fill_zero(token_level_rewards, mask)
@@ -125,6 +133,8 @@ def gae_advantage(
         next_value = torch.where(mask[:, t], values[:, t], next_value)
         advantages[:, t] = next_adv
     returns = masked_fill_zero(advantages + values, mask)
+    if not norm_adv_by_std_in_gae:
+        return masked_fill_zero(advantages - masked_mean(advantages, mask), mask), returns
     return masked_whiten(advantages, mask), returns
 
 

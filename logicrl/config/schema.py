@@ -279,6 +279,7 @@ class AlgorithmConfig:
     gamma: float = key(ge=0, le=1)
     lam: float = key(ge=0, le=1)
     norm_adv_by_std_in_grpo: bool = key()
+    norm_adv_by_std_in_gae: bool = key()
     use_kl_in_reward: bool = key()
     kl_penalty: str = key(choices=KL_ESTIMATORS)
     kl_ctrl: KLCtrlConfig = group(KLCtrlConfig)

@@ -419,7 +419,8 @@ class PPOTrainer:
             advantages, returns = compute_advantage(
                 a.adv_estimator, rewards, batch["response_mask"], index=batch["uid"],
                 values=batch.get("values", None), gamma=a.gamma, lam=a.lam,
-                norm_adv_by_std_in_grpo=a.norm_adv_by_std_in_grpo)
+                norm_adv_by_std_in_grpo=a.norm_adv_by_std_in_grpo,
+                norm_adv_by_std_in_gae=a.norm_adv_by_std_in_gae)
             batch["advantages"], batch["returns"] = advantages, returns
             metrics.update({k: float(v) for k, v in advantage_metrics(advantages, returns, batch["response_mask"]).items()})
 

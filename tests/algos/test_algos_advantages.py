@@ -114,6 +114,31 @@ def test_gae_by_hand_three_tokens():
     torch.testing.assert_close(adv[0], whitened)
 
 
+def test_gae_without_std_only_centres_and_keeps_the_scale_of_a_nearly_constant_batch():
+    # Four one-token responses, V = 0: three score 0.5, one scores -1.5 (a nearly solved batch).
+    rewards = torch.tensor([[0.5], [0.5], [0.5], [-1.5]], dtype=torch.float64)
+    values = torch.zeros_like(rewards)
+    mask = torch.ones(4, 1, dtype=torch.bool)
+    adv, returns = compute_advantage("gae", rewards, mask, values=values, gamma=1.0, lam=0.95,
+                                     norm_adv_by_std_in_gae=False)
+    # mean 0: [0.5, 0.5, 0.5, -1.5]; unchanged returns.
+    torch.testing.assert_close(adv[:, 0], torch.tensor([0.5, 0.5, 0.5, -1.5], dtype=torch.float64))
+    torch.testing.assert_close(returns, rewards)
+    # Whitened: var (unbiased) = (3 * 0.25 + 2.25) / 3 = 1, so the same numbers here. With 127 right
+    # answers and one wrong: mean 62 / 128 = 0.484375, the wrong one's deviation -1.984375, the right
+    # ones' 0.015625; unbiased var = (127 * 0.015625^2 + 1.984375^2) / 127 = 3.96875 / 127 = 0.03125,
+    # so whitening gives the wrong one -1.984375 / 0.1768 = -11.23 where centring keeps -1.98.
+    many = torch.full((128, 1), 0.5, dtype=torch.float64)
+    many[-1] = -1.5
+    kw = dict(values=torch.zeros_like(many), gamma=1.0, lam=1.0)
+    whitened, _ = compute_advantage("gae", many, torch.ones_like(many, dtype=torch.bool), **kw)
+    centred, _ = compute_advantage("gae", many, torch.ones_like(many, dtype=torch.bool), **kw,
+                                   norm_adv_by_std_in_gae=False)
+    assert whitened[-1, 0].item() == pytest.approx(-1.984375 / (0.03125 + 1e-8) ** 0.5, rel=1e-9)
+    assert centred[-1, 0].item() == pytest.approx(-1.984375, rel=1e-12)
+    assert centred[0, 0].item() == pytest.approx(0.015625, rel=1e-12)
+
+
 def test_gae_carries_across_a_hole_in_the_mask():
     # Tool output in the middle of a response is masked; the recursion links the tokens either side,
     # so the row equals the same row with the hole cut out.
