@@ -10,9 +10,6 @@ to it, the roots interleaved round by round so both see the same load. `--dry` a
 (trainer.dry_run=true: what a config refusal costs, no Ray). CPU is sampled every 0.2 s from the
 launch's process tree (Ray's daemons and workers descend from the driver), so a process that lives less
 than that is missed. On a shared machine compare roots within one invocation only.
-`--joined` also times each root's launch joining a Ray head started once (tests/conftest.py SharedRay, as
-make test's plain runs do); its CPU counts the head's processes (its daemons and the ranks it starts)
-during the launch besides the driver's.
 """
 
 import argparse
@@ -30,7 +27,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # then the one tiny run the suite launches, from this checkout's tests
-from tests.conftest import TINY_RUN, SharedRay
+from tests.conftest import TINY_RUN
 
 KINDS = ("gcs_server", "raylet", "dashboard/agent", "runtime_env/agent", "dashboard.py", "log_monitor", "monitor.py",
          "default_worker", "main_ppo")
@@ -43,25 +40,17 @@ def kind(proc: psutil.Process) -> str:
     return next((k for k in KINDS if k in cmd), cmd[:40])
 
 
-def launch(root: str, *extra: str, joined: bool = False) -> dict:
-    """One launch of `root`'s main_ppo.py: rc, wall seconds, CPU seconds in all and by process kind.
-    joined: the launch joins SharedRay's head; the head's processes count too (at their CPU time's growth
-    during the launch: the head and its daemons predate it)."""
+def launch(root: str, *extra: str) -> dict:
+    """One launch of `root`'s main_ppo.py: rc, wall seconds, CPU seconds in all and by process kind."""
     seen: dict[int, tuple[str, float]] = {}
     done = threading.Event()
-    address = SharedRay.get() if joined else None
-    tree = [psutil.Process()] + ([psutil.Process(SharedRay.head.pid)] if joined else [])
-    before = {}  # CPU the head's processes had before the launch started
-    for proc in tree[1].children(recursive=True) if joined else []:
-        t = proc.cpu_times()
-        before[proc.pid] = t.user + t.system
 
     def poll() -> None:
         while not done.is_set():
-            for proc in [p for root_proc in tree for p in root_proc.children(recursive=True)]:
+            for proc in psutil.Process().children(recursive=True):
                 try:
                     t = proc.cpu_times()
-                    seen[proc.pid] = (kind(proc), t.user + t.system - before.get(proc.pid, 0.0))
+                    seen[proc.pid] = (kind(proc), t.user + t.system)
                 except psutil.Error:
                     pass
             time.sleep(0.2)
@@ -72,8 +61,6 @@ def launch(root: str, *extra: str, joined: bool = False) -> dict:
             f"data.val_files={data}/test.parquet", f"hydra.run.dir={run_dir}",
             f"trainer.default_local_dir={run_dir}/ckpt", *extra]
     env = {**os.environ, "PYTHONPATH": root, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    if joined:
-        env.update(RAY_ADDRESS=address, RAY_AUTH_MODE="disabled")
     watcher = threading.Thread(target=poll, daemon=True)
     start = time.monotonic()
     watcher.start()
@@ -96,7 +83,6 @@ def main() -> None:
     parser.add_argument("roots", nargs="+", help="checkouts to compare (each with data/kk_role built)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dry", action="store_true", help="also time a dry run (no Ray) per root and round")
-    parser.add_argument("--joined", action="store_true", help="also time a launch that joins a running Ray head")
     args = parser.parse_args()
     runs: dict[str, list[dict]] = {r: [] for r in args.roots}
     for rnd in range(args.rounds):
@@ -104,16 +90,13 @@ def main() -> None:
             row = {"round": rnd + 1, "root": root, "run": launch(root)}
             if args.dry:
                 row["dry"] = {k: v for k, v in launch(root, "trainer.dry_run=true").items() if k != "by_kind"}
-            if args.joined:
-                row["joined"] = launch(root, joined=True)
             runs[root].append(row)
             print(json.dumps(row), flush=True)
-    print("mean over rounds: root, launch wall s, launch CPU s" + (", dry-run wall s, dry-run CPU s" if args.dry else "")
-          + (", joined wall s, joined CPU s" if args.joined else ""))
+    print("mean over rounds: root, launch wall s, launch CPU s" + (", dry-run wall s, dry-run CPU s" if args.dry else ""))
     for root, rows in runs.items():
         cols = [sum(r["run"][k] for r in rows) / len(rows) for k in ("wall_s", "cpu_s")]
-        for extra in [x for x in ("dry", "joined") if getattr(args, x)]:
-            cols += [sum(r[extra][k] for r in rows) / len(rows) for k in ("wall_s", "cpu_s")]
+        if args.dry:
+            cols += [sum(r["dry"][k] for r in rows) / len(rows) for k in ("wall_s", "cpu_s")]
         print(root, " ".join(f"{c:.1f}" for c in cols))
 
 

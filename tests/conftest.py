@@ -9,18 +9,13 @@ a Python process without one of those markers fails and says so (`guard_unit_tie
 
 from __future__ import annotations
 
-import atexit
 import collections
-import ctypes
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -116,15 +111,6 @@ def guard_unit_tier(request, monkeypatch):
                     "integration (pytestmark = pytest.mark.integration)", pytrace=False)
 
 
-@pytest.fixture(autouse=True)
-def shared_ray_first(request):
-    """SharedRay started before an integration test's body, not inside the first run_main that joins it: a
-    refusal timed within seconds (tests/bad_inputs) must not count the head's start."""
-    if request.node.get_closest_marker("integration"):
-        SharedRay.get()
-    yield
-
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """A fresh tiny-model cache directory (tokenizer built from scratch) per test module."""
@@ -203,78 +189,8 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-class SharedRay:
-    """One Ray head per pytest process, started on first use, that plain runs join (RAY_ADDRESS) instead of
-    each starting and stopping a private cluster: about 5 s of wall and 3 CPU s a launch on 2 cores
-    (docs/testing.md). Own temp dir and free port, stopped by its pid at exit, never by name."""
-
-    head: subprocess.Popen | None = None
-    address: str | None = None
-    temp: str | None = None
-
-    @classmethod
-    def get(cls) -> str:
-        if cls.address is None:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            # Short: Ray's unix sockets live under it, and their paths may not pass 107 bytes.
-            temp = tempfile.mkdtemp(prefix="lr-ray-", dir="/tmp")
-            ray = Path(sys.executable).with_name("ray")
-            # The raylet's environment is what the ranks get (a private cluster's is the driver's): one
-            # thread a rank, as run_main gives the driver.
-            env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
-                   "TOKENIZERS_PARALLELISM": "false"}
-            env.pop("LOGICRL_INJECT_FAULT", None)
-            # 8 CPUs on 2 cores: room for a 2-rank run while the previous run's actors are still ending.
-            cls.head = subprocess.Popen(
-                [str(ray), "start", "--head", "--block", "--num-cpus=8", f"--port={port}", f"--temp-dir={temp}",
-                 "--include-dashboard=false"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                cwd=ROOT, start_new_session=True, preexec_fn=_end_with_parent)
-            cls.temp = temp
-            atexit.register(cls.stop)
-            cls.address = f"127.0.0.1:{port}"
-            cls._wait_for_node()
-        return cls.address
-
-    @classmethod
-    def _wait_for_node(cls, timeout: float = 120) -> None:
-        # The GCS answers before the raylet has registered the node: wait until `ray status` lists its CPUs.
-        ray = Path(sys.executable).with_name("ray")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if cls.head.poll() is not None:
-                break
-            status = subprocess.run([str(ray), "status", f"--address={cls.address}"], capture_output=True, text=True,
-                                    env={**os.environ, "RAY_AUTH_MODE": "disabled"})
-            if status.returncode == 0 and "CPU" in status.stdout:
-                return
-            time.sleep(1)
-        cls.stop()
-        raise RuntimeError(f"the tests' shared Ray head did not start in {timeout:.0f} s")
-
-    @classmethod
-    def stop(cls) -> None:
-        head, cls.head, cls.address = cls.head, None, None
-        if head is None or head.poll() is not None:
-            return
-        head.send_signal(signal.SIGTERM)  # `ray start --block` stops what it started
-        try:
-            head.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # its GCS can outlive the raylet by 30 s and more
-            os.killpg(head.pid, signal.SIGKILL)  # its own session: only what it started
-            head.wait()
-        shutil.rmtree(cls.temp, ignore_errors=True)
-
-
-def _end_with_parent() -> None:
-    """In the shared head's `ray start` before exec: SIGTERM when the pytest process that started it dies,
-    killed or not, so a cancelled test run leaves no cluster behind (atexit runs only on a normal exit)."""
-    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd: Path | None = None,
-             env: dict | None = None, timeout: float = 900, private_ray: bool = False):
+             env: dict | None = None, timeout: float = 900):
     """Run the real entry point as a user would: `python main_ppo.py *overrides`, one-line errors
     (HYDRA_FULL_ERROR=0), Hydra's run dir under `cwd` unless hydra.run.dir is given.
 
@@ -282,10 +198,7 @@ def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd
     driver); never inherited from the test's own environment. env: more variables for this run.
     popen: return the running subprocess.Popen (stdout and stderr piped, text) instead of waiting.
     The run is in its own session, so a test can signal its process group, and a SIGKILLed
-    controller's Ray processes are reaped by Ray, not by the test.
-    A run that is waited for, with no fault, no env, no Ray address and no node count of its own, joins
-    the test process's SharedRay; the others, and private_ray=True (a test about the cluster the run
-    starts), start their own as a user's run does."""
+    controller's Ray processes are reaped by Ray, not by the test."""
     if not any(a.startswith("trainer.default_local_dir=") for a in overrides):
         # Checkpoints are on by default and resume_mode=auto: a shared directory would make one
         # test resume from another's run.
@@ -293,9 +206,6 @@ def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd
     # One thread a rank (controller/placement.py thread_cap): make test runs two tests at once on 2
     # cores, and a tiny model's rank gains nothing from a second thread but its spinning.
     run_env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1", **(env or {})}
-    if not (private_ray or popen or fault or env or "RAY_ADDRESS" in os.environ
-            or any(a.startswith(("trainer.ray_address=", "trainer.nnodes=")) for a in overrides)):
-        run_env.update(RAY_ADDRESS=SharedRay.get(), RAY_AUTH_MODE="disabled")
     run_env.pop("LOGICRL_INJECT_FAULT", None)
     if fault:
         run_env["LOGICRL_INJECT_FAULT"] = fault

@@ -37,11 +37,9 @@ def small_run(tmp_path: Path) -> list[str]:
 
 
 def timed_main(*args: str, env: dict | None = None, cwd: Path | None = None, fault: str | None = None):
-    """run_main, with the seconds it took; `env` adds to the run's environment, `fault` is run_main's.
-    Never joins the shared Ray head: with RAY_ADDRESS set the preflight leaves the device checks to the
-    cluster's nodes, and a refusal here is about a user's own machine."""
+    """run_main, with the seconds it took; `env` adds to the run's environment, `fault` is run_main's."""
     start = time.monotonic()
-    result = run_main(*args, cwd=cwd, env=env, fault=fault, private_ray=True)
+    result = run_main(*args, cwd=cwd, env=env, fault=fault)
     return result, time.monotonic() - start
 
 
