@@ -170,11 +170,11 @@ class HybridWorker:
         quant = QuantSpec(model_cfg.quantization, model_cfg.quantization_block_size,
                           model_cfg.quantization_scaler_block_size, self.device) if model_cfg.quantization else None
         # A GPTQ checkpoint (models/gptq.py): every rank reads its int4 buffers, which FSDP2 leaves whole.
-        self._gptq_base = load_model_spec(path).quant_method == "gptq"
+        gptq_base = load_model_spec(path).quant_method == "gptq"
         actor_model = load_sharded_model(lambda meta: load_causal_lm(path, actor_dtype, ckpt, lora, on_meta=meta,
                                                                      attn_implementation=attn, quant=quant),
                                          self.mesh, self.device, arr.actor.fsdp_config.param_offload, mixed,
-                                         every_rank_loads=quant is not None or self._gptq_base)
+                                         every_rank_loads=quant is not None or gptq_base)
         self._ulysses(actor_model, "actor")
         self.remove_padding = model_cfg.use_remove_padding  # the actor's and the reference's forwards
         self.actor = Actor(self._trained("actor", actor_model, arr.actor, arr.actor.loss_agg_mode, plan.actor),

@@ -32,15 +32,16 @@ def adapter_sync(cfg: DictConfig):
 
 
 def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
-    from logicrl.models.gptq import is_gptq_linear, to_device_keeping_buffers
+    from logicrl.models.gptq import to_device_keeping_buffers
     from logicrl.models.loading import load_causal_lm
+    from logicrl.models.spec import load_model_spec
     from logicrl.workers.rollout.hf import HFRolloutEngine
 
     arr = cfg.actor_rollout_ref
     # With the adapter sync the engine holds the base under its own peft adapters, which each sync
     # overwrites in place; .to(dtype) puts them in the compute dtype, as the actor gathers its own.
     model = load_causal_lm(arr.model.path, dtype, lora=adapter_sync(cfg))
-    if any(is_gptq_linear(m) for m in model.modules()):  # the trainer's int4 base, buffers as stored
+    if load_model_spec(arr.model.path).quant_method == "gptq":  # the trainer's int4 base, buffers as stored
         model = to_device_keeping_buffers(model, device, dtype)
     else:
         model = model.to(device=device, dtype=dtype)
