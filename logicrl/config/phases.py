@@ -23,6 +23,7 @@ class Phase:
     rows_key: str | None = None  # rows per pass on one rank; None: the phase does not split its rows
     budget_key: str | None = None  # tokens per pass with use_dynamic_bsz; None: it splits by rows only
     dynamic_key: str | None = None  # the use_dynamic_bsz switch between the two
+    updates: bool = False  # a backward and optimizer steps on its model: ppo_epochs over the mini-batches
 
     @property
     def on_worker(self) -> bool:
@@ -56,11 +57,11 @@ STEP = (
     Phase("update_critic", "critic",
           rows_key="critic.ppo_micro_batch_size_per_gpu",
           budget_key="critic.ppo_max_token_len_per_gpu",
-          dynamic_key="critic.use_dynamic_bsz"),
+          dynamic_key="critic.use_dynamic_bsz", updates=True),
     Phase("update_actor", "actor",
           rows_key="actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
           budget_key="actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-          dynamic_key="actor_rollout_ref.actor.use_dynamic_bsz"),
+          dynamic_key="actor_rollout_ref.actor.use_dynamic_bsz", updates=True),
     # The actor's weights gathered in buckets and loaded into the engine.
     Phase("update_weights", "actor"),
 )
@@ -70,6 +71,9 @@ PHASES = tuple(p.name for p in STEP)
 # The phases that run on the workers: the ones with a memory footprint to plan and measure.
 WORKER_PHASES = tuple(p.name for p in STEP if p.on_worker)
 BUDGETED_PHASES = tuple(p.name for p in STEP if p.budgeted)
+# The forward passes over a scored batch before its advantages (the step loop runs those the plan keeps).
+SCORING_PASSES = PHASES[PHASES.index("reward") + 1:PHASES.index("advantages")]
+UPDATE_PHASES = tuple(p.name for p in STEP if p.updates)
 
 
 def phase(name: str) -> Phase:

@@ -98,6 +98,16 @@ class StepPlan:
     def responses(self) -> int:
         return self.prompts * self.n
 
+    # The ranks that generate and the ranks that train: the same ranks while every rank holds the engine
+    # and the trained models (the colocated worker); two groups once rollout and training are placed apart.
+    @property
+    def generating_ranks(self) -> int:
+        return self.ranks
+
+    @property
+    def training_ranks(self) -> int:
+        return self.ranks
+
     @property
     def round_prompts(self) -> int:
         """Prompts per generation round."""

@@ -2,8 +2,11 @@
 
 The workers are plain classes (tests build them directly); this module starts them where
 controller/placement.py put their bundles and fans calls out: `call` sends the same arguments to
-every rank, `dispatch` sends rank r its own shard. On a machine without CUDA the ranks are CPU
-processes over gloo, each with its share of its node's cores for torch's threads.
+every rank, `dispatch` sends rank r its own shard. Each has a form that returns at once
+(`call_async`, `dispatch_async`: a handle whose `result()` waits, controller/pending.py); the blocking
+forms wait on it. Ray runs an actor's calls in the order they were issued, so calls issued without
+waiting still reach each rank in order. On a machine without CUDA the ranks are CPU processes over
+gloo, each with its share of its node's cores for torch's threads.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from logicrl.controller.cluster import check_cluster, cluster_lost, ensure_ray
+from logicrl.controller.pending import Pending
 from logicrl.controller.placement import place
 from logicrl.errors import BadInput
 
@@ -72,14 +76,22 @@ class WorkerGroup:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list:
         """The same call on every rank; returns each rank's result, in rank order."""
-        return self._gather([getattr(w, method).remote(*args, **kwargs) for w in self.workers],
-                            kwargs.get("phase", method))
+        return self.call_async(method, *args, **kwargs).result()
 
     def dispatch(self, method: str, shards: list, **kwargs: Any) -> list:
         """Rank r gets shards[r]; returns each rank's result, in rank order."""
+        return self.dispatch_async(method, shards, **kwargs).result()
+
+    def call_async(self, method: str, *args: Any, **kwargs: Any) -> Pending:
+        """`call` without waiting: the handle of the ranks' results."""
+        return RayCall(self, [getattr(w, method).remote(*args, **kwargs) for w in self.workers],
+                       kwargs.get("phase", method))
+
+    def dispatch_async(self, method: str, shards: list, **kwargs: Any) -> Pending:
+        """`dispatch` without waiting: the handle of the ranks' results."""
         assert len(shards) == len(self.workers), f"{len(shards)} shards for {len(self.workers)} ranks"
-        return self._gather([getattr(w, method).remote(s, **kwargs) for w, s in zip(self.workers, shards)],
-                            kwargs.get("phase", method))
+        return RayCall(self, [getattr(w, method).remote(s, **kwargs) for w, s in zip(self.workers, shards)],
+                       kwargs.get("phase", method))
 
     def _gather(self, futures: list, phase: str) -> list:
         """The ranks' results; the first rank to fail ends the wait at once (the others may be
@@ -110,3 +122,18 @@ class WorkerGroup:
             ray.kill(w)
         remove_placement_group(self.pg)
         self.workers = []
+
+
+class RayCall:
+    """One call on every rank of a group, issued (a `Pending`): `result()` waits as `WorkerGroup._gather`
+    does, the first rank to fail ending the wait."""
+
+    def __init__(self, group: WorkerGroup, futures: list, phase: str):
+        self.group, self.futures, self.phase = group, futures, phase
+
+    def ready(self) -> bool:
+        _, pending = ray.wait(self.futures, num_returns=len(self.futures), timeout=0)
+        return not pending
+
+    def result(self) -> list:
+        return self.group._gather(self.futures, self.phase)

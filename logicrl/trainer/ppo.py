@@ -3,9 +3,10 @@
     generate -> reward_model -> reward -> old_log_prob -> ref -> values -> advantages -> update_critic -> update_actor
     -> update_weights -> metrics / validation
 
-One TensorDict carries the step (trainer/batch.py); `run_phase` sends each rank its shard, and
-the workers' phase wrapper (workers/hybrid.py `run`) times it, measures its memory
-(`perf/memory/<phase>/peak_gb`) and adds what it computed to the batch. Which phases run, how
+One TensorDict carries the step (trainer/batch.py); trainer/dispatch.py sends each rank its shard, the
+workers' phase wrapper (workers/phase_worker.py `run`) times it and measures its memory
+(`perf/memory/<phase>/peak_gb`), and what the ranks computed is added to the batch. What a step gathers
+as it runs is its own StepState (trainer/step_state.py), not the trainer's. Which phases run, how
 many steps there are and every batch size come from the step plan (config/plan.py).
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -21,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
+from logicrl.config.phases import SCORING_PASSES, UPDATE_PHASES
+from logicrl.config.phases import phase as phase_row
 from logicrl.config.rewards import combine_rule, reward_check
 from logicrl.config.plan import ARR, StepPlan
-from logicrl.config.sequence_parallel import phase_sp_size
 from logicrl.data.dataset import load_prompts
 from logicrl.faults import Faults
 from logicrl.logs import quiet_driver
@@ -34,7 +35,7 @@ from logicrl.signals import Preempted, requested, stop_at_step_end
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
 from logicrl.errors import BadInput
 from logicrl.models.spec import load_model_spec
-from logicrl.trainer.batch import balanced_order, cat_rounds, group_shards, merge_rank_metrics, prompt_batch
+from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch
 from logicrl.trainer.checkpoint import (
     TrainerState,
     complete_checkpoints,
@@ -54,14 +55,15 @@ from logicrl.trainer.divergence import (
     nonfinite_roles,
     nonfinite_state_reason,
 )
-from logicrl.trainer.micro_sizes import apply_saved, ended_by_oom
+from logicrl.trainer.dispatch import PhaseDispatch, timed
+from logicrl.trainer.micro_sizes import apply_saved
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
 from logicrl.trainer.step_perf import FlopModel, peak_bf16_flops, phase_shares, step_metrics
+from logicrl.trainer.step_state import StepState
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
 from logicrl.trainer.validation import validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
-from logicrl.workers.oom import RankOutOfMemory
 
 log = logging.getLogger("logicrl.trainer")
 
@@ -116,7 +118,7 @@ class PPOTrainer:
         # Generation rounds drawn from the sampler so far: one per step, or with dynamic sampling as many
         # as the steps took (the sampler's position, checkpointed).
         self.rounds = 0
-        self.workers, self.rank_metrics = None, []
+        self.workers = None
         self.phase_totals: dict[str, float] = {}  # this launch's time per phase, for the closing line
         arr = cfg[ARR]
         self.flops = FlopModel.of(load_model_spec(arr.model.path), arr.model.lora_rank, arr.model.target_modules)
@@ -137,6 +139,7 @@ class PPOTrainer:
         self.workers = group_cls(HybridWorker, plan.ranks, use_cuda, cfg.trainer.nnodes, cfg.trainer.ray_address,
                                  config=OmegaConf.to_container(cfg, resolve=True),
                                  plan=plan, faults=self.faults, log_file=log_file)
+        self.calls = PhaseDispatch(self.workers, cfg, plan, self.faults, self.ckpt_root)
         if init_from is not None:
             log.info(f"starting from {init_from} (optimizer state {'carried' if carry_optimizer else 'fresh'})")
             self.workers.call("start_from", str(init_from), carry_optimizer)
@@ -257,81 +260,24 @@ class PPOTrainer:
         log.info(f"resumed from {path} at step {state.step}; {self.total_steps - state.step} steps to go")
 
     # ---------------------------------------------------------------- the step
-    def run_phase(self, phase: str, batch: TensorDict | None, metrics: dict, step: int | None,
-                  keep: tuple[str, ...] = (), **kwargs) -> None:
-        """Run a worker phase on every rank's shard of `batch` (padded to equal shards) and add what
-        the ranks return to it; the controller's time is timing_s/<phase>, the ranks' metrics are
-        kept for the step's merge. `keep`: the rows' text fields the phase needs (trainer/batch.py tensors)."""
-        with self.timed(phase, metrics, step):
-            try:
-                if batch is None:
-                    outs = self.workers.call("run", None, phase=phase, step=step, **kwargs)
-                else:
-                    outs = self.workers.dispatch("run", self.rank_shards(phase, batch, keep), phase=phase, step=step,
-                                                 **kwargs)
-            except RuntimeError as err:
-                # A rank's RankOutOfMemory, as the group's WorkerFailed (controller/worker_group.py;
-                # not imported: it imports Ray). The other ranks may be stuck in a collective: fit's
-                # shutdown kills them.
-                if isinstance(getattr(err, "cause", None), RankOutOfMemory):
-                    raise ended_by_oom(self.ckpt_root, err) from err
-                raise
-            # With SP a group's ranks return the same rows: the first of each group's (metrics from all).
-            parts = [out for out, _ in outs[::self.sp_groups(phase)] if out is not None]
-            if parts:
-                batch.update(torch.cat(parts)[:len(batch)])
-            self.add_rank_metrics([m for _, m in outs])
-
-    def add_rank_metrics(self, per_rank: list[dict]) -> None:
-        """Each rank's metrics of one phase call into its step total: a phase called more than once (dynamic
-        sampling's generation rounds) sums its times and keeps its highest memory peak."""
-        if not self.rank_metrics:
-            self.rank_metrics = [{} for _ in per_rank]
-        for total, m in zip(self.rank_metrics, per_rank):
-            for key, value in m.items():
-                if key.startswith("timing_s/") and key in total:
-                    total[key] += value
-                elif key.startswith("perf/memory/") and key in total:
-                    total[key] = max(total[key], value)
-                else:
-                    total[key] = value
-
-    def sp_groups(self, phase: str) -> int:
-        """Ranks per SP group for `phase`: its model's; generation is every rank's own (rollout is unchanged by SP)."""
-        return phase_sp_size(self.cfg, phase)
-
-    def rank_shards(self, phase: str, batch: TensorDict, keep: tuple[str, ...]) -> list[TensorDict]:
-        """One shard per rank; with Ulysses SP of size S (models/ulysses.py) the batch splits into
-        ranks / S shards, each sent to the S consecutive ranks of one group, which split its sequences."""
-        return group_shards(batch, self.plan.ranks, self.sp_groups(phase), keep)
-
-    @contextmanager
-    def timed(self, phase: str, metrics: dict, step: int | None):
-        self.faults.kill_if_due(phase, step)  # crash tests' fault injection; a no-op unless asked
-        start = time.perf_counter()
-        yield
-        # Summed: dynamic sampling's rounds run generate and reward more than once a step.
-        metrics[f"timing_s/{phase}"] = metrics.get(f"timing_s/{phase}", 0.0) + time.perf_counter() - start
-
     def step(self, step: int) -> dict:
         cfg, plan = self.cfg, self.plan
-        metrics: dict = {}
-        self.rank_metrics: list[dict] = []
-        self.generated: list[tuple[list[int], list[int]]] = []  # per round: each rank's tokens, every length
+        state = StepState(step)
+        metrics = state.metrics
         start = time.perf_counter()
         if plan.filter_groups:
-            batch, prompts = self._dynamic_batch(step, metrics)
+            batch, prompts = self._dynamic_batch(state)
             token_scores = batch.pop("token_level_scores") if batch is not None else None
         else:
             rows = [self.train_set[i] for i in self.sampler.batch(step - 1)]
             self.rounds, prompts = step, len(rows)
-            batch, token_scores, reward_metrics, _ = self._generate_and_score(rows, 0, step, metrics,
-                                                                              self.sampling(step), balance=True)
+            batch, token_scores, reward_metrics, _ = self._generate_and_score(rows, 0, state, self.sampling(step),
+                                                                              balance=True)
             metrics.update(reward_metrics)
         if batch is not None:
-            self._train(step, batch, token_scores, metrics)
+            self._train(state, batch, token_scores)
             metrics.update(length_metrics(batch["response_mask"], cfg.data.max_response_length))
-        metrics.update(merge_rank_metrics(self.rank_metrics))
+        metrics.update(merge_rank_metrics(state.rank_metrics))
         # What this step really ran (a curriculum stage's batch size and rollout.n show here).
         metrics["batch/prompts"] = float(prompts)
         metrics["batch/responses"] = float(len(batch)) if batch is not None else 0.0
@@ -340,38 +286,40 @@ class PPOTrainer:
         metrics.update({"data/prompts_truncated": float(data.truncated), "data/prompts_filtered":
                         float(data.too_long_filtered), "data/rows_skipped": float(data.bad_rows_skipped)})
         metrics["timing_s/step"] = time.perf_counter() - start
-        metrics.update(self._perf_metrics(batch, metrics))
+        metrics.update(self._perf_metrics(batch, state))
         metrics["perf/rollout_tokens_per_s"] = metrics["perf/gen_tokens_per_s"]
         return metrics
 
-    def _generate_and_score(self, rows: list, first_uid: int, step: int, metrics: dict, params: dict,
+    def _generate_and_score(self, rows: list, first_uid: int, state: StepState, params: dict,
                             balance: bool) -> tuple[TensorDict, torch.Tensor, dict, list[dict]]:
-        """One generation round: `rows`' prompts x n generated, balanced across ranks (`balance`), scored."""
+        """One generation round: `rows`' prompts x n generated, balanced across the training ranks
+        (`balance`), scored."""
         plan = self.plan
         batch = prompt_batch(rows, plan.n, self.tokenizer.pad_token_id, first_uid)
-        self.run_phase("generate", batch, metrics, step, params=params)
+        self.calls.run("generate", batch, state, params=params)
         lengths = batch["response_mask"].sum(-1)
-        self.generated.append(([int(part.sum()) for part in lengths.chunk(plan.ranks)], lengths.tolist()))
-        if balance and self.cfg.trainer.balance_batch and plan.ranks > 1:
-            batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.ranks))]
+        state.generated.append(([int(part.sum()) for part in lengths.chunk(plan.generating_ranks)], lengths.tolist()))
+        if balance and self.cfg.trainer.balance_batch and plan.training_ranks > 1:
+            batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.training_ranks))]
         if plan.runs("reward_model"):
             # The prompts' chats travel with the shards: a reward model with its own tokenizer re-renders them.
-            self.run_phase("reward_model", batch, metrics, step, keep=("raw_prompt",))
-        with self.timed("reward", metrics, step):
+            self.calls.run("reward_model", batch, state, keep=("raw_prompt",))
+        with timed(self.faults, "reward", state):
             token_scores, reward_metrics, _, results = self.rewards(batch)
         return batch, token_scores, reward_metrics, results
 
-    def _dynamic_batch(self, step: int, metrics: dict) -> tuple[TensorDict | None, int]:
+    def _dynamic_batch(self, state: StepState) -> tuple[TensorDict | None, int]:
         """DAPO's dynamic sampling (trainer/dynamic_sampling.py): rounds of data.gen_batch_size prompts until
         train_batch_size groups with a spread are kept; the batch to train (None: nothing) and the prompts drawn."""
         cfg, plan = self.cfg, self.plan
         fg = cfg.algorithm.filter_groups
+        step, metrics = state.step, state.metrics
 
         def next_round(i: int) -> Round:
             rows = [self.train_set[j] for j in self.sampler.batch(self.rounds)]
             self.rounds += 1
             batch, scores, reward_metrics, results = self._generate_and_score(
-                rows, i * plan.round_prompts, step, metrics, self.sampling(self.rounds), balance=False)
+                rows, i * plan.round_prompts, state, self.sampling(self.rounds), balance=False)
             batch["token_level_scores"] = scores
             try:
                 values = metric_values(fg.metric, scores, results)
@@ -397,20 +345,21 @@ class PPOTrainer:
                         + (f"training on {kept} prompts (whole mini-batches)" if kept else
                            f"fewer than one mini-batch ({max(minis)} prompts), no update this step"))
             batch = batch[:kept * plan.n] if kept else None
-        if batch is not None and cfg.trainer.balance_batch and plan.ranks > 1:
-            batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.ranks))]
+        if batch is not None and cfg.trainer.balance_batch and plan.training_ranks > 1:
+            batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.training_ranks))]
         return batch, filled.prompts
 
-    def _train(self, step: int, batch: TensorDict, token_scores: torch.Tensor, metrics: dict) -> None:
+    def _train(self, state: StepState, batch: TensorDict, token_scores: torch.Tensor) -> None:
         """The step after its batch is scored: forward passes, advantages, updates, weight sync."""
         cfg, plan = self.cfg, self.plan
-        for phase in ("old_log_prob", "ref", "values"):
+        step, metrics = state.step, state.metrics
+        for phase in SCORING_PASSES:
             if plan.runs(phase):
-                self.run_phase(phase, batch, metrics, step)
+                self.calls.run(phase, batch, state)
         if cfg.algorithm.rollout_correction.bypass_mode:  # verl's bypass: the engine's policy is pi_old
             batch["old_log_probs"] = batch["rollout_log_probs"]
 
-        with self.timed("advantages", metrics, step):
+        with timed(self.faults, "advantages", state):
             rewards = token_scores
             if cfg.algorithm.use_kl_in_reward:
                 rewards, kl_metrics = self._kl_in_reward(batch, token_scores)
@@ -425,18 +374,21 @@ class PPOTrainer:
             metrics.update({k: float(v) for k, v in advantage_metrics(advantages, returns, batch["response_mask"]).items()})
 
         if plan.runs("update_critic"):
-            self.run_phase("update_critic", batch, metrics, step)
+            self.calls.run("update_critic", batch, state)
         if step > cfg.trainer.critic_warmup:
-            self.run_phase("update_actor", batch, metrics, step)
-            self.run_phase("update_weights", None, metrics, step)
+            self.calls.run("update_actor", batch, state)
+            # The engine's weights are then this step's: their version is the step.
+            self.calls.run("update_weights", None, state, version=step)
 
-    def _perf_metrics(self, batch: TensorDict | None, metrics: dict) -> dict:
+    def _perf_metrics(self, batch: TensorDict | None, state: StepState) -> dict:
         """Where the step's time went (trainer/step_perf.py): generation, forward passes, updates, MFU."""
         plan = self.plan
-        epochs = {"update_actor": plan.actor.ppo_epochs, "update_critic": plan.critic.ppo_epochs if plan.critic else 1}
-        return step_metrics(self.generated, [m.get("timing_s/generate", 0.0) for m in self.rank_metrics], metrics,
+        # Each update phase's epochs over its model's mini-batches (plan.actor, plan.critic: None without one).
+        updates = {name: getattr(plan, phase_row(name).model) for name in UPDATE_PHASES}
+        epochs = {name: u.ppo_epochs if u is not None else 1 for name, u in updates.items()}
+        return step_metrics(state.generated, state.rank_times("generate"), state.metrics,
                             None if batch is None else batch["attention_mask"], epochs, self.flops,
-                            self.cfg[ARR].model.enable_gradient_checkpointing, plan.ranks, self.peak)
+                            self.cfg[ARR].model.enable_gradient_checkpointing, plan.training_ranks, self.peak)
 
     def _kl_in_reward(self, batch, token_scores):
         old = batch.get("old_log_probs", None)
@@ -452,10 +404,10 @@ class PPOTrainer:
         params = dict(temperature=vk.temperature, top_p=vk.top_p, top_k=vk.top_k, do_sample=vk.do_sample,
                       max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed)
         batch = prompt_batch(list(self.val_set), vk.n, self.tokenizer.pad_token_id)
-        self.rank_metrics = []
-        self.run_phase("generate", batch, {}, None, params=params)
+        state = StepState(None)  # its own: nothing of it goes into the step's row
+        self.calls.run("generate", batch, state, params=params)
         if self.plan.runs("reward_model"):  # as verl: validation's rewards combine the learned score too
-            self.run_phase("reward_model", batch, {}, None, keep=("raw_prompt",))
+            self.calls.run("reward_model", batch, state, keep=("raw_prompt",))
         _, _, texts, results = self.rewards(batch)
         write_samples(self.run_dir, step, batch, texts, results)
         return validation_metrics(batch, results)

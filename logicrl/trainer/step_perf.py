@@ -107,13 +107,13 @@ def mfu_metrics(flops: FlopModel, lengths: list[int], epochs: int, checkpointing
 
 
 def step_metrics(generated: list[tuple[list[int], list[int]]], rank_seconds: list[float], metrics: dict,
-                 attention_mask, epochs: dict[str, int], flops: FlopModel, checkpointing: bool, ranks: int,
-                 peak: float | None) -> dict[str, float]:
+                 attention_mask, epochs: dict[str, int], flops: FlopModel, checkpointing: bool,
+                 training_ranks: int, peak: float | None) -> dict[str, float]:
     """All of a step's perf/ metrics. `generated`: per generation round, each rank's generated tokens and
-    every response's length; `rank_seconds`: each rank's own generate time (its rounds summed); `metrics`:
+    every response's length; `rank_seconds`: each generating rank's own generate time (its rounds summed); `metrics`:
     the step's so far (timing_s/<phase>, perf/worker_timing_s/update_actor); `attention_mask` [N, P+R] of
     the trained rows, None when nothing was trained."""
-    rank_tokens = [sum(tokens[r] for tokens, _ in generated) for r in range(ranks)]
+    rank_tokens = [sum(tokens[r] for tokens, _ in generated) for r in range(len(rank_seconds))]
     lengths = [n for _, round_lengths in generated for n in round_lengths]
     out = generation_metrics(rank_tokens, rank_seconds, metrics["timing_s/generate"], lengths)
     if attention_mask is None:
@@ -123,7 +123,7 @@ def step_metrics(generated: list[tuple[list[int], list[int]]], rank_seconds: lis
     out.update(trainer_metrics(seqs, timed, epochs))
     if "perf/worker_timing_s/update_actor" in metrics:
         out.update(mfu_metrics(flops, seqs, epochs["update_actor"], checkpointing,
-                               metrics["perf/worker_timing_s/update_actor"], ranks, peak))
+                               metrics["perf/worker_timing_s/update_actor"], training_ranks, peak))
     return out
 
 

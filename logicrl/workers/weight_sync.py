@@ -31,6 +31,7 @@ import torch
 
 from logicrl.models.quantize import dequantized
 from logicrl.workers.fsdp import full_tensor
+from logicrl.workers.transport import TensorMeta
 
 MB = 2**20
 
@@ -132,3 +133,16 @@ def iter_adapter_weights(model: torch.nn.Module, dtype: torch.dtype | None = Non
             stats["bytes"] += tensor.numel() * tensor.element_size()
             stats["tensors"] += 1
             yield name, tensor
+
+
+def engine_weight_meta(model: torch.nn.Module, dtype: torch.dtype | None = None) -> list[TensorMeta]:
+    """The names, shapes and dtypes `iter_engine_weights(model, dtype=dtype)` streams (LoRA merged or not,
+    the names are the base's), read from the parameters without gathering any: a DTensor's shape is global."""
+    return [TensorMeta(_plain_name(name), tuple(param.shape), dtype or param.dtype)
+            for name, param in model.named_parameters() if ".lora_" not in name]
+
+
+def adapter_meta(model: torch.nn.Module, dtype: torch.dtype | None = None) -> list[TensorMeta]:
+    """The names, shapes and dtypes `iter_adapter_weights(model, dtype)` streams."""
+    return [TensorMeta(name, tuple(param.shape), dtype or param.dtype)
+            for name, param in model.named_parameters() if ".lora_A." in name or ".lora_B." in name]

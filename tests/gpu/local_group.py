@@ -4,7 +4,8 @@ The lent GPU machines have torch and transformers but no Ray, and Ray's wheel is
 can be carried there, so the GPU tier drives logicrl's real trainer (trainer/ppo.py, which takes
 the group class as an argument) with this one-rank stand-in for controller/worker_group.py. It
 keeps that group's contract: `call` and `dispatch` return one result per rank in rank order, and
-a rank's exception propagates.
+a rank's exception propagates; `call_async` and `dispatch_async` run the call at once and hand back
+its result (controller/pending.py's Done), raised from `result()` as the Ray group's would be.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 
 from typing import Any
 
+from logicrl.controller.pending import Done
 from logicrl.controller.ports import free_port
 
 
@@ -32,11 +34,19 @@ class LocalGroup:
         return len(self.workers)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list:
-        return [getattr(w, method)(*args, **kwargs) for w in self.workers]
+        return self.call_async(method, *args, **kwargs).result()
 
     def dispatch(self, method: str, shards: list, **kwargs: Any) -> list:
+        return self.dispatch_async(method, shards, **kwargs).result()
+
+    def call_async(self, method: str, *args: Any, **kwargs: Any) -> Done:
+        return Done.of(kwargs.get("phase", method),
+                       [lambda w=w: getattr(w, method)(*args, **kwargs) for w in self.workers])
+
+    def dispatch_async(self, method: str, shards: list, **kwargs: Any) -> Done:
         assert len(shards) == len(self.workers), f"{len(shards)} shards for {len(self.workers)} ranks"
-        return [getattr(w, method)(s, **kwargs) for w, s in zip(self.workers, shards)]
+        return Done.of(kwargs.get("phase", method),
+                       [lambda w=w, s=s: getattr(w, method)(s, **kwargs) for w, s in zip(self.workers, shards)])
 
     def shutdown(self) -> None:
         import torch.distributed as dist
