@@ -211,7 +211,7 @@ def _prepare(model: torch.nn.Module, gradient_checkpointing: bool, lora: LoraSpe
         # autocast_adapter_dtype=True (peft's default, named so that nobody turns it off): the
         # adapters are stored fp32 under a bf16 base. They are the trained weights, so they are the
         # fp32 masters of models/loading.py master_dtype; the actor's FSDP2 policy gathers them in
-        # the compute dtype (workers/hybrid.py), so they do not compute in fp32. Stored in bf16,
+        # the compute dtype (workers/build.py), so they do not compute in fp32. Stored in bf16,
         # Logic-RL's lr 4e-7 updates would round away as they would for a full bf16 model.
         model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=targets,
                                                  lora_dropout=0.0, bias="none", task_type="CAUSAL_LM"),

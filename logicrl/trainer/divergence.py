@@ -7,7 +7,7 @@ A step is non-finite when a role skipped an optimizer step for a non-finite grad
 (`<role>/nonfinite_steps`, workers/update.py) or its loss is NaN/inf. One such step can happen (a
 bad batch under bf16) and costs only its skipped update; `max_nonfinite_steps` of them in a row is a
 run that has diverged, and every further step would only burn GPU hours. Separately, the controller
-asks the ranks before every save whether the weights and optimizer states are finite (workers/hybrid.py
+asks the ranks before every save whether the weights and optimizer states are finite (workers/trained_state.py
 `nonfinite_state`): a checkpoint is never written from NaN/inf, so the newest one on disk is finite.
 """
 
