@@ -56,9 +56,9 @@ def test_masters_are_fp32_and_move_at_lr_4e_7_where_bf16_masters_do_not(bf16_wor
     # weight by about lr = 4e-7 a step, far below half a bf16 ulp (2^-8 |w|: 8e-5 at |w| = 0.02), so
     # almost every update rounds away. Measured: 99.997% of the fp32 masters change in 3 steps, 0.25%
     # of bf16 ones.
-    import logicrl.workers.hybrid as hybrid
+    import logicrl.workers.build as build
 
-    monkeypatch.setattr(hybrid, "master_dtype", lambda compute: compute)
+    monkeypatch.setattr(build, "master_dtype", lambda compute: compute)
     stale, stale_prompts = make_worker("hf", *BF16)
     assert {p.dtype for p in stale.actor.model.parameters()} == {torch.bfloat16}
     bf16 = changed_fraction(stale, rollout(stale, stale_prompts, seed=3))

@@ -124,13 +124,13 @@ def test_lora_actor_syncs_its_engine(engine, sync):
 
 
 def test_optimizer_offload_reaches_the_update_and_a_resume(tmp_path, monkeypatch):
-    from logicrl.workers import hybrid, update
+    from logicrl.workers import trained_state, update
 
     worker, prompts = make_worker("hf", f"{ARR}.actor.fsdp_config.optimizer_offload=true",
                                   f"{ARR}.actor.use_kl_loss=false")
     assert worker.actor.role.optimizer_offload
     parked = []
-    for module in (update, hybrid):  # both places that send the states to the host
+    for module in (update, trained_state):  # both places that send the states to the host
         monkeypatch.setattr(module, "offload_optimizer", lambda opt, seen=parked, real=module.offload_optimizer:
                             seen.append(opt) or real(opt))
     batch, _ = generate(worker, prompts, seed=3)

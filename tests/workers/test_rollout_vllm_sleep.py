@@ -117,21 +117,25 @@ def test_hybrid_worker_resyncs_before_generating_from_discarded_weights(monkeypa
     from tensordict import TensorDict
 
     from logicrl.workers.hybrid import HybridWorker
+    from logicrl.workers.transport import InProcess, Payload
 
     engine = build(monkeypatch, cuda=True)
+    transport = InProcess(engine)
+    transport.send(Payload("weights", 7, iter([])))  # the engine holds step 7's weights
     engine.sleep()
     synced = []
 
-    def update_weights(_batch, _retry):
-        synced.append(True)
-        engine.sync_weights(iter([]))
+    def update_weights(_batch, _retry, version=None):  # the actor's weights, through the transport
+        synced.append(version)
+        transport.send(Payload("weights", version, iter([])))
 
-    worker = SimpleNamespace(engine=engine, rank=0, device=torch.device("cpu"), _update_weights=update_weights,
-                             cfg=SimpleNamespace(actor_rollout_ref=SimpleNamespace(
+    worker = SimpleNamespace(engine=engine, transport=transport, rank=0, device=torch.device("cpu"),
+                             _update_weights=update_weights, cfg=SimpleNamespace(actor_rollout_ref=SimpleNamespace(
                                  rollout=SimpleNamespace(free_cache_engine=True))))
     batch = TensorDict({"input_ids": PROMPTS[0], "attention_mask": PROMPTS[1]}, batch_size=[2])
     out, _ = HybridWorker._generate(worker, batch, None, {"max_tokens": 4, "seed": 1})
-    assert synced == [True] and out["responses"][:, :3].tolist() == [TOKENS] * 2
+    # The same weights again: the version the engine had, not a new one.
+    assert synced == [7] and transport.version == 7 and out["responses"][:, :3].tolist() == [TOKENS] * 2
     assert not engine.weights_valid  # it slept again after generating: the next step's sync is due
     HybridWorker._generate(worker, batch, None, {"max_tokens": 4, "seed": 1})
-    assert synced == [True, True]
+    assert synced == [7, 7]
