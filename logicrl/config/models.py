@@ -15,9 +15,6 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-ARR = "actor_rollout_ref"
-
-
 @dataclass(frozen=True)
 class ModelRole:
     name: str  # the spelling config/phases.py's Phase.model uses
@@ -45,7 +42,7 @@ class ModelRole:
 
 
 def _kl_term(cfg: DictConfig) -> bool:
-    return bool(cfg[ARR].actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+    return bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
 
 
 # Keys written out whole, so a grep for a key finds its row.

@@ -5,15 +5,18 @@ A phase's row says which model it runs (a row of config/models.py, or the engine
 forward or a training update, and how it splits a rank's rows: its micro-batch key (rows per pass) and,
 where it can pack by tokens instead (`use_dynamic_bsz`), its token budget key and the switch. Every list
 of phases (the planner's, auto micro-batching's, the step telemetry's) is derived below from these rows.
-Adding a phase is adding a row here, a footprint in memory/phases.py and a method on the worker.
+Adding a phase is adding a row here, a method on the worker and, unless it is a forward or an update of
+a model (planned from its row), a footprint in memory/phases.py (FOOTPRINTS).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from logicrl.config.models import ARR, MODELS
+from logicrl.config.models import MODELS
 from logicrl.config.models import model as model_row
+
+ARR = "actor_rollout_ref"
 
 
 @dataclass(frozen=True)

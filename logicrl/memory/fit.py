@@ -1,10 +1,12 @@
 """Does a plan fit the device, and if not, what to change: check_fit and auto_micro_batch.
 
-Every knob is tried on the plan's own inputs (PlanInputs.with_micro by config key, or
-dataclasses.replace for a switch; nothing mutated) and only suggested when it makes the failing
-phase fit; micro-batches and token budgets are suggested at the largest value that fits, not
-halved blindly. Which key sizes a phase, and its budget and use_dynamic_bsz keys, are the phase
-table's (config/phases.py); auto_micro_batch returns {key: value} for StepPlan.with_micro.
+Every knob is tried on the plan's own inputs (PlanInputs.with_micro by config key, PlanInputs.switch
+for a model's switch by its key, dataclasses.replace for the engine's; nothing mutated) and only
+suggested when it makes the failing phase fit; micro-batches and token budgets are suggested at the
+largest value that fits, not halved blindly. Which key sizes a phase, and its budget and
+use_dynamic_bsz keys, are the phase table's (config/phases.py); each model's switches, packing and
+SP size are its row's in the model table (config/models.py). auto_micro_batch returns {key: value}
+for StepPlan.with_micro.
 """
 
 from __future__ import annotations

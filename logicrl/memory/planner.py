@@ -15,7 +15,7 @@ kept free for them (MemoryPlan.usable, read by grad_accumulation's choice here a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
