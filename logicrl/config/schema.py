@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from logicrl.config.engines import ENGINES
 # reward.combine.mode: how a learned score and the rule reward make the sequence reward (its one list).
 from logicrl.models.quant_methods import METHODS as QUANT_METHODS
 from logicrl.reward.combine import MODES as COMBINE_MODES
@@ -157,7 +158,7 @@ class ValKwargs:
 
 @dataclass
 class RolloutConfig:
-    name: str = key(choices=("vllm", "hf"))
+    name: str = key(choices=ENGINES)  # the engine table itself: an engine registered later is a choice too
     n: int = key(ge=1)
     temperature: float = key(gt=0)
     top_p: float = key(gt=0, le=1)

@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
+from logicrl.config.engines import ENGINES, engines_with
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
 from logicrl.config.normalize import normalize, rank_count
@@ -135,6 +136,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
 
     check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
     check_lora_sync(arr)
+    check_engine_logprobs(cfg)
     check_reward_model(cfg)
     check_sequence_parallel(cfg, lambda path_key: spec if path_key == f"{ARR}.model.path" else
                             check_model(path_key, OmegaConf.select(cfg, path_key)))
@@ -278,45 +280,62 @@ def check_reward_model(cfg: DictConfig) -> None:
                                   f"data.val_files has data_source={source} ({hint})")
 
 
-VLLM_MAX_LORA_RANK = 512  # the largest of vLLM 0.32's MaxLoRARanks (rollout/vllm_lora.py rounds up to one)
-
-
 def check_lora_sync(arr: DictConfig) -> None:
-    """rollout.lora_sync=adapters on vLLM: the adapters must be ones it covers (the decoder's Linear
-    layers, the ones tested; a rank vLLM offers); otherwise the merged sync, which any target allows."""
+    """rollout.lora_sync=adapters: an engine that takes adapters alone, adapters it covers (its largest rank;
+    on vLLM the decoder's Linear layers, the ones tested); otherwise the merged sync, which any target allows."""
     model, key = arr.model, f"{ARR}.rollout.lora_sync"
-    if model.lora_rank == 0 or arr.rollout.lora_sync != "adapters" or arr.rollout.name != "vllm":
+    if model.lora_rank == 0 or arr.rollout.lora_sync != "adapters":
         return
-    if model.lora_rank > VLLM_MAX_LORA_RANK:
-        raise ConfigError(f"{ARR}.model.lora_rank={model.lora_rank} is above vLLM's largest max_lora_rank "
-                          f"{VLLM_MAX_LORA_RANK}: set {key}=merged or lower the rank")
+    name = arr.rollout.name
+    row = ENGINES[name]
+    if not row.adapter_sync:
+        raise ConfigError(f"{key}=adapters but the {name} engine ({ARR}.rollout.name) cannot take adapters alone: "
+                          f"set {key}=merged, or use {' or '.join(engines_with('adapter_sync'))}")
+    if row.max_lora_rank is not None and model.lora_rank > row.max_lora_rank:
+        raise ConfigError(f"{ARR}.model.lora_rank={model.lora_rank} is above {row.label}'s largest max_lora_rank "
+                          f"{row.max_lora_rank}: set {key}=merged or lower the rank")
     targets = model.target_modules
-    if isinstance(targets, str):
+    if not row.adapters_on_linears_only or isinstance(targets, str):
         return  # all-linear, or a regular expression over the full names: decoder Linears as the preflight finds
     # The embedding and the output layer, the modules peft adapts beside the Linears; a name that matches
     # nothing is the preflight's to refuse (preflight/lora.py: with a "did you mean").
     linears = ATTENTION + MLP
     other = [t for t in targets if t.rsplit(".", 1)[-1] in ("embed_tokens", "lm_head")]
     if other:
-        raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: the adapter sync into vLLM "
-                          f"covers the decoder's Linear layers ({', '.join(linears)}) only; set {key}=merged for "
-                          "the others")
+        raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: the adapter sync into "
+                          f"{row.label} covers the decoder's Linear layers ({', '.join(linears)}) only; set {key}=merged "
+                          "for the others")
 
 
 def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:
-    """Rollout tensor parallelism (workers/rollout/vllm_tp.py): TP groups of consecutive ranks, vLLM only."""
+    """Rollout tensor parallelism (workers/rollout/vllm_tp.py): TP groups of consecutive ranks, on an engine
+    whose row has it."""
     tp, key = rollout.tensor_model_parallel_size, f"{ARR}.rollout.tensor_model_parallel_size"
     if tp == 1:
         return
-    if rollout.name != "vllm":
-        raise ConfigError(f"{key}={tp} needs {ARR}.rollout.name=vllm (the hf engine holds the whole model on "
-                          f"each rank): set rollout.name=vllm or {key}=1")
+    if not ENGINES[rollout.name].tensor_parallel:
+        able = engines_with("tensor_parallel")
+        raise ConfigError(f"{key}={tp} needs {ARR}.rollout.name={' or '.join(able)} (the {rollout.name} engine holds "
+                          f"the whole model on each rank): set rollout.name={able[0]} or {key}=1")
     if n_gpus % tp:
         raise ConfigError(f"{key}={tp} must divide trainer.n_gpus={n_gpus} (each TP group is {tp} ranks): "
                           f"set trainer.n_gpus to a multiple of {tp}")
     if spec.num_heads % tp:
         raise ConfigError(f"{key}={tp} must divide the model's num_attention_heads={spec.num_heads} "
                           f"({ARR}.model.path): pick a divisor of it")
+
+
+def check_engine_logprobs(cfg: DictConfig) -> None:
+    """Rollout correction reads the engine's own log-probs: an engine that returns none cannot serve it."""
+    name, corr = cfg[ARR].rollout.name, cfg.algorithm.rollout_correction
+    if ENGINES[name].returns_logprobs:
+        return
+    used = [f"{k}={v}" for k, v in (("rollout_is", corr.rollout_is), ("rollout_rs", corr.rollout_rs),
+                                    ("bypass_mode", corr.bypass_mode)) if v]
+    if used:
+        raise ConfigError(f"algorithm.rollout_correction.{used[0]} needs the engine's log-probs, and the {name} engine "
+                          f"({ARR}.rollout.name) returns none: turn it off, or use "
+                          f"{' or '.join(engines_with('returns_logprobs'))}")
 
 
 def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:

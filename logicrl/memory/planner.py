@@ -19,7 +19,9 @@ from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
+from logicrl.config.engines import ENGINES
 from logicrl.config.plan import WORKER_PHASES, StepPlan
+from logicrl.memory.engine import footprint
 from logicrl.memory.footprint import ModelBytes, kv_bytes_per_token
 from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.memory.phases import (
@@ -29,7 +31,6 @@ from logicrl.memory.phases import (
     PhaseMemory,
     backward_phase,
     base_once,
-    engine_bytes,
     forward_phase,
     generate_phase,
     micro_batches,
@@ -123,7 +124,7 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     x = resolve_grad_accumulation(x, capacity)
     m = build_models(x)
     params, optim = resident(x, m)
-    weights, kv = engine_bytes(x, m, capacity, awake=False)
+    weights, kv = footprint(x).resident(x, m.engine, capacity, awake=False)
     base = dict(params=params, optimizer=optim, engine=weights, kv_cache=kv)
 
     def with_states(states: int) -> dict[str, int]:  # optimizer_offload's states, loaded for their update
@@ -195,11 +196,11 @@ def resolve_grad_accumulation(x: PlanInputs, capacity: int) -> PlanInputs:
 
 def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
     notes = []
-    if x.engine == "vllm":
+    if footprint(x).preallocates_kv:
         one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
         fits = generate.parts["kv_cache"] // one
-        notes.append(f"vLLM's KV cache holds {fits} sequences of {x.width} tokens at once; this rank generates "
-                     f"{x.gen_rows} (more queue, they do not fail)")
+        notes.append(f"{ENGINES[x.engine].label}'s KV cache holds {fits} sequences of {x.width} tokens at once; this "
+                     f"rank generates {x.gen_rows} (more queue, they do not fail)")
     steps = micro_batches(x, *x.split("update_actor"), x.actor_per_rank_mini)
     if x.world > 1 and steps > 1:
         if x.actor_grad_accum == "sharded":

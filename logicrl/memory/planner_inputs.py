@@ -69,7 +69,7 @@ class PlanInputs:
     critic_ckpt: bool
     critic_offload: bool
     # rollout
-    engine: str  # "hf" or "vllm"
+    engine: str  # the engine that generates: a row of config/engines.py (preflight/memory.py resolves a fallback)
     gpu_memory_utilization: float
     kv_cache_gb: float | None
     free_cache_engine: bool
@@ -98,7 +98,7 @@ class PlanInputs:
     # optimizer_offload: AdamW states on the host outside their update (workers/update.py)
     actor_optim_offload: bool = False
     critic_optim_offload: bool = False
-    rollout_tp: int = 1  # vLLM tensor parallelism: each rank's engine holds 1/tp of the weights
+    rollout_tp: int = 1  # the engine's tensor parallelism (vLLM): each rank's engine holds 1/tp of the weights
     # Sequence lengths (memory/lengths.py): prompt_len / response_len above are what the plan is for;
     # worst_case plans data.max_prompt_length / max_response_length, kept here for what must hold at
     # any length (a token budget) and for the response-length bisection (fit.stop_lengths).

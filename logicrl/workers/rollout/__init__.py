@@ -2,7 +2,7 @@
 
 `vllm` (the default) runs a vLLM engine in each rank's process, beside the actor; `hf`
 (hf.HFRolloutEngine) samples with a transformers model, and is what `vllm` falls back to where
-vLLM does not import (engines.py). Each holds its own copy of the policy, synced after every
+vLLM does not import (config/engines.py resolve_engine, the table of both engines' traits). Each holds its own copy of the policy, synced after every
 update, and both return the same RolloutOutput, log-probs included.
 """
 
