@@ -8,8 +8,9 @@
 - a pre-quantized checkpoint (config.json quantization_config): always without LoRA (full fine-tuning
   of int4 weights) or as the critic (trained in full). GPTQ loads (models/gptq.py) on an engine whose row
   holds it (config/engines.py: hf) with the adapter sync, once its packages are installed (the gptq extra,
-  at launch); another method is refused at launch. A dry run still plans any of them (memory/planner_inputs.py reads its bits per
-  weight), so the plan of such a run can be read before the refusal.
+  at launch); another method is refused at launch. A dry run still plans any of them
+  (memory/planner_inputs.py reads its bits per weight), so the plan of such a run can be read before the
+  refusal.
 """
 
 from __future__ import annotations

@@ -303,8 +303,8 @@ def check_lora_sync(arr: DictConfig) -> None:
     other = [t for t in targets if t.rsplit(".", 1)[-1] in ("embed_tokens", "lm_head")]
     if other:
         raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: the adapter sync into "
-                          f"{row.label} covers the decoder's Linear layers ({', '.join(linears)}) only; set {key}=merged "
-                          "for the others")
+                          f"{row.label} covers the decoder's Linear layers ({', '.join(linears)}) only; set "
+                          f"{key}=merged for the others")
 
 
 def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:

@@ -395,5 +395,6 @@ def _check_kv_room(plan: MemoryPlan) -> None:
         return
     key = KNOBS["gpu_memory_utilization"] if footprint(x).kv_from_utilization(x) else KNOBS["kv_cache_gb"]
     raise DoesNotFit(f"generate: {ENGINES[x.engine].label}'s KV cache ({kv / GB:.2f} GB) cannot hold one "
-                     f"sequence of {x.width} tokens ({one / GB:.2f} GB): raise {key}, or shorten data.max_response_length",
+                     f"sequence of {x.width} tokens ({one / GB:.2f} GB): raise {key}, or shorten "
+                     "data.max_response_length",
                      [key, "data.max_response_length"], plan)
