@@ -146,9 +146,11 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
                           f"{data.max_response_length}: the ramp must fit inside the response")
     check_filter_groups(cfg)
     actor = arr.actor
-    if actor.clip_ratio_low >= 1:
+    # CISPO clips a detached weight: a floor 1 - clip_ratio_low <= 0 is verl's way of saying "no lower clip"
+    # (its CISPO script sets 10). The PPO-style losses need a positive floor.
+    if actor.clip_ratio_low >= 1 and actor.policy_loss.loss_mode != "cispo":
         raise ConfigError(f"{ARR}.actor.clip_ratio_low={actor.clip_ratio_low} must be below 1 (the ratio floor is "
-                          "1 - clip_ratio_low)")
+                          "1 - clip_ratio_low; only policy_loss.loss_mode=cispo reads >= 1 as no lower clip)")
 
     for freq in ("save_freq", "test_freq"):
         if trainer[freq] == 0:
