@@ -5,12 +5,13 @@ loss term token by token and aggregates the sum once with `agg_loss` (aggregatio
 is linear, so that equals verl's aggregate-each-then-add, with one normaliser to carry across
 micro-batches instead of three.
 
-    out = compute_policy_loss("vanilla", log_probs, old_log_probs, advantages, mask, ...)
+    out = compute_policy_loss("vanilla", log_probs, old_log_probs, advantages, mask, keep=keep, ...)
     token_loss = out.token_loss + entropy_bonus(entropy, mask, entropy_coeff) + kl_loss_coef * kl
     loss = agg_loss(token_loss, mask, loss_agg_mode, normalizer=..., max_response_length=...)
 
 clip_ratio_low / clip_ratio_high are the resolved values: the caller substitutes clip_ratio for
-either when the config leaves it null.
+either when the config leaves it null. Each loss also returns the metrics verl reports for it
+(pg_clipfrac, pg_clipfrac_lower, ppo_kl), computed as verl computes them for that loss.
 """
 
 from __future__ import annotations
