@@ -101,3 +101,12 @@ def test_clamped_at_twenty_where_verl_is_not(mode):
     out.token_loss.sum().backward()
     expected = math.exp(20) + (0.1 * 20 if mode == "kl_cov" else 0.0)  # kl_cov adds ppo_kl_coef |log r|
     assert out.token_loss.item() == pytest.approx(expected) and lp.grad.item() == 0
+
+
+def test_cispo_with_clip_ratio_low_ten_has_no_lower_clip():
+    # verl's CISPO script: clip_ratio_low=10 puts the floor at -9. r = .61 keeps its weight, r = 1.65 is cut to 1.2.
+    out, lp, m = run("cispo", LR, ADV, low=10.0, high=0.2)
+    out.token_loss.sum().backward()
+    r = [math.exp(x) for x in LR]
+    assert lp.grad[0].tolist() == pytest.approx([-1.2, 1.2, -r[2], r[3]])
+    assert m["pg_clipfrac"] == 0.5
