@@ -112,7 +112,7 @@ def main() -> None:
                 child.stdin.flush()
                 alone, tokens = child_line()
                 warm = " (warm-up)" if i == 0 else ""
-                print(f"run {i}{warm}  logicrl generate {ours:7.2f} s ({int(out['response_attention_mask'].sum())} tokens)   "
+                print(f"run {i}{warm}  logicrl generate {ours:7.2f} s ({int(out['response_mask'].sum())} tokens)   "
                       f"vLLM alone {float(alone):7.2f} s ({tokens} tokens)", flush=True)
                 if i:
                     times["logicrl"].append(ours)
