@@ -139,6 +139,13 @@ def test_length_and_reward_position_come_from_where_the_response_ends(batches, t
     assert generation_round(attention, 2) == ([14, 12], LENGTHS)
 
 
+def test_a_trained_token_the_model_does_not_attend_to_is_refused():
+    attended = torch.tensor([[1, 1, 0]])
+    with pytest.raises(ValueError, match="every trained token must be one the model attends to"):
+        RolloutOutput(responses=torch.zeros(1, 3, dtype=torch.long), response_attention_mask=attended,
+                      response_mask=torch.tensor([[1, 1, 1]]), log_probs=torch.zeros(1, 3))
+
+
 @pytest.mark.parametrize("remove_padding", [False, True], ids=["padded", "packed"])
 def test_every_token_keeps_its_log_prob_and_value_because_the_span_is_attended(batches, remove_padding):
     whole, holed = batches
