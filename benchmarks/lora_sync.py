@@ -77,7 +77,7 @@ def logprob_gap(eng: VLLMRolloutEngine, actor) -> float:
     ids = torch.tensor([[0] * (width - len(p)) + p for p in PROMPTS])
     mask = (torch.arange(width) >= torch.tensor([width - len(p) for p in PROMPTS])[:, None]).long()
     out = eng.generate(ids, mask, GREEDY)
-    full_mask = torch.cat([mask, out.response_mask], dim=1)
+    full_mask = torch.cat([mask, out.response_attention_mask], dim=1)
     with torch.no_grad():
         lp, _ = causal_lm_logprobs(actor, torch.cat([ids, out.responses], dim=1), full_mask,
                                    (full_mask.cumsum(-1) - 1).clamp(min=0), GREEDY.max_tokens)

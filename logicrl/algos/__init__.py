@@ -4,9 +4,9 @@ rollout correction.
 Tensors in, tensors out: no Ray, tokenizer or config objects. Each behaviour a config string
 selects lives in one registry (ADV_ESTIMATORS, POLICY_LOSSES, AGG_MODES, KL_ESTIMATORS,
 KL_CONTROLLERS) whose names equal the choices logicrl/config/schema.py validates. Conventions:
-B = responses (prompts x rollout.n), T = response tokens, `response_mask` [B, T] marks the tokens
-that count, and values at masked positions never change a result. How a loss is split over
-micro-batches without changing its gradient: see aggregation.py.
+B = responses (prompts x rollout.n), T = response tokens, `response_mask` [B, T] is the loss mask
+(the tokens that train; verl's name), and values at masked positions never change a result. How a
+loss is split over micro-batches without changing its gradient: see aggregation.py.
 """
 
 from logicrl.algos.advantages import (

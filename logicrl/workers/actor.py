@@ -1,8 +1,11 @@
 """The FSDP2 policy: log-probs of given responses, and the PPO-style loss its update minimises.
 
 A batch is a TensorDict of one rank's responses:
-    input_ids, attention_mask, position_ids  [N, P+R]  left-padded prompt, right-padded response
-    responses, response_mask                 [N, R]
+    input_ids, attention_mask, position_ids  [N, P+R]  left-padded prompt, right-padded response: what
+                                                        the model attends to, every forward's input
+    responses                                [N, R]
+    response_mask                            [N, R]    the loss mask: what the loss, entropy, KL and
+                                                        metrics count (trainer/batch.py)
     rollout_log_probs                        [N, R]    the engine's: rollout/logprob_diff, rollout correction
     advantages                               [N, R]    (update only)
     old_log_probs                            [N, R]    (update; absent when the step is on-policy; the

@@ -65,7 +65,7 @@ def generate(engine, prompts, asked, pad_id: int = 0, **kwargs):
 def trainer_inputs(prompts, out, pad_id):
     """The trainer's view of a rollout (workers/hybrid.py's generate): [N, P+R] ids, mask, positions."""
     ids, mask = left_padded(prompts, out.responses.shape[0] // len(prompts), pad_id)
-    attention_mask = torch.cat([mask, out.response_mask.long()], dim=1)
+    attention_mask = torch.cat([mask, out.response_attention_mask.long()], dim=1)
     return torch.cat([ids, out.responses], dim=1), attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
@@ -84,11 +84,13 @@ def assert_engine_logprobs_match(model, prompts, out, params, pad_id):
 
 def assert_stops_right_after_eos(free, out, eos: int, pad_id: int, max_tokens: int):
     """`out` (generated with eos as a stop id) is `free` (without it) cut just after each row's first
-    eos: the mask covers up to and including it, the rest is pad with log-prob 0."""
+    eos: both masks cover up to and including it, the rest is pad with log-prob 0."""
     for row in range(free.responses.shape[0]):
         hits = (free.responses[row] == eos).nonzero()
         length = hits[0].item() + 1 if len(hits) else max_tokens  # up to and including the first EOS
-        assert out.response_mask[row].tolist() == [1] * length + [0] * (max_tokens - length)
+        assert out.response_attention_mask[row].tolist() == [1] * length + [0] * (max_tokens - length)
+        assert torch.equal(out.response_mask[row], out.response_attention_mask[row])  # one turn: all trained
+        assert out.response_lengths[row] == length
         assert torch.equal(out.responses[row, :length], free.responses[row, :length])
         assert (out.responses[row, length:] == pad_id).all()
         assert (out.log_probs[row, length:] == 0).all()

@@ -63,9 +63,10 @@ def test_engine_satisfies_the_protocol(engine):
 
 def test_shapes_masks_and_prompt_major_order(engine):
     out = generate(engine, PROMPTS, ask(n=2, max_tokens=6, seed=0))
-    assert out.responses.shape == out.response_mask.shape == out.log_probs.shape == (6, 6)
+    assert out.responses.shape == out.response_attention_mask.shape == out.response_mask.shape == \
+        out.log_probs.shape == (6, 6)
     assert out.responses.dtype == torch.long and out.log_probs.dtype == torch.float32
-    assert out.response_mask.all()  # no EOS configured: every response runs to max_tokens
+    assert out.response_attention_mask.all()  # no EOS configured: every response runs to max_tokens
     # Content follows the index: greedy rows 2i and 2i+1 are prompt i's answer alone.
     greedy = generate(engine, PROMPTS, GREEDY)
     for i, prompt in enumerate(PROMPTS):
