@@ -20,15 +20,13 @@ from typing import NamedTuple
 
 import torch
 
+from logicrl import algo_names
 from logicrl.algos.masked import as_bool_mask, masked_count, masked_fill_zero, masked_sum
 from logicrl.algos.registry import Registry
 
-POLICY_LOSSES = Registry(
-    "actor_rollout_ref.actor.policy_loss.loss_mode",
-    inputs=("log_probs", "old_log_probs", "advantages", "response_mask", "clip_ratio_low", "clip_ratio_high",
-            "clip_ratio_c", "rollout_is_weights", "tau_pos", "tau_neg", "clip_cov_ratio", "clip_cov_lb",
-            "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef"),
-)
+# No `inputs` list: a loss's own parameters come from its config keys (actor_rollout_ref.actor.policy_loss.*,
+# a user's module may add keys), and config validation checks each key names a parameter of the loss.
+POLICY_LOSSES = Registry("actor_rollout_ref.actor.policy_loss.loss_mode", names=algo_names.POLICY_LOSS_MODES)
 register_policy_loss = POLICY_LOSSES.register
 
 # exp() of a log-ratio is clamped to this range before use (verl does the same): a token whose
@@ -53,7 +51,7 @@ def compute_policy_loss(
     clip_ratio_high: float,
     clip_ratio_c: float = 3.0,
     rollout_is_weights: torch.Tensor | None = None,  # [B, T] rollout correction (algos/rollout_correction.py)
-    **params: float,  # a loss's own parameters (tau_pos, clip_cov_ratio, ...): each takes those it declares
+    **params: float,  # loss parameters (tau_pos, clip_cov_ratio, ...): `call` passes each loss those it declares
 ) -> PolicyLossOutput:
     """Per-token policy loss by the loss named `loss_mode` (see POLICY_LOSSES).
 
@@ -65,8 +63,7 @@ def compute_policy_loss(
     out = POLICY_LOSSES.call(
         loss_mode, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
         response_mask=response_mask, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-        clip_ratio_c=clip_ratio_c, rollout_is_weights=rollout_is_weights if own else None,
-        **{k: v for k, v in params.items() if k in inspect.signature(impl).parameters},
+        clip_ratio_c=clip_ratio_c, rollout_is_weights=rollout_is_weights if own else None, **params,
     )
     if rollout_is_weights is not None and not own:
         out = out._replace(token_loss=out.token_loss * masked_fill_zero(rollout_is_weights, response_mask))
