@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-ARR = "actor_rollout_ref"
+from logicrl.config.phases import ARR
 SP_KEY = "ulysses_sequence_parallel_size"
 
 

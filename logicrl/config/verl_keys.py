@@ -24,9 +24,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from logicrl.config.errors import ConfigError, log
+from logicrl.config.phases import ARR
 from logicrl.config.schema import all_keys
 
-ARR = "actor_rollout_ref"
 # A rule gets the key and its plain value, logs its one line or raises, and returns the logicrl
 # (key, value) pairs to set.
 Rule = Callable[[str, Any], list[tuple[str, Any]]]

@@ -75,7 +75,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
     assert not (ckpt / "global_step_4").exists() and not [p for p in ckpt.iterdir() if ".tmp-" in p.name]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     # Not garbage: the re-run step 2 is the first run's step 2 (same data, RNG and weights), loss and
-    # grad norm included (resuming the damaged one gave reward -1 and no loss: issue 24).
+    # grad norm included (resuming a damaged one would give reward -1 and no loss).
     before, after = metrics(tmp_path / "run1")[2], metrics(tmp_path / "run2")[2]
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
         assert after[key] == pytest.approx(before[key], rel=1e-5, abs=1e-6), key

@@ -1,4 +1,4 @@
-"""A diverged run is never hidden nor saved (issue 24 part 2), through the real entry point.
+"""A diverged run is never hidden nor saved, through the real entry point.
 
 lr=1e8 drives the tiny model to NaN by step 3 (its first update throws the weights to ~1e8, and the
 logits overflow from then on): the run stops within trainer.max_nonfinite_steps + 1 steps with one

@@ -64,7 +64,7 @@ def test_dry_run_prints_resolved_config_and_model_and_describes_dynamic_batching
 
 
 def test_a_real_model_recipe_on_the_stand_in_says_so_in_one_line_and_goes_on(dry_run):
-    # The design card's command with no model path (issue 28): the note is one line, after the plan, and
+    # The design card's command with no model path: the note is one line, after the plan, and
     # the run goes on (exit 0 here; a real launch trains on as asked: the note stops nothing).
     out = dry_run("+recipe=stage1", "trainer.n_gpus=4")
     lines = [line for line in out.splitlines() if "sized for a real model" in line]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from logicrl.config.phases import ARR
+
 pytestmark = pytest.mark.gpu
 pytest.importorskip("torchao", reason="needs torchao (pip install -e '.[quant]')")
-ARR = "actor_rollout_ref"
 QLORA = [f"{ARR}.model.quantization=nf4", f"{ARR}.model.lora_rank=16", f"{ARR}.model.lora_alpha=32"]
 # The same numbers as tests/gpu/test_train_cuda.py (imported from there where Hydra is installed).
 MEAN_GAP, PLAN_TOLERANCE = 0.02, 0.15

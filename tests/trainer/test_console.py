@@ -25,7 +25,7 @@ def test_bar_counts_training_steps_not_validation_before_training(tmp_path):
     t = tracker(tmp_path, 3)
     for step in range(4):  # step 0 is validation before training
         t.log({"val/acc": 0.5}, step)
-    assert (t.bar.n, t.bar.total) == (3, 3)  # was 4 of 3: "4step" on the final line
+    assert (t.bar.n, t.bar.total) == (3, 3)  # not 4 of 3 ("4step" on the final line)
     t.close()
 
 
