@@ -149,13 +149,17 @@ def tiny_rm() -> Path:
     return checkpoint_dir(EMBEDDED_TINY_RM)
 
 
+def row(i: int = 0, **fields) -> dict:
+    """One kk_role row (prompt i, a rule reward), `fields` replacing or adding keys."""
+    base = {"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_role",
+            "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}}
+    return {**base, **fields}
+
+
 def write_jsonl(path: Path, rows: int) -> Path:
+    """`rows` kk_role rows (row(0) ... row(rows - 1)) as a jsonl file at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for i in range(rows):
-            f.write(json.dumps({"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_role",
-                                "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}})
-                    + "\n")
+    path.write_text("".join(json.dumps(row(i)) + "\n" for i in range(rows)))
     return path
 
 
@@ -163,6 +167,13 @@ def write_jsonl(path: Path, rows: int) -> Path:
 def stage_files(tmp_path) -> dict[str, str]:
     """Three 40-row jsonl sets (a, b, val) for two-stage curricula (tests/config/test_stages.py two_stages)."""
     return {name: str(write_jsonl(tmp_path / f"{name}.jsonl", 40)) for name in ("a", "b", "val")}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> list[str]:
+    """data.train_files / data.val_files overrides for one 20-row jsonl set, written once per module."""
+    path = write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", 20)
+    return [f"data.train_files={path}", f"data.val_files={path}"]
 
 
 # The batch the config tests' hand-computed numbers assume, pinned so that retuning the embedded
@@ -189,16 +200,20 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd: Path | None = None,
-             env: dict | None = None, timeout: float = 900):
+def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = None, fault: str | None = None,
+             popen: bool = False, cwd: Path | None = None, env: dict | None = None, timeout: float = 900):
     """Run the real entry point as a user would: `python main_ppo.py *overrides`, one-line errors
     (HYDRA_FULL_ERROR=0), Hydra's run dir under `cwd` unless hydra.run.dir is given.
+
+    ckpt, run_dir: trainer.default_local_dir and hydra.run.dir (metrics.jsonl's directory: read_metrics).
 
     fault: LOGICRL_INJECT_FAULT for this run only (logicrl/faults.py; Ray's workers inherit it from the
     driver); never inherited from the test's own environment. env: more variables for this run.
     popen: return the running subprocess.Popen (stdout and stderr piped, text) instead of waiting.
     The run is in its own session, so a test can signal its process group, and a SIGKILLed
     controller's Ray processes are reaped by Ray, not by the test."""
+    overrides = (*overrides, *([f"trainer.default_local_dir={ckpt}"] if ckpt else []),
+                 *([f"hydra.run.dir={run_dir}"] if run_dir else []))
     if not any(a.startswith("trainer.default_local_dir=") for a in overrides):
         # Checkpoints are on by default and resume_mode=auto: a shared directory would make one
         # test resume from another's run.
@@ -221,3 +236,8 @@ def tail(result, chars: int = 3000) -> str:
     """The end of a finished run's stderr (or of a string): what an assertion shows when a run failed."""
     text = result if isinstance(result, str) else result.stderr or ""
     return text[-chars:]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl (trainer.logger includes jsonl), one dict per logged step."""
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -17,13 +17,13 @@ import pytest
 from logicrl.config.phases import ARR
 from logicrl.trainer.checkpoint import MANIFEST_FILE, damage, manifest
 from tests.bad_inputs.conftest import refused, timed_main
-from tests.conftest import ROLE_DATA, TINY_RUN, tail
+from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, tail
 
 RUN = [*ROLE_DATA, *TINY_RUN, "trainer.save_freq=1"]
 
 
 def metrics(run_dir) -> dict[int, dict]:
-    return {row["step"]: row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+    return {row["step"]: row for row in read_metrics(run_dir)}
 
 
 @pytest.mark.integration

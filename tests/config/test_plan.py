@@ -8,13 +8,7 @@ import pytest
 from logicrl.config import ConfigError, compose, validate
 from logicrl.config.phases import ARR
 from logicrl.config.plan import PHASES, WORKER_PHASES, count_steps
-from tests.conftest import BASE_BATCH, write_jsonl
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    path = write_jsonl(tmp_path_factory.mktemp("plan") / "train.jsonl", 20)
-    return [f"data.train_files={path}", f"data.val_files={path}"]
+from tests.conftest import BASE_BATCH
 
 
 def plan_of(data, *overrides):

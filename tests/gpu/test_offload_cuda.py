@@ -141,7 +141,10 @@ def _update_path(rank: int, port: int, out: str):
         batch = TensorDict({"x": torch.randn(16, 512, device=device),
                             "response_mask": torch.ones(16, 1, device=device)}, batch_size=[16])
         size = MicroSize("update_actor", micro.key, 8)
-        run_update(role, batch, lambda mb, n: (net(mb["x"]).pow(2).sum() / n, {}), lambda fn, reset=None: fn(size))
+        def loss_fn(mb, n, net=net):  # this pass's net, bound before the `del` below
+            return net(mb["x"]).pow(2).sum() / n, {}
+
+        run_update(role, batch, loss_fn, lambda fn, reset=None: fn(size))
         torch.cuda.synchronize()
         after[offload] = torch.cuda.memory_allocated(device)
         del net, optimizer, scheduler, role

@@ -13,7 +13,8 @@ from logicrl.memory.phases import GB
 from logicrl.memory.planner import build_models, plan_inputs
 from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.spec import load_model_spec
-from tests.conftest import BASE_BATCH, write_jsonl
+from tests.conftest import BASE_BATCH
+from tests.memory.conftest import planned
 
 GPTQ = "logicrl/memory/shapes/qwen2.5-7b-gptq-int4"
 # Qwen2.5-7B's decoder Linears, one layer: q and o 3584 x 3584, k and v 512 x 3584, gate/up/down 18944 x 3584.
@@ -32,15 +33,8 @@ TRL_GPTQ_RUN = ["trainer.n_gpus=2", "trainer.gpu_memory_gb=40", "trainer.device=
             f"{ARR}.model.enable_gradient_checkpointing=true"]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    path = write_jsonl(tmp_path_factory.mktemp("q") / "train.jsonl", 20)
-    return [f"data.train_files={path}", f"data.val_files={path}"]
-
-
 def inputs(data, *overrides) -> PlanInputs:
-    typed, spec, plan = validate(compose([*data, *BASE_BATCH, *overrides]))
-    return PlanInputs.from_plan(plan, typed, spec, "cuda" if "trainer.device=cuda" in overrides else "cpu")
+    return planned(*data, *BASE_BATCH, *overrides, device="cuda" if "trainer.device=cuda" in overrides else "cpu")[3]
 
 
 def test_a_gptq_engine_copy_by_hand():

@@ -10,7 +10,7 @@ import torch
 from logicrl.config.phases import ARR
 from logicrl.workers.checkpoint import LORA_ADAPTER_DIR
 from logicrl.workers.fsdp import reshard
-from tests.workers.test_hybrid_worker import add, generate, make_worker
+from tests.helpers.worker import add, make_worker, step, trained
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torchao")
@@ -21,25 +21,6 @@ BASE_BYTES = (763 * 128 + 2 * (128 * 128 + 128 + 2 * (64 * 128 + 64) + 128 * 128
 ADAPTER_BYTES = 2 * (4 * 128 + 128 * 4 + 4 * 128 + 64 * 4 + 4 * 352 + 128 * 4) * 4
 QLORA = (f"{ARR}.model.quantization=nf4", f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8",
          f"{ARR}.model.target_modules=[q_proj,v_proj,down_proj]")
-
-
-def step(worker, prompts, seed: int):
-    """generate, old_log_prob, ref and one update on fixed advantages; returns the batch and its metrics."""
-    batch, _ = generate(worker, prompts, seed=seed)
-    metrics = add(worker, batch, "old_log_prob")
-    add(worker, batch, "ref")
-    batch["advantages"] = torch.randn(batch["responses"].shape, generator=torch.Generator().manual_seed(seed))
-    worker.run(batch, "update_actor")
-    metrics.update(worker.run(None, "update_weights")[1])
-    return batch, metrics
-
-
-def trained(worker) -> dict[str, torch.Tensor]:
-    """The adapters and their AdamW states, as this rank stores them."""
-    out = {n: p.detach().clone() for n, p in worker.actor.model.named_parameters() if p.requires_grad}
-    for i, state in enumerate(worker.actor.optimizer.state.values()):
-        out.update({f"{i}/{k}": v.clone() for k, v in state.items()})
-    return out
 
 
 def test_qlora_trains_resumes_exactly_and_exports_a_peft_adapter(tmp_path):
