@@ -105,7 +105,7 @@ def main() -> None:
             n = args.n
             print(f"\n== {mode}: rollout.n={n} (--n) = {n * args.prompts} responses x {args.response_length} tokens")
         else:
-            n = largest_n(lambda k: plan(overrides(args, path, packed, k, data)) is not None, args.max_n)
+            n = largest_n(lambda k, packed=packed: plan(overrides(args, path, packed, k, data)) is not None, args.max_n)
             print(f"\n== {mode}: largest rollout.n the plan fits: {n}"
                   f"{' (the --max-n cap)' if n == args.max_n else ''} = {n * args.prompts} responses x "
                   f"{args.response_length} tokens")

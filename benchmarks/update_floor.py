@@ -62,7 +62,8 @@ def build_worker(model_dir: Path, prompts: int, micro: int, threads: int, engine
     if not (data / "train.parquet").is_file():
         sys.exit("data/kk_role is missing: run `make data`")
     cfg, _, plan = validate(compose([
-        f"{ARR}.model.path={model_dir}", f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet",
+        f"{ARR}.model.path={model_dir}", f"data.train_files={data}/train.parquet",
+        f"data.val_files={data}/test.parquet",
         f"data.train_batch_size={prompts}", f"{ARR}.rollout.n={N}", f"{ARR}.actor.ppo_mini_batch_size={prompts}",
         f"{ARR}.actor.ppo_micro_batch_size_per_gpu={micro}", f"data.max_response_length={RESPONSE_LEN}",
         f"{ARR}.rollout.name={engine}", f"{ARR}.actor.use_kl_loss=false", "trainer.device=cpu"]))

@@ -178,7 +178,8 @@ def data(tmp_path_factory) -> list[str]:
 
 # The batch the config tests' hand-computed numbers assume, pinned so that retuning the embedded
 # default does not change them: 8 prompts x 4 responses, mini-batches of 4 prompts, micro 4.
-BASE_BATCH = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+BASE_BATCH = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4",
+              "actor_rollout_ref.actor.ppo_mini_batch_size=4",
               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8"]
 

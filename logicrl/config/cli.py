@@ -10,8 +10,8 @@ missing config group option) comes out of Hydra as an exception; `hydra_error_li
 
 from __future__ import annotations
 
-from pathlib import Path
 import re
+from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException

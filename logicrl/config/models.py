@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config.phases import ARR
+
 SP_KEY = "ulysses_sequence_parallel_size"
 
 

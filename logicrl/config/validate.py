@@ -26,12 +26,12 @@ from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.config.sequence_parallel import check_sequence_parallel
 from logicrl.config.verl_keys import take_verl_keys
 from logicrl.data.files import DATA_SUFFIXES, data_sources, dataset_rows
-from logicrl.reward.combine import CombineError, CombineRule
-from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.lora_targets import ATTENTION, MLP
 from logicrl.models.reward_head import reward_head
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
 from logicrl.models.tiny import EMBEDDED_CONFIGS, EMBEDDED_TINY, EMBEDDED_TINY_RM
+from logicrl.reward.combine import CombineError, CombineRule
+from logicrl.reward.custom import CustomRewardError, load_custom_reward
 
 NEEDS_GROUPS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}

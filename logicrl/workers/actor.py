@@ -37,7 +37,6 @@ from logicrl.workers.oom import MicroSize
 from logicrl.workers.update import Trained, run_update
 
 
-
 def response_logprobs(model, batch: TensorDict, temperature: float, with_entropy: bool = False,
                       remove_padding: bool = False, sp: SequenceParallel | None = None):
     """Log-probs [N, R] (and entropy) of batch["responses"] under `model`, chunked over tokens;

@@ -90,9 +90,9 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
     # spec is the saved model's own config: the embedded model's built-in spec counts its config's
     # 2048-token vocabulary, the built model the tokenizer's 763.
     from logicrl.config import compose, validate
+    from logicrl.models.spec import load_model_spec
     from logicrl.preflight.disk import checkpoint_bytes
     from logicrl.preflight.memory import plan_for
-    from logicrl.models.spec import load_model_spec
 
     cfg, _, plan = validate(compose(RUN))
     saved = load_model_spec(str(ckpt / "global_step_3" / "huggingface"))

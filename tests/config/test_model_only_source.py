@@ -33,7 +33,8 @@ def mixed(tmp_path):
     val = write_rows(tmp_path / "val.jsonl", [KK_ROLE, CHAT])
     rm = write_checkpoint(tmp_path / "rm")
     return [f"data.train_files={train}", f"data.val_files={val}", "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "reward_model.enable=true", f"reward_model.model.path={rm}"]
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "reward_model.enable=true",
+            f"reward_model.model.path={rm}"]
 
 
 def checked(overrides):

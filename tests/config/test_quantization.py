@@ -49,5 +49,6 @@ def test_the_adapter_sync_is_kept_over_a_quantized_base(data):
     pytest.importorskip("torchao")
     typed, _, _ = validate(compose([*data, *BASE_BATCH, NF4, f"{ARR}.model.lora_rank=4"]))
     assert typed[ARR].rollout.lora_sync == "adapters"
-    typed, _, _ = validate(compose([*data, *BASE_BATCH, NF4, f"{ARR}.model.lora_rank=4", f"{ARR}.rollout.lora_sync=merged"]))
+    typed, _, _ = validate(compose([*data, *BASE_BATCH, NF4, f"{ARR}.model.lora_rank=4",
+                                    f"{ARR}.rollout.lora_sync=merged"]))
     assert typed[ARR].rollout.lora_sync == "merged"

@@ -40,8 +40,10 @@ def test_the_default_is_token_tis_at_two_and_keeps_the_old_log_prob_plan(data_fi
 
 def test_a_verl_loss_name_and_rejection_rules_validate(data_files):
     cfg, _, _ = validate(compose([*data_files, f"{ARR}.actor.policy_loss.loss_mode=geo_mean",
-                                  f"{CORR}.rollout_rs='token,geometric'", f"{CORR}.rollout_rs_threshold='0.5_2.0,0.99_1.01'"]))
-    assert cfg[ARR].actor.policy_loss.loss_mode == "geo_mean" and cfg.algorithm.rollout_correction.rollout_rs == "token,geometric"
+                                  f"{CORR}.rollout_rs='token,geometric'",
+                                  f"{CORR}.rollout_rs_threshold='0.5_2.0,0.99_1.01'"]))
+    assert cfg[ARR].actor.policy_loss.loss_mode == "geo_mean"
+    assert cfg.algorithm.rollout_correction.rollout_rs == "token,geometric"
 
 
 def test_bypass_reinforce_says_once_that_it_replaces_the_configured_loss(data_files, caplog):

@@ -74,7 +74,8 @@ def test_every_schema_key_is_read_or_listed_as_ignored():
     leaves, whole = names_read()
     unread = {k for k in leaf_keys() if k.rsplit(".", 1)[-1] not in leaves and k not in whole}
     # Both ways: nothing unread is missing from the table, and nothing in it is secretly read.
-    assert unread == IGNORED, (f"read by no code, add to migrate.IGNORED_KEYS or read them: {sorted(unread - IGNORED)}; "
+    assert unread == IGNORED, (f"read by no code, add to migrate.IGNORED_KEYS or read them: "
+                               f"{sorted(unread - IGNORED)}; "
                                f"listed as ignored but read: {sorted(IGNORED - unread)}")
 
 

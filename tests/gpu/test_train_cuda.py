@@ -45,8 +45,8 @@ def test_two_grpo_steps_in_bf16_train_and_report_their_memory(tmp_path):
 
 def test_the_plan_matches_max_memory_allocated_per_phase(tmp_path):
     from logicrl.config import compose, validate
-    from logicrl.preflight.memory import check_memory
     from logicrl.models.tiny import cache_root
+    from logicrl.preflight.memory import check_memory
     from tests.conftest import BASE_BATCH
 
     model = write_random_model(QWEN25_05B, cache_root() / "qwen2.5-0.5b-random")

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from logicrl.config.phases import ARR
-
 from tests.gpu.vllm_worker import MAX_GAP, MEAN_GAP, spawn_one, vllm_worker
 
 pytest.importorskip("vllm", reason="needs vLLM's CUDA build (make setup on a CUDA machine)")

@@ -30,7 +30,8 @@ def vllm_worker(tmp: str, *overrides: str):
 
     data = write_jsonl(Path(tmp) / "train.jsonl", 8)
     cfg, _, plan = validate(compose([f"data.train_files={data}", f"data.val_files={data}", "trainer.device=cuda",
-                                     "data.train_batch_size=4", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4",
+                                     "data.train_batch_size=4", f"{ARR}.rollout.n=4",
+                                     f"{ARR}.actor.ppo_mini_batch_size=4",
                                      f"{ARR}.rollout.name=vllm", "data.max_response_length=16", *overrides]))
     worker = HybridWorker(OmegaConf.to_container(cfg, resolve=True), plan, 0, 1, "127.0.0.1", free_port())
     tokenizer = load_tokenizer(cfg[ARR].model.path)

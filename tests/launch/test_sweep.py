@@ -10,8 +10,8 @@ import pytest
 
 from logicrl.config import check_overrides
 from logicrl.config.errors import ConfigError
-from logicrl.launch.sweep import job_name, short_names, swept_keys
 from logicrl.config.plan import ARR
+from logicrl.launch.sweep import job_name, short_names, swept_keys
 from tests.conftest import run_main, tail
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -106,7 +106,8 @@ def test_worst_case_refuses_128_prompts_and_names_the_budget_beside_the_micro_ba
 
 def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
     # Packed micro-batches of 200 responses, GSM8K-sized prompts of 200 tokens and responses of 300.
-    x = replace(worst, packing=PACKED_SDPA, prompt_len=200, response_len=300, plan_mode="expected").with_micro({MICRO: 200})
+    x = replace(worst, packing=PACKED_SDPA, prompt_len=200, response_len=300, plan_mode="expected")
+    x = x.with_micro({MICRO: 200})
     plan = plan_inputs(x, CAP)
     check_fit(plan)  # fits: no error
     stops = stop_lengths(plan)

@@ -15,8 +15,8 @@ every row from the prompt's chat (the chats cross Ray with the shards). reward.c
 (0.5 x learned + 1 x rule), so the step's score is checkable from the two means the step reports.
 Dynamic sampling is on (algorithm.filter_groups, rounds of 2 prompts for a batch of 4, filtered on the
 combined score, which the random reward model makes differ between any two different responses): each
-step takes at least two generation rounds, so the checkpointed sampler position (rounds drawn) is not the step, and the resume
-must restore it to draw the same prompts.
+step takes at least two generation rounds, so the checkpointed sampler position (rounds drawn) is not the step, and
+the resume must restore it to draw the same prompts.
 """
 
 

@@ -39,13 +39,13 @@ def make_batch(n: int = 8, prompt: int = 5, response: int = 6) -> TensorDict:
 
 def _rank(rank: int, world: int, port: int, out: str, overrides: dict | None = None, fault: str | None = None,
           sharded_grads: bool = False):
-    from tests.workers.conftest import build_tiny_qwen2
     from logicrl.config.plan import Micro, Update
     from logicrl.faults import Faults, parse
     from logicrl.workers.actor import Actor
     from logicrl.workers.fsdp import build_optimizer, init_distributed, iter_full_params, shard_model
     from logicrl.workers.oom import MicroSize, phase_retry
     from logicrl.workers.update import Trained
+    from tests.workers.conftest import build_tiny_qwen2
 
     torch.set_num_threads(1)
     device = torch.device("cpu")

@@ -25,10 +25,10 @@ def gptq_tiny(tmp_path_factory):
 
 
 def unpacked(module) -> torch.Tensor:
-    """The module's weight, transposed (in, out) as gptqmodel's dequantize returns it, by hand from the GPTQ layout: eight 4-bit codes per int32, packed
-    along the inputs in qweight and along the outputs in qzeros; weight = scale * (code - zero), one
-    scale and zero per group of GROUP inputs and output column (gptqmodel keeps the zeros as stored, the
-    v2 layout; the v1 files add 1 when they are read)."""
+    """The module's weight, transposed (in, out) as gptqmodel's dequantize returns it, by hand from the GPTQ
+    layout: eight 4-bit codes per int32, packed along the inputs in qweight and along the outputs in qzeros;
+    weight = scale * (code - zero), one scale and zero per group of GROUP inputs and output column (gptqmodel
+    keeps the zeros as stored, the v2 layout; the v1 files add 1 when they are read)."""
     shifts = torch.arange(0, 32, 4, dtype=torch.int32)
     codes = ((module.qweight.unsqueeze(1) >> shifts.view(1, 8, 1)) & 15).reshape(-1, module.qweight.shape[1])
     zeros = ((module.qzeros.unsqueeze(2) >> shifts.view(1, 1, 8)) & 15).reshape(module.qzeros.shape[0], -1)
