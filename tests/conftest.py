@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from logicrl.config import compose
 from logicrl.config.phases import ARR
+from logicrl.config.stages import build_stages, has_stages
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = ROOT / "data" / "kk_role"
@@ -174,6 +176,36 @@ def data(tmp_path_factory) -> list[str]:
     """data.train_files / data.val_files overrides for one 20-row jsonl set, written once per module."""
     path = write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", 20)
     return [f"data.train_files={path}", f"data.val_files={path}"]
+
+
+def two_stages(files: dict[str, str], *extra: str) -> list[str]:
+    """A base config and its curriculum as overrides (what a recipe holds), then `extra`."""
+    return [f"data.train_files={files['a']}", f"data.val_files={files['val']}",
+            "data.train_batch_size=8", f"{ARR}.actor.ppo_mini_batch_size=8", "trainer.default_local_dir=/ck/run",
+            f"curriculum.stages=[{{name: s1, overrides: {{trainer: {{total_training_steps: 3}}}}}},"
+            f"{{name: s2, overrides: {{data: {{train_files: {files['b']}, train_batch_size: 4}},"
+            f" {ARR}: {{rollout: {{n: 4, temperature: 0.5}}, actor: {{optim: {{lr: 1.0e-6}}}}}}}}}}]",
+            *extra]
+
+
+def stages_of(overrides: list[str], n_base: int = 6):
+    """Stages as main_ppo builds them: the first `n_base` overrides stand for a recipe, the rest
+    for what the user typed (only those are re-applied over each stage)."""
+    cfg = compose(overrides)
+    assert has_stages(cfg)
+    return build_stages(cfg, overrides[n_base:])
+
+
+# A kk_role row whose prompt states the answer, and a chat row only a reward model scores (data_source chat).
+KK_ROLE = {"prompt": [{"role": "user", "content": "Zoey is a knight. What is Zoey?"}], "data_source": "kk_role",
+           "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}}
+CHAT = {"prompt": [{"role": "user", "content": "Say something kind."}], "data_source": "chat",
+        "reward_model": {"style": "model", "ground_truth": "a kind reply"}}
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
 
 
 # The batch the config tests' hand-computed numbers assume, pinned so that retuning the embedded

@@ -4,7 +4,6 @@ checks read no weights for a sequence classifier."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
@@ -12,19 +11,10 @@ import pytest
 from logicrl.config import ConfigError, check_overrides, compose, validate
 from logicrl.config.phases import ARR
 from logicrl.config.summary import summarize
+from tests.config.conftest import write_checkpoint
 from tests.conftest import ROOT
 
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
-
-
-def write_checkpoint(path, architecture="Qwen2ForSequenceClassification", labels=1, max_positions=4096):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({
-        "architectures": [architecture], "model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 64, "intermediate_size": 128,
-        "vocab_size": 300, "max_position_embeddings": max_positions,
-        "id2label": {str(i): f"LABEL_{i}" for i in range(labels)}}))
-    return str(path)
 
 
 @pytest.fixture

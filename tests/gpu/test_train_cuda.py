@@ -11,12 +11,10 @@ from __future__ import annotations
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.gpu.runs import QWEN25_05B, train, write_random_model
+from tests.gpu.runs import QWEN25_05B, TWO_STEPS, train, write_random_model
 
 pytestmark = pytest.mark.gpu
 
-TWO_STEPS = ["trainer.total_training_steps=2", "trainer.device=cuda", f"{ARR}.rollout.name=hf",
-             "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=2"]
 # The planner's target against measurement (benchmarks/memory_plan.py): every phase within 15%. On a
 # model of a few MB the CUDA side's fixed costs (cuBLAS workspaces, ~tens of MB, which the plan leaves
 # to its headroom) dominate every phase, so the check runs on a real model's shape.

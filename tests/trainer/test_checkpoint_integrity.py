@@ -228,7 +228,7 @@ def test_a_format_1_manifest_still_verifies(tmp_path):
 
 def test_a_damaged_checkpoint_a_curriculum_stage_starts_from_is_refused_before_it_loads(tmp_path, stage_files):
     from logicrl.trainer.curriculum import run_curriculum, write_record
-    from tests.config.test_stages import stages_of, two_stages
+    from tests.conftest import stages_of, two_stages
 
     root = tmp_path / "ck"
     stages = stages_of([*two_stages(stage_files), f"trainer.default_local_dir={root}"])

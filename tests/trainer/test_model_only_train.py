@@ -12,8 +12,7 @@ import json
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.config.test_model_only_source import CHAT, KK_ROLE, write_rows
-from tests.conftest import TINY_RUN, run_main, tail
+from tests.conftest import CHAT, KK_ROLE, TINY_RUN, run_main, tail, write_rows
 from tests.workers.conftest import write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
