@@ -15,6 +15,13 @@ from logicrl.trainer.batch import prompt_batch, tensors
 from logicrl.workers.hybrid import HybridWorker
 from tests.conftest import need_data
 
+# The embedded tiny model in fp32: embeddings 763 x 128 (tied to the head), per layer q 128x128 + 128,
+# k and v 64x128 + 64 each, o 128x128, gate/up/down 352x128 each, two norms of 128; a final norm.
+BASE_BYTES = (763 * 128 + 2 * (128 * 128 + 128 + 2 * (64 * 128 + 64) + 128 * 128 + 3 * 352 * 128 + 2 * 128) + 128) * 4
+# LoRA rank 4 on q_proj, v_proj, down_proj (test_qlora_worker.py QLORA), per layer: q A [4, 128] + B [128, 4],
+# v A [4, 128] + B [64, 4], down A [4, 352] + B [128, 4]; fp32.
+ADAPTER_BYTES = 2 * (4 * 128 + 128 * 4 + 4 * 128 + 64 * 4 + 4 * 352 + 128 * 4) * 4
+
 
 def make_worker(engine: str, *overrides: str):
     """A rank-0 worker of a one-rank run, and its batch: 4 prompts x n=4, one mini-batch of 16."""

@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.bad_inputs.test_signals import assert_gone, finish, intact, one_error_line, wait_for
 from tests.conftest import ROLE_DATA, TINY_RUN, run_main, tail
+from tests.helpers.signals import assert_gone, finish, intact, one_error_line, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
 MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
