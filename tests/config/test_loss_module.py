@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from logicrl.config import validate
-from logicrl.config.cli import compose
+from logicrl.config.cli import check_overrides, compose
 from logicrl.config.errors import ConfigError
 from logicrl.config.phases import ARR
 
@@ -51,3 +51,8 @@ def test_a_missing_module_file_is_one_line(data_files, tmp_path):
 def test_an_unknown_loss_name_lists_the_choices(data_files):
     with pytest.raises(ConfigError, match="loss_mode=offset_pgg is not one of: vanilla, gspo"):
         validated(data_files, f"{GROUP}.loss_mode=offset_pgg")
+
+
+def test_a_new_key_without_plus_says_how_to_add_it():
+    with pytest.raises(ConfigError, match=f"unknown config key `{GROUP}.loss_offset`: .* \\+{GROUP}.loss_offset=..."):
+        check_overrides([f"{GROUP}.loss_offset=0.375"])
