@@ -110,7 +110,10 @@ def with_loss_params(typed: DictConfig, params: dict[str, Any]) -> DictConfig:
     if missing:
         raise ConfigError(f"loss_mode={mode} needs {', '.join(missing)}: set "
                           f"+{GROUP}.{missing[0]}=... (its keys go under {GROUP})")
-    node = OmegaConf.create({**OmegaConf.to_container(group), **params})
+    module = Path(group.module).expanduser()
+    # Absolute, so every rank finds the file whatever its working directory (a Ray node elsewhere).
+    resolved = {"module": str(module.resolve())} if module.is_file() else {}
+    node = OmegaConf.create({**OmegaConf.to_container(group), **params, **resolved})
     OmegaConf.set_struct(node, True)
     typed[GROUP.split(".")[0]].actor.policy_loss = node
     return typed

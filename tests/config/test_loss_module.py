@@ -28,6 +28,13 @@ def test_the_user_loss_and_its_parameter_reach_the_validated_config(data_files):
     assert cfg[ARR].actor.policy_loss.clip_cov_ratio == 0.0002  # the schema's keys stay
 
 
+def test_a_relative_module_path_is_made_absolute_for_the_ranks(data_files, monkeypatch):
+    monkeypatch.chdir(USER_LOSS.parent)
+    cfg = validated(data_files, f"{GROUP}.module=user_loss.py", f"{GROUP}.loss_mode=offset_pg",
+                    f"+{GROUP}.loss_offset=0.375")
+    assert cfg[ARR].actor.policy_loss.module == str(USER_LOSS)
+
+
 def test_a_parameter_key_without_a_module_is_an_unknown_key(data_files):
     with pytest.raises(ConfigError, match=f"unknown config key `{GROUP}.loss_offset`.*{GROUP}.module"):
         validated(data_files, f"+{GROUP}.loss_offset=0.375")
