@@ -6,12 +6,11 @@ Both runs use the same seeds, data and sampling; the baseline only switches the 
 the seed pinned: docs/testing.md, "The embedded default learns".
 """
 
-import json
 import statistics
 
 import pytest
 
-from tests.conftest import ROOT, need_data, run_main, tail
+from tests.conftest import ROOT, need_data, read_metrics, run_main, tail
 
 pytestmark = pytest.mark.slow
 STEPS = 80
@@ -26,7 +25,7 @@ def accuracy(tmp_path, name, *overrides):
     result = run_main(*RUN, *overrides, f"hydra.run.dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt",
                       cwd=ROOT)
     assert result.returncode == 0, tail(result)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     acc = [r["reward/acc/mean"] for r in rows]
     return statistics.mean(acc[:10]), statistics.mean(acc[-10:])
 
@@ -49,7 +48,7 @@ def steps_of(tmp_path, name, *overrides) -> list[dict]:
     run_dir = tmp_path / name
     result = run_main(*overrides, f"hydra.run.dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt", cwd=ROOT)
     assert result.returncode == 0, tail(result)
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(run_dir)
 
 
 def test_dynamic_sampling_reaches_095_validation_accuracy_within_one_epoch(tmp_path):

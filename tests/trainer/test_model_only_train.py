@@ -12,7 +12,7 @@ import json
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.conftest import CHAT, KK_ROLE, TINY_RUN, run_main, tail, write_rows
+from tests.conftest import CHAT, KK_ROLE, TINY_RUN, read_metrics, run_main, tail, write_rows
 from tests.workers.conftest import write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ def test_a_model_only_source_trains_scored_by_the_reward_model_alone(files, tmp_
                       run_dir=tmp_path / "run")
     assert result.returncode == 0, tail(result)
     run = tmp_path / "run"
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run)
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         assert "timing_s/update_actor" in row

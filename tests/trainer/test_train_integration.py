@@ -10,7 +10,7 @@ from logicrl.algo_names import POLICY_LOSS_MODES
 from logicrl.config.phases import ARR
 from logicrl.config.plan import PHASES
 from logicrl.launch.sweep_summary import job_rows, plot
-from tests.conftest import ROLE_DATA, TINY_RUN, run_main, tail, write_jsonl
+from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, run_main, tail, write_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
 # The trainer with HF's engine (TINY_RUN); the vLLM tests below, LoRA's weight sync and
@@ -24,7 +24,7 @@ def train(tmp_path: Path, *overrides: str) -> list[dict]:
     run_dir = tmp_path / "run"
     result = run_main(*ROLE_DATA, *SMALL, *overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert result.returncode == 0, tail(result)
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(run_dir)
 
 
 def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
@@ -47,7 +47,7 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     run_dir = tmp_path / "run"
     result = run_main(*args, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert result.returncode == 0, tail(result)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     measured = {m.group(1) for key in rows[-1] if (m := re.fullmatch(r"perf/memory/(\w+)/rss_peak_gb", key))}
     # The first step also tracks each phase's live tensors (memory/telemetry.py tracks_tensors), the
