@@ -23,8 +23,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-ARR = "actor_rollout_ref"
+sys.path.insert(0, str(ROOT))  # a script: find logicrl from any directory
+
+from logicrl.config.phases import ARR
+
 MODES = {"padded": "false", "packed": "true"}
 
 

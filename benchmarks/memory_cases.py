@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # a script, not part of the package: find logicrl from any directory
 
 from logicrl.config import ConfigError, compose, validate
+from logicrl.config.phases import ARR
 from logicrl.memory.fit import _flag_knobs, auto_micro_batch, check_fit, remedies, worst_phase
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import COMPONENTS, HEADROOM_GB, MemoryPlan, plan_inputs
@@ -25,7 +26,7 @@ from logicrl.memory.planner_inputs import KNOBS, PlanInputs
 from logicrl.models.quant_methods import nf4_bits
 
 SHAPES = ROOT / "logicrl" / "memory" / "shapes"
-ARR = "actor_rollout_ref"
+
 # TRL's GPTQ QLoRA run: GRPO with Qwen2.5-7B-GPTQ-int4 and QLoRA on 2 x 40 GB, vLLM at 0.2.
 TRL_GPTQ_RUN = ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true",
             f"{ARR}.rollout.gpu_memory_utilization=0.2",

@@ -30,7 +30,8 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ARR = "actor_rollout_ref"
+from logicrl.config.phases import ARR
+
 MIB = 2**20
 TARGET = 0.15
 QWEN2 = dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], rms_norm_eps=1e-6, rope_theta=10000.0,
