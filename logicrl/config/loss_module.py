@@ -100,11 +100,15 @@ def with_loss_params(typed: DictConfig, params: dict[str, Any]) -> DictConfig:
 
     mode = group.loss_mode
     declared = inspect.signature(POLICY_LOSSES[mode]).parameters
+    dispatched = {p for p in inspect.signature(compute_policy_loss).parameters if p != "params"}
     for key in params:
+        if key in dispatched | ACTOR_KEYS:
+            actor_key = key in ACTOR_KEYS or key.startswith("clip_ratio")
+            where = f"actor_rollout_ref.actor.{key}" if actor_key else "the batch"
+            raise ConfigError(f"{GROUP}.{key}: the actor passes {key} to every loss (from {where}): drop the key")
         if key not in declared:
             raise ConfigError(f"{GROUP}.{key} is not a parameter of loss_mode={mode} (it takes "
                               f"{', '.join(declared)}): drop the key, or select the loss that reads it")
-    dispatched = {p for p in inspect.signature(compute_policy_loss).parameters if p != "params"}
     given = dispatched | ACTOR_KEYS | SCHEMA_KEYS | set(params)
     missing = [p for p, d in declared.items() if d.default is d.empty and p not in given]
     if missing:

@@ -63,3 +63,8 @@ def test_an_unknown_loss_name_lists_the_choices(data_files):
 def test_a_new_key_without_plus_says_how_to_add_it():
     with pytest.raises(ConfigError, match=f"unknown config key `{GROUP}.loss_offset`: .* \\+{GROUP}.loss_offset=..."):
         check_overrides([f"{GROUP}.loss_offset=0.375"])
+
+
+def test_a_key_the_actor_already_passes_is_refused(data_files):
+    with pytest.raises(ConfigError, match=f"{GROUP}.tau_pos: the actor passes tau_pos .*{ARR}.actor.tau_pos"):
+        validated(data_files, *WITH_MODULE, f"+{GROUP}.loss_offset=0.375", f"+{GROUP}.tau_pos=2")
