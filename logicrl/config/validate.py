@@ -19,8 +19,9 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.loss_module import take_loss_params, with_loss_params
 from logicrl.config.migrate import migrate
+from logicrl.config.models import model
 from logicrl.config.normalize import normalize, rank_count
-from logicrl.config.plan import ARR, StepPlan, build_plan, uses_critic
+from logicrl.config.plan import ARR, StepPlan, build_plan
 from logicrl.config.quantization import check_quantization
 from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.config.sequence_parallel import check_sequence_parallel
@@ -124,7 +125,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
             f"data.max_prompt_length={data.max_prompt_length} + data.max_response_length={data.max_response_length}"
             f" = {total} tokens exceed the model's max_position_embeddings={spec.max_position_embeddings}"
             f" ({ARR}.model.path={arr.model.path}): lower them")
-    critic_spec = check_model("critic.model.path", cfg.critic.model.path) if uses_critic(cfg) else None
+    critic_spec = check_model("critic.model.path", cfg.critic.model.path) if model("critic").in_use(cfg) else None
     check_quantization(cfg, spec, critic_spec)
 
     if algo.adv_estimator in NEEDS_GROUPS and arr.rollout.n < 2:
