@@ -176,7 +176,8 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     except ClusterLost as err:  # its line names the GCS, its log and what to do
         raise Ended(EXIT_FAILED, f"error: {err}", err) from None
     except Preempted as err:
-        raise Ended(EXIT_PREEMPTED, f"logicrl: {err}; run the same command (or requeue the job) to resume", err) from None
+        raise Ended(EXIT_PREEMPTED, f"logicrl: {err}; run the same command (or requeue the job) to resume",
+                    err) from None
     except KeyboardInterrupt as err:  # Stopped is one; inside a Ray wait it comes out as a plain one
         stopped = stop_request_of(err)
         if stopped is None:

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from logicrl.config import compose
 from logicrl.config.phases import ARR
+from logicrl.config.stages import build_stages, has_stages
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = ROOT / "data" / "kk_role"
@@ -149,13 +151,17 @@ def tiny_rm() -> Path:
     return checkpoint_dir(EMBEDDED_TINY_RM)
 
 
+def row(i: int = 0, **fields) -> dict:
+    """One kk_role row (prompt i, a rule reward), `fields` replacing or adding keys."""
+    base = {"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_role",
+            "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}}
+    return {**base, **fields}
+
+
 def write_jsonl(path: Path, rows: int) -> Path:
+    """`rows` kk_role rows (row(0) ... row(rows - 1)) as a jsonl file at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for i in range(rows):
-            f.write(json.dumps({"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_role",
-                                "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}})
-                    + "\n")
+    path.write_text("".join(json.dumps(row(i)) + "\n" for i in range(rows)))
     return path
 
 
@@ -165,9 +171,47 @@ def stage_files(tmp_path) -> dict[str, str]:
     return {name: str(write_jsonl(tmp_path / f"{name}.jsonl", 40)) for name in ("a", "b", "val")}
 
 
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> list[str]:
+    """data.train_files / data.val_files overrides for one 20-row jsonl set, written once per module."""
+    path = write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", 20)
+    return [f"data.train_files={path}", f"data.val_files={path}"]
+
+
+def two_stages(files: dict[str, str], *extra: str) -> list[str]:
+    """A base config and its curriculum as overrides (what a recipe holds), then `extra`."""
+    return [f"data.train_files={files['a']}", f"data.val_files={files['val']}",
+            "data.train_batch_size=8", f"{ARR}.actor.ppo_mini_batch_size=8", "trainer.default_local_dir=/ck/run",
+            f"curriculum.stages=[{{name: s1, overrides: {{trainer: {{total_training_steps: 3}}}}}},"
+            f"{{name: s2, overrides: {{data: {{train_files: {files['b']}, train_batch_size: 4}},"
+            f" {ARR}: {{rollout: {{n: 4, temperature: 0.5}}, actor: {{optim: {{lr: 1.0e-6}}}}}}}}}}]",
+            *extra]
+
+
+def stages_of(overrides: list[str], n_base: int = 6):
+    """Stages as main_ppo builds them: the first `n_base` overrides stand for a recipe, the rest
+    for what the user typed (only those are re-applied over each stage)."""
+    cfg = compose(overrides)
+    assert has_stages(cfg)
+    return build_stages(cfg, overrides[n_base:])
+
+
+# A kk_role row whose prompt states the answer, and a chat row only a reward model scores (data_source chat).
+KK_ROLE = {"prompt": [{"role": "user", "content": "Zoey is a knight. What is Zoey?"}], "data_source": "kk_role",
+           "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}}
+CHAT = {"prompt": [{"role": "user", "content": "Say something kind."}], "data_source": "chat",
+        "reward_model": {"style": "model", "ground_truth": "a kind reply"}}
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 # The batch the config tests' hand-computed numbers assume, pinned so that retuning the embedded
 # default does not change them: 8 prompts x 4 responses, mini-batches of 4 prompts, micro 4.
-BASE_BATCH = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+BASE_BATCH = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4",
+              "actor_rollout_ref.actor.ppo_mini_batch_size=4",
               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8"]
 
@@ -189,16 +233,20 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd: Path | None = None,
-             env: dict | None = None, timeout: float = 900):
+def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = None, fault: str | None = None,
+             popen: bool = False, cwd: Path | None = None, env: dict | None = None, timeout: float = 900):
     """Run the real entry point as a user would: `python main_ppo.py *overrides`, one-line errors
     (HYDRA_FULL_ERROR=0), Hydra's run dir under `cwd` unless hydra.run.dir is given.
+
+    ckpt, run_dir: trainer.default_local_dir and hydra.run.dir (metrics.jsonl's directory: read_metrics).
 
     fault: LOGICRL_INJECT_FAULT for this run only (logicrl/faults.py; Ray's workers inherit it from the
     driver); never inherited from the test's own environment. env: more variables for this run.
     popen: return the running subprocess.Popen (stdout and stderr piped, text) instead of waiting.
     The run is in its own session, so a test can signal its process group, and a SIGKILLed
     controller's Ray processes are reaped by Ray, not by the test."""
+    overrides = (*overrides, *([f"trainer.default_local_dir={ckpt}"] if ckpt else []),
+                 *([f"hydra.run.dir={run_dir}"] if run_dir else []))
     if not any(a.startswith("trainer.default_local_dir=") for a in overrides):
         # Checkpoints are on by default and resume_mode=auto: a shared directory would make one
         # test resume from another's run.
@@ -221,3 +269,8 @@ def tail(result, chars: int = 3000) -> str:
     """The end of a finished run's stderr (or of a string): what an assertion shows when a run failed."""
     text = result if isinstance(result, str) else result.stderr or ""
     return text[-chars:]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl (trainer.logger includes jsonl), one dict per logged step."""
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]

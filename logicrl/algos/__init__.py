@@ -45,9 +45,9 @@ from logicrl.algos.metrics import (
 from logicrl.algos.policy_loss import (
     POLICY_LOSSES,
     PolicyLossOutput,
+    cispo_policy_loss,
     compute_policy_loss,
     entropy_bonus,
-    cispo_policy_loss,
     gmpo_policy_loss,
     gpg_policy_loss,
     gspo_policy_loss,
@@ -69,7 +69,8 @@ from logicrl.algos.value_loss import ValueLossOutput, value_loss
 
 __all__ = [
     "ADV_ESTIMATORS", "AGG_MODES", "KL_CONTROLLERS", "KL_ESTIMATORS", "POLICY_LOSSES",
-    "AdaptiveKLController", "Correction", "FixedKLController", "RolloutCorrection", "PolicyLossOutput", "Registry", "ValueLossOutput",
+    "AdaptiveKLController", "Correction", "FixedKLController", "RolloutCorrection", "PolicyLossOutput", "Registry",
+    "ValueLossOutput",
     "advantage_metrics", "agg_loss", "apply_correction", "cispo_policy_loss", "clip_cov_policy_loss",
     "gmpo_policy_loss", "gpg_policy_loss", "kl_cov_policy_loss", "mismatch_metrics", "parse_rejection",
     "sapo_policy_loss", "apply_kl_penalty", "approx_kl_metrics", "compute_advantage",

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import torch
 
+from logicrl import algo_names
 from logicrl.algos.masked import as_bool_mask, masked_count, masked_sum
 from logicrl.algos.registry import Registry
 
@@ -31,7 +32,7 @@ class AggMode(NamedTuple):
     counts: str  # what the normaliser counts: "tokens" or "sequences"
 
 
-AGG_MODES = Registry("actor_rollout_ref.actor.loss_agg_mode")
+AGG_MODES = Registry("actor_rollout_ref.actor.loss_agg_mode", names=algo_names.LOSS_AGG_MODES)
 
 
 def register_agg_mode(name: str, *, counts: str):

@@ -21,16 +21,14 @@ from typing import NamedTuple
 
 import torch
 
+from logicrl import algo_names
 from logicrl.algos.masked import as_bool_mask, masked_count, masked_fill_zero, masked_mean, masked_sum
 from logicrl.algos.metrics import policy_clip_metrics, ppo_kl
 from logicrl.algos.registry import Registry
 
-POLICY_LOSSES = Registry(
-    "actor_rollout_ref.actor.policy_loss.loss_mode",
-    inputs=("log_probs", "old_log_probs", "advantages", "response_mask", "keep", "clip_ratio_low", "clip_ratio_high",
-            "clip_ratio_c", "rollout_is_weights", "tau_pos", "tau_neg", "clip_cov_ratio", "clip_cov_lb",
-            "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef"),
-)
+# No `inputs` list: a loss's own parameters come from its config keys (actor_rollout_ref.actor.policy_loss.*,
+# a user's module may add keys), and config validation checks each key names a parameter of the loss.
+POLICY_LOSSES = Registry("actor_rollout_ref.actor.policy_loss.loss_mode", names=algo_names.POLICY_LOSS_MODES)
 register_policy_loss = POLICY_LOSSES.register
 
 # exp() of a token's log-ratio is clamped to this range before use: a token whose probability collapsed
@@ -59,7 +57,7 @@ def compute_policy_loss(
     clip_ratio_c: float = 3.0,
     rollout_is_weights: torch.Tensor | None = None,  # [B, T] rollout correction (algos/rollout_correction.py)
     keep: torch.Tensor | None = None,  # [B, T] response_mask less the tokens rollout correction rejected
-    **params: float,  # a loss's own parameters (tau_pos, clip_cov_ratio, ...): each takes those it declares
+    **params: float,  # loss parameters (tau_pos, clip_cov_ratio, ...): `call` passes each loss those it declares
 ) -> PolicyLossOutput:
     """Per-token policy loss by the loss named `loss_mode` (see POLICY_LOSSES).
 
@@ -79,8 +77,7 @@ def compute_policy_loss(
         loss_mode, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
         response_mask=loss_mask, keep=keep if own_keep else None, clip_ratio_low=clip_ratio_low,
         clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c,
-        rollout_is_weights=rollout_is_weights if own_weights else None,
-        **{k: v for k, v in params.items() if k in declared},
+        rollout_is_weights=rollout_is_weights if own_weights else None, **params,
     )
     if rollout_is_weights is not None and not own_weights:
         out = out._replace(token_loss=out.token_loss * masked_fill_zero(rollout_is_weights, loss_mask))

@@ -18,21 +18,22 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 
 from logicrl.config.engines import ENGINES, engines_with
 from logicrl.config.errors import ConfigError, log
+from logicrl.config.loss_module import take_loss_params, with_loss_params
 from logicrl.config.migrate import migrate
-from logicrl.config.normalize import normalize, rank_count
 from logicrl.config.models import model
+from logicrl.config.normalize import normalize, rank_count
 from logicrl.config.plan import ARR, StepPlan, build_plan
 from logicrl.config.quantization import check_quantization
 from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.config.sequence_parallel import check_sequence_parallel
 from logicrl.config.verl_keys import take_verl_keys
 from logicrl.data.files import DATA_SUFFIXES, data_sources, dataset_rows
-from logicrl.reward.combine import CombineError, CombineRule
-from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.lora_targets import ATTENTION, MLP
 from logicrl.models.reward_head import reward_head
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
 from logicrl.models.tiny import EMBEDDED_CONFIGS, EMBEDDED_TINY, EMBEDDED_TINY_RM
+from logicrl.reward.combine import CombineError, CombineRule
+from logicrl.reward.custom import CustomRewardError, load_custom_reward
 
 NEEDS_GROUPS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}
@@ -141,7 +142,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     check_reward_model(cfg)
     check_sequence_parallel(cfg, lambda path_key: spec if path_key == f"{ARR}.model.path" else
                             check_model(path_key, OmegaConf.select(cfg, path_key)))
-    check_rollout_correction(algo.rollout_correction)
+    check_rollout_correction(algo.rollout_correction, arr.actor.policy_loss.loss_mode)
 
     overlong = cfg.reward.overlong_buffer
     if overlong.enable and overlong.len > data.max_response_length:
@@ -184,7 +185,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     return spec
 
 
-def check_rollout_correction(corr: DictConfig) -> None:
+def check_rollout_correction(corr: DictConfig, loss_mode: str) -> None:
     """algorithm.rollout_correction: rejection options and bounds that parse, a loss_type that applies."""
     key = "algorithm.rollout_correction"
     if corr.rollout_rs is not None:
@@ -201,6 +202,10 @@ def check_rollout_correction(corr: DictConfig) -> None:
     if corr.loss_type == "reinforce" and not corr.bypass_mode:
         raise ConfigError(f"{key}.loss_type=reinforce applies in bypass mode only (verl's rule): set "
                           f"{key}.bypass_mode=true, or loss_type=ppo_clip")
+    if corr.loss_type == "reinforce" and loss_mode != "gpg":
+        # The actor replaces the configured loss (workers/actor.py, loss_mode): say so once, here.
+        log.info(f"{key}.loss_type=reinforce trains -w A log pi (loss_mode gpg with the IS weights) in place of "
+                 f"{ARR}.actor.policy_loss.loss_mode={loss_mode}")
 
 
 def check_filter_groups(cfg: DictConfig) -> None:
@@ -345,12 +350,15 @@ def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:
     """Type, migrate, normalise and check a composed config; returns it typed and resolved, with its
     model and its step plan (over the rows in the training files; the trainer re-plans over the
     rows it keeps after truncation=filter / skip_bad_rows)."""
+    # A user's loss module first: its losses are loss_mode choices, its keys not the schema's.
+    cfg, loss_params = take_loss_params(cfg)
     typed = typed_config(take_verl_keys(cfg))
     check_fields(typed)
     migrate(typed, rank_count(typed))
     check_fields(typed)  # migrated values obey the same bounds
     normalize(typed)
     spec = check_cross_fields(typed)
+    typed = with_loss_params(typed, loss_params)
     plan = build_plan(typed, dataset_rows(typed.data.train_files))
     if plan.max_steps and plan.total_steps < plan.max_steps:
         log.warning(f"trainer.total_training_steps={plan.max_steps}, but {plan.train_rows} prompts make "

@@ -24,9 +24,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from logicrl.config.errors import ConfigError, log
+from logicrl.config.phases import ARR
 from logicrl.config.schema import all_keys
 
-ARR = "actor_rollout_ref"
 # A rule gets the key and its plain value, logs its one line or raises, and returns the logicrl
 # (key, value) pairs to set.
 Rule = Callable[[str, Any], list[tuple[str, Any]]]
@@ -117,6 +117,7 @@ FSDP_INTERNALS = ("FSDP2 wrapping and prefetching in logicrl is fixed (one unit 
 OFFLOAD_MEMORY = "only moves memory, which the preflight plan checks: the same results"
 REWARD_LOOP = ("how verl serves the reward model (its reward loop, an inference engine); logicrl scores with it "
                "as an FSDP2 forward on every rank: the same scores")
+CUSTOM_REWARD_LOOP = "a custom verl reward loop is not loaded: use reward.custom.path"
 
 VERL_KEYS: dict[str, Rule] = {
     # ---- data
@@ -133,7 +134,8 @@ VERL_KEYS: dict[str, Rule] = {
                                             "from the checkpoint"),
     f"{ARR}.model.use_fused_kernels": ignore(LOGPROB_INTERNALS),
     f"{ARR}.model.fused_kernel_options": ignore(LOGPROB_INTERNALS),
-    f"{ARR}.model.use_liger": ignore("Liger kernels compute the same numbers faster; logicrl uses transformers' modules"),
+    f"{ARR}.model.use_liger": ignore("Liger kernels compute the same numbers faster; logicrl uses "
+                                     "transformers' modules"),
     f"{ARR}.model.enable_activation_offload": ignore(OFFLOAD_MEMORY),
     f"{ARR}.hybrid_engine": ignore_only((True,), "actor and rollout always share each rank",
                                         "logicrl always colocates actor and rollout on each rank: drop it"),
@@ -191,7 +193,8 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.rollout.calculate_log_probs": ignore("logicrl's engines always return the log-probs of what they "
                                                  "sample (rollout correction reads them)"),
     f"{ARR}.rollout.disable_log_stats": ignore("vLLM's own logging"),
-    f"{ARR}.rollout.skip_tokenizer_init": ignore("whether vLLM loads a tokenizer; logicrl hands it token ids either way"),
+    f"{ARR}.rollout.skip_tokenizer_init": ignore("whether vLLM loads a tokenizer; logicrl hands it token ids "
+                                                 "either way"),
     f"{ARR}.rollout.cudagraph_capture_sizes": ignore("CUDA graph sizes change speed, not samples"),
     f"{ARR}.rollout.max_model_len": ignore("logicrl sizes the engine to data.max_prompt_length + "
                                            "data.max_response_length"),
@@ -236,10 +239,8 @@ VERL_KEYS: dict[str, Rule] = {
     "reward_model.rollout": ignore(REWARD_LOOP),
     "reward_model.reward_loop_source": ignore_only(("register",), REWARD_LOOP,
                                                    "a custom verl reward loop is not loaded: use reward.custom.path"),
-    "reward_model.reward_loop_module_path": ignore_only((None,), REWARD_LOOP,
-                                                        "a custom verl reward loop is not loaded: use reward.custom.path"),
-    "reward_model.reward_loop_class_name": ignore_only((None,), REWARD_LOOP,
-                                                       "a custom verl reward loop is not loaded: use reward.custom.path"),
+    "reward_model.reward_loop_module_path": ignore_only((None,), REWARD_LOOP, CUSTOM_REWARD_LOOP),
+    "reward_model.reward_loop_class_name": ignore_only((None,), REWARD_LOOP, CUSTOM_REWARD_LOOP),
     "trainer.resume_from_path": resume_from_path,
     "trainer.use_legacy_worker_impl": ignore("logicrl has one worker implementation"),
     "trainer.log_val_generations": ignore("logicrl writes validation samples to val_generations/ in the run dir"),

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.config.plan import ARR
 from logicrl.config.errors import ConfigError
+from logicrl.config.plan import ARR
 from logicrl.config.stages import Stage
 from logicrl.faults import Faults
 from logicrl.trainer.checkpoint import complete_checkpoints, damage, write_durably

@@ -31,12 +31,12 @@ from logicrl.algos import (
     masked_mean,
     mismatch_metrics,
 )
+from logicrl.config.loss_module import import_loss_module
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.models.spec import LOGPROB_CHUNK_TOKENS
 from logicrl.models.ulysses import SequenceParallel
 from logicrl.workers.oom import MicroSize
 from logicrl.workers.update import Trained, run_update
-
 
 
 def response_logprobs(model, batch: TensorDict, temperature: float, with_entropy: bool = False,
@@ -77,6 +77,13 @@ def logprob_diff_metrics(log_probs: torch.Tensor, batch: TensorDict) -> dict[str
     return dict(zip(["rollout/logprob_diff", "rollout/logprob_diff_max", *stats], values))
 
 
+def loss_mode(configured: str, corr: RolloutCorrection) -> str:
+    """The loss the update minimises: rollout correction's bypass with loss_type=reinforce replaces the
+    configured one by -w A log pi, which is gpg's loss with the IS weights on it (verl's rule; docs/losses.md)."""
+    # Config validation says so once when it applies (config/validate.py, check_rollout_correction).
+    return "gpg" if corr.bypass_mode and corr.loss_type == "reinforce" else configured
+
+
 class Actor:
     """Owns the sharded policy, its optimizer and scheduler; `update` runs one training step."""
 
@@ -86,6 +93,10 @@ class Actor:
         self.correction = correction or RolloutCorrection()  # algorithm.rollout_correction
         self.remove_padding = remove_padding  # packed micro-batches (actor_rollout_ref.model.use_remove_padding)
         self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
+        # A user's losses register on this rank too before the first update (the driver imported them to validate).
+        import_loss_module(cfg.policy_loss.get("module"))
+        self.loss_mode = loss_mode(cfg.policy_loss.loss_mode, self.correction)
+        self.loss_params = {k: v for k, v in cfg.policy_loss.items() if k not in ("loss_mode", "module")}
 
     def update(self, batch: TensorDict, retry) -> dict[str, float]:
         """ppo_epochs passes over `batch` in mini-batches, one optimizer step each (workers/update.py)."""
@@ -110,14 +121,12 @@ class Actor:
                 trainer = log_probs.detach() if corr.bypass_mode else old
                 out = apply_correction(trainer, micro["rollout_log_probs"], mask, corr)
                 weights, keep, stats = out.weights, out.keep, out.metrics
-            loss_mode = "gpg" if corr.bypass_mode and corr.loss_type == "reinforce" else cfg.policy_loss.loss_mode
-            pl = cfg.policy_loss
-            out = compute_policy_loss(loss_mode, log_probs, old, micro["advantages"], mask,
+            # The policy_loss group reaches the loss whole (a user's loss adds keys to it); each loss takes the
+            # parameters it declares. SAPO's tau_pos/tau_neg sit on the actor, as in verl.
+            out = compute_policy_loss(self.loss_mode, log_probs, old, micro["advantages"], mask,
                                       clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
                                       clip_ratio_c=cfg.clip_ratio_c, rollout_is_weights=weights, keep=keep,
-                                      tau_pos=cfg.tau_pos, tau_neg=cfg.tau_neg, clip_cov_ratio=pl.clip_cov_ratio,
-                                      clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub,
-                                      kl_cov_ratio=pl.kl_cov_ratio, ppo_kl_coef=pl.ppo_kl_coef)
+                                      tau_pos=cfg.tau_pos, tau_neg=cfg.tau_neg, **self.loss_params)
             token_loss = out.token_loss + entropy_bonus(entropy, mask, cfg.entropy_coeff)
             stats.update({"actor/pg_loss": masked_mean(out.token_loss.detach(), mask),
                           **entropy_metrics(entropy.detach(), mask),

@@ -141,8 +141,7 @@ def has_nonfinite(tensors) -> bool:
     One min-max pass over each tensor where it lives (offloaded ones on the host), the extremes stacked
     per device and read back once per device: NaN and +-inf survive a min-max, and unlike a sum or a
     norm a large finite value cannot overflow into a false alarm. torch's inf-norm does the same job
-    at a sixth of the speed on the host (1.2 against 7.0 GB/s on one idle core here, 512 MB of fp32).
-    Not a collective.
+    several times slower on the host (docs/faults.md, "Divergence"). Not a collective.
     """
     extremes: dict[torch.device, list[torch.Tensor]] = {}
     for t in tensors:

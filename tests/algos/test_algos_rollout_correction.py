@@ -197,7 +197,8 @@ def test_off_still_reports_the_weights_but_applies_nothing():
 
 def test_bypass_with_ppo_clip_does_not_weight_twice():
     corr = RolloutCorrection(rollout_is="token", bypass_mode=True)
-    assert not corr.reweights and RolloutCorrection(rollout_is="token", bypass_mode=True, loss_type="reinforce").reweights
+    assert not corr.reweights
+    assert RolloutCorrection(rollout_is="token", bypass_mode=True, loss_type="reinforce").reweights
 
 
 # ---------------------------------------------------------------- what it does to the loss
@@ -239,7 +240,8 @@ def exact_gradients(mode, length, level, threshold, shift):
         mu = torch.log_softmax(sampler, -1)[positions, ys]  # [B, T]
         weights = None
         if correct:
-            c = apply_correction(lp.detach(), mu, mask, RolloutCorrection(rollout_is=level, rollout_is_threshold=threshold))
+            corr = RolloutCorrection(rollout_is=level, rollout_is_threshold=threshold)
+            c = apply_correction(lp.detach(), mu, mask, corr)
             weights = c.weights
             if correct == "cut":  # the mass truncation removed: (w - min(w, threshold))
                 weights = is_weights(lp.detach() - mu, mask, level, 1e9)[0] - c.weights

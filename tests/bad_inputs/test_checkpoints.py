@@ -17,13 +17,13 @@ import pytest
 from logicrl.config.phases import ARR
 from logicrl.trainer.checkpoint import MANIFEST_FILE, damage, manifest
 from tests.bad_inputs.conftest import refused, timed_main
-from tests.conftest import ROLE_DATA, TINY_RUN, tail
+from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, tail
 
 RUN = [*ROLE_DATA, *TINY_RUN, "trainer.save_freq=1"]
 
 
 def metrics(run_dir) -> dict[int, dict]:
-    return {row["step"]: row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+    return {row["step"]: row for row in read_metrics(run_dir)}
 
 
 @pytest.mark.integration
@@ -75,7 +75,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
     assert not (ckpt / "global_step_4").exists() and not [p for p in ckpt.iterdir() if ".tmp-" in p.name]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     # Not garbage: the re-run step 2 is the first run's step 2 (same data, RNG and weights), loss and
-    # grad norm included (resuming the damaged one gave reward -1 and no loss: issue 24).
+    # grad norm included (resuming a damaged one would give reward -1 and no loss).
     before, after = metrics(tmp_path / "run1")[2], metrics(tmp_path / "run2")[2]
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
         assert after[key] == pytest.approx(before[key], rel=1e-5, abs=1e-6), key
@@ -90,9 +90,9 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
     # spec is the saved model's own config: the embedded model's built-in spec counts its config's
     # 2048-token vocabulary, the built model the tokenizer's 763.
     from logicrl.config import compose, validate
+    from logicrl.models.spec import load_model_spec
     from logicrl.preflight.disk import checkpoint_bytes
     from logicrl.preflight.memory import plan_for
-    from logicrl.models.spec import load_model_spec
 
     cfg, _, plan = validate(compose(RUN))
     saved = load_model_spec(str(ckpt / "global_step_3" / "huggingface"))

@@ -44,7 +44,8 @@ def test_summary_numbers(dry_run):
 def test_summary_with_reference_and_critic(dry_run):
     # gae brings the critic; the KL loss brings the reference. 8 x 2 = 16 responses on 1 rank;
     # critic mini 2 prompts -> 4 mini-batches of 4 responses, micro 2 -> accumulation 2; ref micro 5 -> 4 forwards.
-    out = dry_run("algorithm.adv_estimator=gae", "data.train_batch_size=8", f"{ARR}.rollout.n=2", f"{ARR}.actor.use_kl_loss=true",
+    out = dry_run("algorithm.adv_estimator=gae", "data.train_batch_size=8", f"{ARR}.rollout.n=2",
+                  f"{ARR}.actor.use_kl_loss=true",
                   "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
                   f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=5", "trainer.total_training_steps=7")
     assert "critic yes, reference yes" in out
@@ -64,7 +65,7 @@ def test_dry_run_prints_resolved_config_and_model_and_describes_dynamic_batching
 
 
 def test_a_real_model_recipe_on_the_stand_in_says_so_in_one_line_and_goes_on(dry_run):
-    # The design card's command with no model path (issue 28): the note is one line, after the plan, and
+    # The design card's command with no model path: the note is one line, after the plan, and
     # the run goes on (exit 0 here; a real launch trains on as asked: the note stops nothing).
     out = dry_run("+recipe=stage1", "trainer.n_gpus=4")
     lines = [line for line in out.splitlines() if "sized for a real model" in line]

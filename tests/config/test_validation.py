@@ -41,12 +41,14 @@ CASES = [
     (["trainer.save_freq=0"], ["trainer.save_freq"]),
     ([f"{ARR}.actor.clip_ratio_low=1.2"], ["clip_ratio_low"]),
     # batch arithmetic
-    (["data.train_batch_size=6", f"{ARR}.rollout.n=3", "trainer.n_gpus=4"], ["data.train_batch_size=6", "trainer.n_gpus=4"]),
+    (["data.train_batch_size=6", f"{ARR}.rollout.n=3", "trainer.n_gpus=4"],
+     ["data.train_batch_size=6", "trainer.n_gpus=4"]),
     ([f"{ARR}.actor.ppo_mini_batch_size=3"], [f"{ARR}.actor.ppo_mini_batch_size=3", "data.train_batch_size=8"]),
     (["data.train_batch_size=8", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=1", "trainer.n_gpus=4"],
      [f"{ARR}.actor.ppo_mini_batch_size=1", "trainer.n_gpus=4"]),
     ([f"{ARR}.actor.ppo_micro_batch_size_per_gpu=5"], [f"{ARR}.actor.ppo_micro_batch_size_per_gpu=5", "16"]),
-    (["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=3"], ["critic.ppo_micro_batch_size_per_gpu=3"]),
+    (["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=3"],
+     ["critic.ppo_micro_batch_size_per_gpu=3"]),
     # deprecated global micro-batch that cannot split across ranks
     ([f"{ARR}.actor.ppo_micro_batch_size=6", "trainer.n_gpus=4"], [f"{ARR}.actor.ppo_micro_batch_size=6", "per rank"]),
     # group estimators need several responses per prompt
@@ -56,7 +58,8 @@ CASES = [
     (["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"], ["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"]),
     # a verl-only key that would change results (tensor_model_parallel_size: test_migration.py)
     ([f"{ARR}.rollout.mode=agent"], [f"{ARR}.rollout.mode=agent", "sync or async"]),
-    # rollout correction: an option verl does not have (the other refusals: tests/config/test_rollout_correction_config.py)
+    # rollout correction: an option verl does not have (the other refusals:
+    # tests/config/test_rollout_correction_config.py)
     (["algorithm.rollout_correction.rollout_rs=token_k9", "algorithm.rollout_correction.rollout_rs_threshold=2"],
      ["algorithm.rollout_correction.rollout_rs=token_k9", "token_k1"]),
     ([f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct"], [f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct", "local"]),
@@ -106,13 +109,15 @@ def test_model_dir_without_config_json(data_files, tmp_path):
 
 
 def test_knobs_that_only_split_work_are_clamped_not_errors(data_files, tmp_path):
-    result = run_main(*data_files, f"{ARR}.actor.ppo_mini_batch_size=256", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64",
+    result = run_main(*data_files, f"{ARR}.actor.ppo_mini_batch_size=256",
+                      f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64",
                       f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=7", f"{ARR}.actor.ppo_epochs=2",
                       "trainer.dry_run=true", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert f"{ARR}.actor.ppo_mini_batch_size=256 > data.train_batch_size=8: clamped to 8" in out
-    assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64 > the 32 responses of a per-rank mini-batch: clamped to 32" in out
+    clamped = "> the 32 responses of a per-rank mini-batch: clamped to 32"
+    assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64 {clamped}" in out
     # a forward-only micro-batch need not divide anything: 32 responses in forwards of <= 7 -> 5 forwards
     # (two epochs: the update is off-policy after the first, so the old-log-prob pass runs)
     assert "old log-prob 5 forwards of <= 7" in out

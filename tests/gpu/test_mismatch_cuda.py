@@ -68,8 +68,8 @@ def gap(trainer, engine, mask):
 
 
 def test_bf16_engine_against_fp32_and_bf16_trainers(models):
-    from logicrl.workers.rollout.hf import HFRolloutEngine
     from logicrl.workers.rollout.base import SamplingParams
+    from logicrl.workers.rollout.hf import HFRolloutEngine
 
     fp32, bf16 = models
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 control must be fp32

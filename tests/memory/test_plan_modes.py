@@ -29,6 +29,7 @@ from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.attention import PACKED_SDPA
 from logicrl.models.tiny import tiny_checkpoint_dir
 from tests.conftest import ROOT, need_data, run_main, tail
+from tests.memory.conftest import planned
 
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 CAP = 80 * GB
@@ -68,8 +69,7 @@ def qwen7b(tmp_path_factory):
 
 
 def inputs(qwen7b, args) -> PlanInputs:
-    cfg, spec, plan = validate(compose([*args, f"{ARR}.model.path={qwen7b}"]))
-    return PlanInputs.from_plan(plan, cfg, spec, "cuda")
+    return planned(*args, f"{ARR}.model.path={qwen7b}")[3]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from logicrl.config.phases import ARR
-from tests.conftest import need_data, run_main, tail
+from tests.conftest import need_data, read_metrics, run_main, tail
 
 pytestmark = pytest.mark.integration
 STEPS = 3
@@ -34,8 +34,6 @@ def role_data():
     need_data("kk_role_5ppl")
 
 
-def launch(ckpt: Path, run_dir: Path, fault: str | None = None) -> subprocess.CompletedProcess:
-    return run_main(*RUN, f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={run_dir}", fault=fault)
 
 
 def histories(ckpt: Path) -> dict[str, list[dict]]:
@@ -50,18 +48,16 @@ def final_weights(ckpt: Path, stage: str) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
-    result = launch(root / "ckpt", root / "run")
+    result = run_main(*RUN, ckpt=root / "ckpt", run_dir=root / "run")
     assert result.returncode == 0, tail(result)
     return root
 
 
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_stages_apply_their_sizes_and_stage_two_starts_from_stage_one(reference):
     ckpt, run = reference / "ckpt", reference / "run"
-    s1, s2 = metrics(run / "01_3ppl"), metrics(run / "02_5ppl")
+    s1, s2 = read_metrics(run / "01_3ppl"), read_metrics(run / "02_5ppl")
     assert [m["step"] for m in s1] == [m["step"] for m in s2] == [1, 2, 3]
     assert {(m["batch/prompts"], m["batch/responses"]) for m in s1} == {(16, 128)}  # 16 prompts x n=8
     assert {(m["batch/prompts"], m["batch/responses"]) for m in s2} == {(8, 128)}  # 8 prompts x n=16
@@ -100,7 +96,7 @@ def test_hf_export_loads_with_from_pretrained_and_generates(reference):
 def test_sigkill_mid_save_and_mid_step_then_rerun_reproduces_the_uninterrupted_run(reference, tmp_path):
     ckpt = tmp_path / "ckpt"
     # 1. Killed while writing stage 1's final checkpoint: its tmp dir is debris, step 2 stays the latest.
-    first = launch(ckpt, tmp_path / "run1", fault="sigkill@save:3#1")
+    first = run_main(*RUN, ckpt=ckpt, run_dir=tmp_path / "run1", fault="sigkill@save:3#1")
     assert first.returncode == -9, tail(first)
     stage1 = ckpt / "01_3ppl"
     assert (stage1 / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
@@ -108,14 +104,14 @@ def test_sigkill_mid_save_and_mid_step_then_rerun_reproduces_the_uninterrupted_r
     assert not (stage1 / "global_step_3").exists() and not (ckpt / "curriculum.json").exists()
 
     # 2. Re-run: resumes stage 1 from step 2, then is killed mid-step in stage 2 (after its step-2 save).
-    second = launch(ckpt, tmp_path / "run2", fault="sigkill@generate:3#2")
+    second = run_main(*RUN, ckpt=ckpt, run_dir=tmp_path / "run2", fault="sigkill@generate:3#2")
     assert second.returncode == -9, tail(second)
     assert f"resumed from {stage1 / 'global_step_2'} at step 2" in second.stdout + second.stderr
     assert not any(".tmp-" in p.name for p in stage1.iterdir())  # the debris was cleaned
     assert list(histories(ckpt)) == ["3ppl"]
 
     # 3. Re-run: stage 1 is skipped as finished, stage 2 continues after its step 2.
-    third = launch(ckpt, tmp_path / "run3")
+    third = run_main(*RUN, ckpt=ckpt, run_dir=tmp_path / "run3")
     assert third.returncode == 0, tail(third)
     assert "stage 1/2 (3ppl) already finished" in third.stdout + third.stderr
     assert f"resumed from {ckpt / '02_5ppl' / 'global_step_2'} at step 2" in third.stdout + third.stderr

@@ -6,6 +6,7 @@ import pytest
 import torch
 import transformers
 
+from logicrl.models.loading import checkpoint_dir, load_causal_lm
 from logicrl.workers.rollout import SamplingParams
 
 
@@ -138,3 +139,14 @@ def leave_group(meet: bool = True) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def perturbed_copy(seed=0):
+    """The embedded tiny actor (fp32) with every weight moved by 0.1 of its std: weights an engine must be
+    synced to."""
+    actor = load_causal_lm(str(checkpoint_dir("embedded:tiny")), torch.float32).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in actor.parameters():
+            param.add_(0.1 * param.std() * torch.randn(param.shape, generator=g))
+    return actor

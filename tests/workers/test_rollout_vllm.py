@@ -16,6 +16,7 @@ from tests.workers.conftest import (  # noqa: E402
     assert_engine_logprobs_match,
     assert_stops_right_after_eos,
     generate,
+    perturbed_copy,
     trainer_inputs,
 )
 
@@ -148,15 +149,6 @@ def test_flat_logprobs_read_as_one_tensor_equal_the_per_token_dicts(engine):
         assert torch.equal(sampled_logprobs(f.logprobs, tokens), old)
     with pytest.raises(RuntimeError, match="expected exactly the sampled token at each position"):
         sampled_logprobs(flat[0].logprobs, list(flat[1].token_ids))
-
-
-def perturbed_copy(seed=0):
-    actor = load_causal_lm(str(checkpoint_dir("embedded:tiny")), torch.float32).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in actor.parameters():
-            param.add_(0.1 * param.std() * torch.randn(param.shape, generator=g))
-    return actor
 
 
 def test_log_probs_agree_after_syncing_perturbed_weights(synced, hf_model):
