@@ -5,6 +5,8 @@ run resumes from the newest intact one, training as the first run did; one that 
 run is refused by the preflight before anything starts; a disk that fills up mid-save ends the run
 with one line, the previous checkpoint intact. One run of several launches, so the checkpoints are
 written once. Every file kind's same-size damage, in-process: tests/trainer/test_checkpoint_integrity.py.
+The misfits run main_ppo.py's checks in-process (`check_main`) on the real checkpoints: the
+preflight's refusal path through the entry point is tests/bad_inputs/test_data.py's.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import pytest
 
 from logicrl.config.phases import ARR
 from logicrl.trainer.checkpoint import MANIFEST_FILE, damage, manifest
-from tests.bad_inputs.conftest import refused, timed_main
-from tests.conftest import ROLE_DATA, TINY_RUN, tail
+from tests.bad_inputs.conftest import timed_main
+from tests.conftest import ROLE_DATA, TINY_RUN, assert_refused, check_main, tail
 
 RUN = [*ROLE_DATA, *TINY_RUN, "trainer.save_freq=1"]
 
@@ -45,10 +47,10 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
                                                            "algorithm.adv_estimator=grpo)"),
                            (f"{ARR}.model.lora_rank=8", f"global_step_2 was saved with {ARR}.model.lora_rank=0, "
                                                         "this run has 8")):
-        result, seconds = timed_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
-                                     f"hydra.run.dir={tmp_path / 'refused'}", override)
-        refused(result, seconds, f"trainer.default_local_dir={ckpt}: ", says, "trainer.resume_mode=disable",
-                "another trainer.default_local_dir")
+        result = check_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
+                            f"hydra.run.dir={tmp_path / 'refused'}", override)
+        assert_refused(result, f"trainer.default_local_dir={ckpt}: ", says, "trainer.resume_mode=disable",
+                       "another trainer.default_local_dir")
     assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_1", "global_step_2",
                                                       "latest_checkpointed_iteration.txt"]
 

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load_file
 
 from logicrl.config.phases import ARR
-from tests.conftest import ROLE_DATA, ROOT, TINY_RUN, run_main, tail
+from tests.conftest import ROLE_DATA, ROOT, TINY_RUN, assert_refused, check_main, run_main, tail
 from tests.workers.conftest import PLAIN_TEMPLATE, write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
@@ -173,15 +173,15 @@ def test_injected_ooms_in_every_phase_are_recovered_with_identical_results(rm_pa
 def test_a_reward_model_without_its_tokenizer_is_refused_before_anything_starts(kk_role, tmp_path):
     # It re-renders rows with its own tokenizer (input_tokenizer is the actor's, verl's default): one line,
     # before Ray or a model starts, instead of every rank failing to load it.
+    # main_ppo.py's checks in-process (check_main): the preflight's refusal path launches in tests/bad_inputs.
     rm = write_tiny_reward_model(tmp_path / "rm")
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         (rm / name).unlink(missing_ok=True)
-    result = launch(rm, tmp_path / "ckpt", tmp_path / "run")
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, tail(result)
-    assert lines[0].startswith("error: reward_model.model.path") and str(rm) in lines[0], lines
-    assert lines[0].endswith("copy the checkpoint's tokenizer files"), lines
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    result = check_main(*RUN, f"reward_model.model.path={rm}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                        f"hydra.run.dir={tmp_path / 'run'}")
+    line = assert_refused(result, str(rm))
+    assert line.startswith("error: reward_model.model.path") and line.endswith("copy the checkpoint's tokenizer files")
+    assert not (tmp_path / "ckpt").exists()
 
 
 def test_sp_1_padded_resumes_the_sp_2_runs_checkpoint_and_matches_its_step_2(rm_path, reference, tmp_path):
