@@ -40,14 +40,15 @@ PROCESS_TIERS = ("integration", "slow", "gpu")
 def pytest_collection_modifyitems(config, items):
     # make test runs on two xdist workers, each taking one module at a time (the scheduler below), in
     # this order: the SLURM modules (minutes of waiting on the daemons), then the other integration
-    # modules, most tests first, then the unit modules, which fill in the end. Module order only: a
-    # module's tests stay together and in their own order.
-    sizes = collections.Counter(item.nodeid.split("::")[0] for item in items)
+    # modules, most tests that launch first, then the unit modules, which fill in the end. Module order
+    # only: a module's tests stay together and in their own order (a module of in-process checks with a
+    # real launch among them sorts by its launches, not its size).
+    launches = collections.Counter(item.nodeid.split("::")[0] for item in items
+                                   if any(item.get_closest_marker(tier) for tier in PROCESS_TIERS))
 
     def rank(item):
         module = item.nodeid.split("::")[0]
-        process = any(item.get_closest_marker(tier) for tier in PROCESS_TIERS)
-        return (scope(item.nodeid) != "tests/slurm", not process, -sizes[module] if process else 0, module)
+        return (scope(item.nodeid) != "tests/slurm", not launches[module], -launches[module], module)
 
     items.sort(key=rank)
     gpu_items = [item for item in items if "gpu" in item.keywords]
