@@ -69,11 +69,11 @@ def test_over_long_prompts_under_truncation_error_are_refused_in_the_preflight(t
     train = jsonl(tmp_path / "long.jsonl", LONG)
     result = check_main(*small_run(tmp_path), f"data.train_files={train}")
     assert_refused(result, f"{train} row 0: prompt is", "more than data.max_prompt_length=",
-            "data.truncation=filter")
+                   "data.truncation=filter")
 
 
 def test_truncation_right_is_refused_where_it_would_cut_the_assistant_turn(tmp_path):
     train = jsonl(tmp_path / "long.jsonl", LONG)
     result = check_main(*small_run(tmp_path), f"data.train_files={train}", "data.truncation=right")
     assert_refused(result, f"{train} row 0", "data.truncation=right would cut the end",
-            "where the assistant's turn opens", "data.truncation=left")
+                   "where the assistant's turn opens", "data.truncation=left")
