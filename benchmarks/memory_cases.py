@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # a script, not part of the package: find logicrl from any directory
 
 from logicrl.config import ConfigError, compose, validate
+from logicrl.config.models import model
 from logicrl.memory.fit import _flag_knobs, auto_micro_batch, check_fit, remedies, worst_phase
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import COMPONENTS, HEADROOM_GB, MemoryPlan, plan_inputs
@@ -152,19 +153,25 @@ def settle(x: PlanInputs, capacity: int, limit: int = 8) -> tuple[MemoryPlan, li
 
 
 def _apply_flag(x: PlanInputs, key: str, value) -> PlanInputs:
-    """A remedy applied: a switch by its PlanInputs field, a micro-batch or budget by its key."""
+    """A remedy applied: an engine setting by its PlanInputs field, a model's switch or a micro-batch or
+    budget by its key."""
     by_key = {k: f for f, k in KNOBS.items()}
-    return replace(x, **{by_key[key]: value}) if key in by_key else x.with_micro({key: value})
+    if key in by_key:
+        return replace(x, **{by_key[key]: value})
+    try:
+        return x.switch(key, value)
+    except KeyError:  # not a switch: a micro-batch or token budget
+        return x.with_micro({key: value})
 
 
 def _best_partial(plan: MemoryPlan) -> list[tuple[str, object]]:
     """When no single change fits the worst phase: the on/off change that lowers it most."""
     worst, x = worst_phase(plan), plan.inputs
     best = None
-    for field_name, change in _flag_knobs(x, worst.name):
+    for key, change in _flag_knobs(x, worst.name):
         total = plan_inputs(change(x), plan.capacity).phase(worst.name).total
         if total < worst.total and (best is None or total < best[0]):
-            best = (total, KNOBS[field_name])
+            best = (total, key)
     return [(best[1], True)] if best else []
 
 
@@ -204,12 +211,12 @@ def render(case: Case, data: Path) -> str:
     verdict = "fits" if worst_phase(fitted) is None else "still does not fit"
     out += [f"Settings the planner picks ({verdict}): `{' '.join(changes)}`", "", markdown_table(fitted), ""]
     out += [f"- {note}" for note in fitted.notes]
-    if not fitted.inputs.actor_ckpt:
+    if not fitted.inputs.models["actor"].ckpt:
         # The alternative a user may prefer: checkpointing buys larger micro-batches (fewer, fuller passes).
-        ckpt = replace(fitted.inputs, actor_ckpt=True, critic_ckpt=True)
+        ckpt = fitted.inputs.with_model("actor", ckpt=True).with_model("critic", ckpt=True)
         picked = auto_micro_batch(ckpt, capacity)
         peak = max(plan_inputs(ckpt.with_micro(picked), capacity).running(), key=lambda p: p.total)
-        out.append(f"- With `{KNOBS['actor_ckpt']}=true` instead, auto_micro_batch picks "
+        out.append(f"- With `{model('actor').ckpt_key}=true` instead, auto_micro_batch picks "
                    f"`{' '.join(f'{k}={v}' for k, v in picked.items())}` (peak: {peak.name}, "
                    f"{peak.total / GB:.1f} GB).")
     return "\n".join(out)

@@ -83,6 +83,7 @@ class OptimConfig:
     lr: float = key(gt=0)
     weight_decay: float = key(ge=0)
     lr_warmup_steps_ratio: float = key(ge=0, le=1)
+    lr_warmup_steps: int = key(ge=-1)
     lr_scheduler_type: str = key(choices=LR_SCHEDULES)
 
 

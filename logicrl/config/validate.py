@@ -19,7 +19,8 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.migrate import migrate
 from logicrl.config.normalize import normalize, rank_count
-from logicrl.config.plan import ARR, StepPlan, build_plan, uses_critic
+from logicrl.config.models import model
+from logicrl.config.plan import ARR, StepPlan, build_plan
 from logicrl.config.quantization import check_quantization
 from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.config.sequence_parallel import check_sequence_parallel
@@ -123,7 +124,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
             f"data.max_prompt_length={data.max_prompt_length} + data.max_response_length={data.max_response_length}"
             f" = {total} tokens exceed the model's max_position_embeddings={spec.max_position_embeddings}"
             f" ({ARR}.model.path={arr.model.path}): lower them")
-    critic_spec = check_model("critic.model.path", cfg.critic.model.path) if uses_critic(cfg) else None
+    critic_spec = check_model("critic.model.path", cfg.critic.model.path) if model("critic").in_use(cfg) else None
     check_quantization(cfg, spec, critic_spec)
 
     if algo.adv_estimator in NEEDS_GROUPS and arr.rollout.n < 2:
@@ -146,9 +147,11 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
                           f"{data.max_response_length}: the ramp must fit inside the response")
     check_filter_groups(cfg)
     actor = arr.actor
-    if actor.clip_ratio_low >= 1:
+    # CISPO clips a detached weight: a floor 1 - clip_ratio_low <= 0 is verl's way of saying "no lower clip"
+    # (its CISPO script sets 10). The PPO-style losses need a positive floor.
+    if actor.clip_ratio_low >= 1 and actor.policy_loss.loss_mode != "cispo":
         raise ConfigError(f"{ARR}.actor.clip_ratio_low={actor.clip_ratio_low} must be below 1 (the ratio floor is "
-                          "1 - clip_ratio_low)")
+                          "1 - clip_ratio_low; only policy_loss.loss_mode=cispo reads >= 1 as no lower clip)")
 
     for freq in ("save_freq", "test_freq"):
         if trainer[freq] == 0:

@@ -157,9 +157,24 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.actor.fsdp_config.model_dtype": refuse(f"logicrl computes in {ARR}.model.dtype (actor, reference and "
                                                    "rollout) and keeps fp32 master weights for the trained models "
                                                    f"when it is narrower: set {ARR}.model.dtype instead"),
-    # verl >= 0.4 keeps the critic's FSDP settings under critic.model.
+    # verl >= 0.4 keeps the critic's FSDP settings under critic.model, and its current config under critic.fsdp.
     "critic.model.fsdp_config.param_offload": rename("critic.fsdp_config.param_offload"),
     "critic.model.fsdp_config.optimizer_offload": rename("critic.fsdp_config.optimizer_offload"),
+    "critic.fsdp.param_offload": rename("critic.fsdp_config.param_offload"),
+    "critic.fsdp.optimizer_offload": rename("critic.fsdp_config.optimizer_offload"),
+    "critic.fsdp.model_dtype": refuse(f"logicrl computes in {ARR}.model.dtype and keeps fp32 master weights for "
+                                      f"the critic when it is narrower: set {ARR}.model.dtype instead"),
+    # Current verl reads each role's Ulysses group size under its FSDP settings (the role-level key is its
+    # deprecated spelling); logicrl keeps it at the role's level.
+    f"{ARR}.actor.fsdp_config.ulysses_sequence_parallel_size": rename(f"{ARR}.actor.ulysses_sequence_parallel_size"),
+    f"{ARR}.ref.fsdp_config.ulysses_sequence_parallel_size": rename(f"{ARR}.ref.ulysses_sequence_parallel_size"),
+    "critic.fsdp.ulysses_sequence_parallel_size": rename("critic.ulysses_sequence_parallel_size"),
+    "critic.model.fsdp_config.ulysses_sequence_parallel_size": rename("critic.ulysses_sequence_parallel_size"),
+    "reward_model.model.fsdp_config.ulysses_sequence_parallel_size": rename("reward_model.ulysses_sequence_parallel_size"),
+    # verl's SAPO scripts set these under policy_loss; its loss reads actor.tau_pos / tau_neg, where logicrl
+    # keeps them too (the scripts' values are verl's defaults).
+    f"{ARR}.actor.policy_loss.tau_pos": rename(f"{ARR}.actor.tau_pos"),
+    f"{ARR}.actor.policy_loss.tau_neg": rename(f"{ARR}.actor.tau_neg"),
     "critic.forward_micro_batch_size_per_gpu": ignore("the values pass uses critic.ppo_micro_batch_size_per_gpu"),
     "critic.forward_max_token_len_per_gpu": ignore("the values pass uses critic.ppo_max_token_len_per_gpu"),
     # ---- rollout
@@ -182,6 +197,8 @@ VERL_KEYS: dict[str, Rule] = {
                                            "data.max_response_length"),
     f"{ARR}.rollout.engine_kwargs": ignore("engine-specific tuning passed to vLLM/SGLang by verl"),
     # ---- algorithm, reward, trainer
+    "ray_kwargs": ignore("how verl's launcher starts Ray (runtime env, interpreter, CPUs, GPUs); logicrl starts "
+                         "its own Ray for trainer.n_gpus ranks, or joins trainer.ray_address"),
     "algorithm.use_pf_ppo": ignore_only((False,), "verl's default: no reweighting",
                                         "PF-PPO's reward-weighted resampling is not implemented: drop it"),
     # ---- reward_model (the group itself is logicrl's, conf/reward_model/default.yaml)
@@ -230,7 +247,7 @@ VERL_KEYS: dict[str, Rule] = {
                                               "trainer.max_actor_ckpt_to_keep prunes both"),
 }
 # FSDP wrapping and prefetch settings under each role's fsdp_config (the critic's under critic.model).
-for _root in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config",
+for _root in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config", "critic.fsdp",
               "reward_model.model.fsdp_config"):
     for _leaf in ("wrap_policy", "fsdp_size", "forward_prefetch", "use_orig_params", "reshard_after_forward"):
         VERL_KEYS[f"{_root}.{_leaf}"] = ignore(FSDP_INTERNALS)

@@ -42,10 +42,12 @@ class PhaseMemory:
 
 @dataclass(frozen=True)
 class Models:
+    """Each model's bytes, by its name in config/models.py (None: the ranks do not hold it: PlanInputs.holds)."""
+
     actor: ModelBytes
     ref: ModelBytes | None  # None: no separate reference (no KL term, or LoRA's disabled adapter)
     critic: ModelBytes | None
-    reward: ModelBytes | None
+    reward_model: ModelBytes | None
     engine: ModelBytes  # the rollout engine's own full copy
 
 
@@ -217,10 +219,10 @@ def reward_model_phase(x: PlanInputs, model: ModelBytes, base: dict[str, int]) -
     Its results are one fp32 score per row. Re-rendered rows (models/rm_inputs.py) are new ids, mask
     and positions, [N, reward_width] int64 each, on the device beside the actor's batch.
     """
-    n, width = x.responses_per_rank, x.reward_width
+    n, width, own = x.responses_per_rank, x.reward_width, x.models["reward_model"]
     rows = 3 * 8 * n * width if x.reward_rerender_len else 0
-    return forward_phase("reward_model", x, model, x.reward_spec, base, *x.split("reward_model"), lm=False,
-                         packing=x.reward_packing, width=width, outputs=2 * n * FP32, rows=rows)
+    return forward_phase("reward_model", x, model, own.spec, base, *x.split("reward_model"), lm=False,
+                         packing=own.packing, width=width, outputs=2 * n * FP32, rows=rows)
 
 
 def forward_gathered(world: int, model: ModelBytes) -> int:
@@ -404,3 +406,13 @@ def base_once(x: PlanInputs, m: Models, base: dict[str, int], capacity: int) -> 
     weights, kv = engine_bytes(x, m, capacity, awake=True)
     return _phase("update_weights", {**base, "engine": weights, "kv_cache": kv}, "the 4-bit base once, at build",
                   params=stream + m.actor.dequant_transient)
+
+
+# The worker phases planned by a footprint of their own, each given (inputs, models, what every rank holds,
+# capacity); every other worker phase is planned from its row in config/phases.py (planner.py): a forward,
+# or a training update, of its model.
+FOOTPRINTS = {
+    "generate": generate_phase,
+    "reward_model": lambda x, m, base, capacity: reward_model_phase(x, m.reward_model, base),
+    "update_weights": weight_sync_phase,
+}

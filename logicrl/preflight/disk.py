@@ -39,8 +39,8 @@ def checkpoint_bytes(x: PlanInputs, save_hf: bool) -> int:
                              lora_targets_=x.lora_targets)
     trained_params = actor.trainable_full // (FP32 if x.lora_rank else x.dtype_bytes)
     total = (actor.trainable_full if x.lora_rank else actor.total_full) + 2 * FP32 * trained_params
-    if x.critic_spec is not None:
-        critic = ModelBytes.build(x.critic_spec, dtype_bytes=x.dtype_bytes, world=1, head="value")
+    if (critic_spec := x.models["critic"].spec) is not None:
+        critic = ModelBytes.build(critic_spec, dtype_bytes=x.dtype_bytes, world=1, head="value")
         total += critic.total_full + 2 * FP32 * (critic.trainable_full // x.dtype_bytes)
     if save_hf:
         total += actor.total_full if x.lora_rank == 0 else (

@@ -79,7 +79,8 @@ def check_memory(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> StagePlan:
     check_fit(memory, auto=cfg.trainer.auto_micro_batch)
     # The workers run the grad_accumulation the plan resolved ("auto": unsharded unless it does not fit).
     chosen = memory.inputs
-    step_plan = plan.with_micro(picked).with_grad_accumulation(chosen.actor_grad_accum, chosen.critic_grad_accum)
+    modes = {role: inputs.grad_accum for role, inputs in chosen.models.items()}
+    step_plan = plan.with_micro(picked).with_grad_accumulation(modes)
     return StagePlan(table, step_plan, memory)
 
 

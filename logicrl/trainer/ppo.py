@@ -51,6 +51,7 @@ from logicrl.trainer.divergence import (
     DivergenceGuard,
     Diverged,
     diverged_line,
+    learning_rates,
     nonfinite_roles,
     nonfinite_state_reason,
 )
@@ -234,7 +235,7 @@ class PPOTrainer:
 
     def diverged(self, reason: str, roles: list[str]) -> Diverged:
         """The error that ends a diverged run: the reason, the lr to lower, the checkpoint to go back to."""
-        lrs = {"actor": self.cfg[ARR].actor.optim.lr, "critic": self.cfg.critic.optim.lr}
+        lrs = learning_rates(self.cfg)
         saved = complete_checkpoints(self.ckpt_root)
         return Diverged(diverged_line(reason, roles, lrs, saved[-1] if saved else None))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from logicrl.config.phases import FORWARD_PHASES, UPDATE_PHASES
 from logicrl.memory.footprint import linear_shapes, lora_targets
 from logicrl.models.spec import ModelSpec
 
@@ -27,9 +28,6 @@ PEAK_BF16_TFLOPS = (
     ("H20", 148.0), ("B200", 2250.0), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.1), ("L40", 181.0),
     ("L4", 121.0),
 )
-# The trainer's forward passes over the step's rows, and the phase whose time each one takes.
-FORWARD_PHASES = ("old_log_prob", "ref", "values")
-UPDATE_PHASES = ("update_actor", "update_critic")
 
 
 def peak_bf16_flops(device_name: str | None) -> float | None:

@@ -27,7 +27,6 @@ from logicrl.algos import (
     kl_penalty,
     masked_mean,
     mismatch_metrics,
-    policy_clip_metrics,
 )
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.models.spec import LOGPROB_CHUNK_TOKENS
@@ -112,22 +111,21 @@ class Actor:
             pl = cfg.policy_loss
             out = compute_policy_loss(loss_mode, log_probs, old, micro["advantages"], mask,
                                       clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-                                      clip_ratio_c=cfg.clip_ratio_c, rollout_is_weights=weights,
+                                      clip_ratio_c=cfg.clip_ratio_c, rollout_is_weights=weights, keep=keep,
                                       tau_pos=cfg.tau_pos, tau_neg=cfg.tau_neg, clip_cov_ratio=pl.clip_cov_ratio,
                                       clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub,
                                       kl_cov_ratio=pl.kl_cov_ratio, ppo_kl_coef=pl.ppo_kl_coef)
             token_loss = out.token_loss + entropy_bonus(entropy, mask, cfg.entropy_coeff)
             stats.update({"actor/pg_loss": masked_mean(out.token_loss.detach(), mask),
                           **entropy_metrics(entropy.detach(), mask),
-                          **policy_clip_metrics(out.ratio.detach(), micro["advantages"], mask, cfg.clip_ratio_low,
-                                                cfg.clip_ratio_high, cfg.clip_ratio_c),
-                          **approx_kl_metrics(log_probs.detach(), old, mask)})
+                          **out.metrics, **approx_kl_metrics(log_probs.detach(), old, mask)})
             if cfg.use_kl_loss:
                 kl = kl_penalty(log_probs, micro["ref_log_probs"], mask, cfg.kl_loss_type)
                 token_loss = token_loss + cfg.kl_loss_coef * kl
                 stats["actor/kl_loss"] = masked_mean(kl.detach(), mask)
             # A rejected token trains nothing (policy, entropy or KL term) but stays in the normaliser
-            # (algos/rollout_correction.py); with nothing rejected `keep` is the mask and this changes nothing.
+            # (algos/rollout_correction.py); the policy loss already left it out of its ratios (`keep`), and
+            # puts nothing there (geo_mean spreads a response's loss over its kept tokens).
             token_loss = torch.where(keep, token_loss, token_loss.new_zeros(()))
             loss = agg_loss(token_loss, mask, cfg.loss_agg_mode, normalizer=normalizer,
                             max_response_length=mask.shape[1])

@@ -251,7 +251,7 @@ class HybridWorker:
             update = replace(update, per_rank_mini=update.per_rank_mini * sp.size)
         o = role_cfg.optim
         optimizer, scheduler = build_optimizer(model, o.lr, o.weight_decay, self.plan.total_steps,
-                                               o.lr_warmup_steps_ratio, o.lr_scheduler_type)
+                                               o.lr_warmup_steps_ratio, o.lr_scheduler_type, o.lr_warmup_steps)
         return Trained(name=name, model=model, optimizer=optimizer, scheduler=scheduler, plan=update,
                        loss_agg_mode=loss_agg_mode, grad_clip=role_cfg.grad_clip, world_size=self.world_size,
                        device=self.device, optimizer_offload=role_cfg.fsdp_config.optimizer_offload,

@@ -106,7 +106,7 @@ def test_checkpoint_bytes_by_hand():
     cfg, spec, plan = config("actor_rollout_ref.rollout.name=hf")
     x = plan_for(cfg, spec, plan)[0]
     params = spec.num_params()  # the embedded model: fp32 on CPU, tied embeddings, no critic
-    assert x.dtype_bytes == 4 and x.critic_spec is None
+    assert x.dtype_bytes == 4 and x.models["critic"].spec is None
     # DCP: weights + AdamW's two moments; the HF export: the weights again.
     assert disk.checkpoint_bytes(x, save_hf=True) == int((4 + 8 + 4) * params * disk.MARGIN)
     assert disk.checkpoint_bytes(x, save_hf=False) == int((4 + 8) * params * disk.MARGIN)

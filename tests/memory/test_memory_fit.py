@@ -82,7 +82,7 @@ def test_refusal_names_the_phase_the_need_and_the_largest_micro_batch_that_fits(
 def test_auto_micro_batch_picks_the_largest_that_fits(data):
     _, _, x = inputs(data)
     # Pinned: under "auto" a micro-batch of 4 that does not fit unsharded fits sharded.
-    x = replace(x, actor_grad_accum="unsharded")
+    x = x.with_model("actor", grad_accum="unsharded")
     totals = {m: plan_inputs(x.with_micro({MICRO: m}), 1000 * GB).phase("update_actor").total for m in (1, 2, 4)}
     assert totals[1] < totals[2] < totals[4]
     # A device between the micro-batch-2 and micro-batch-4 peaks: 2 is the answer, and it fits.

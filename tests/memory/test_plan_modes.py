@@ -104,9 +104,15 @@ def test_worst_case_refuses_128_prompts_and_names_the_budget_beside_the_micro_ba
     assert message.endswith(f"{ARR}.model.use_remove_padding=true")
 
 
+def packed(x: PlanInputs, kernel: str | None) -> PlanInputs:
+    """`x` with the policy's use_remove_padding (the actor's and the reference's one key) on `kernel`."""
+    return x.with_model("actor", packing=kernel).with_model("ref", packing=kernel)
+
+
 def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
     # Packed micro-batches of 200 responses, GSM8K-sized prompts of 200 tokens and responses of 300.
-    x = replace(worst, packing=PACKED_SDPA, prompt_len=200, response_len=300, plan_mode="expected").with_micro({MICRO: 200})
+    x = replace(packed(worst, PACKED_SDPA), prompt_len=200, response_len=300, plan_mode="expected")
+    x = x.with_micro({MICRO: 200})
     plan = plan_inputs(x, CAP)
     check_fit(plan)  # fits: no error
     stops = stop_lengths(plan)
@@ -119,7 +125,7 @@ def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
 
 
 def test_packed_auto_micro_batch_picks_a_budget_that_fits_at_any_length(worst):
-    x = replace(worst, packing=PACKED_SDPA, prompt_len=44, response_len=300, plan_mode="expected")
+    x = replace(packed(worst, PACKED_SDPA), prompt_len=44, response_len=300, plan_mode="expected")
     picked = auto_micro_batch(x, CAP)
     budget = picked[BUDGET]
     assert budget == any_length_budget(x, CAP, "update_actor")
@@ -129,7 +135,7 @@ def test_packed_auto_micro_batch_picks_a_budget_that_fits_at_any_length(worst):
     full = plan_inputs(y.worst_case(), CAP)
     assert full.phase("update_actor").total <= full.usable
     # Padded, the same call keeps micro-batches by rows.
-    assert BUDGET not in auto_micro_batch(replace(x, packing=None), CAP)
+    assert BUDGET not in auto_micro_batch(packed(x, None), CAP)
 
 
 def test_a_budget_key_switches_the_step_plan_to_tokens(qwen7b):
