@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -41,14 +42,15 @@ PROCESS_TIERS = ("integration", "slow", "gpu")
 def pytest_collection_modifyitems(config, items):
     # make test runs on two xdist workers, each taking one module at a time (the scheduler below), in
     # this order: the SLURM modules (minutes of waiting on the daemons), then the other integration
-    # modules, most tests first, then the unit modules, which fill in the end. Module order only: a
-    # module's tests stay together and in their own order.
-    sizes = collections.Counter(item.nodeid.split("::")[0] for item in items)
+    # modules, most tests that launch first, then the unit modules, which fill in the end. Module order
+    # only: a module's tests stay together and in their own order (a module of in-process checks with a
+    # real launch among them sorts by its launches, not its size).
+    launches = collections.Counter(item.nodeid.split("::")[0] for item in items
+                                   if any(item.get_closest_marker(tier) for tier in PROCESS_TIERS))
 
     def rank(item):
         module = item.nodeid.split("::")[0]
-        process = any(item.get_closest_marker(tier) for tier in PROCESS_TIERS)
-        return (scope(item.nodeid) != "tests/slurm", not process, -sizes[module] if process else 0, module)
+        return (scope(item.nodeid) != "tests/slurm", not launches[module], -launches[module], module)
 
     items.sort(key=rank)
     gpu_items = [item for item in items if "gpu" in item.keywords]
@@ -263,6 +265,98 @@ def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = N
                                 env=run_env, start_new_session=True, preexec_fn=_sigint_default)
     return subprocess.run(argv, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env=run_env,
                           start_new_session=True)
+
+
+# ---- main_ppo.py's checks in-process: a refusal without a launch -------------------------------------------
+@dataclass(frozen=True)
+class Checked:
+    """What `python main_ppo.py ...` would have ended with before Ray or a model starts."""
+
+    code: int  # its exit code: 2 refused, 0 passed (a dry run: the plan was printed)
+    line: str  # its one stderr line when refused, "" when it passed
+    out: str  # what it printed and logged (warnings; a dry run's config and summary)
+    err: str = ""  # anything else written to stderr
+
+
+def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
+    """main_ppo.py's checks of `overrides`, in this process: its override check, Hydra's composition, then
+    `main_ppo.checked` (every stage validated and preflighted), or `main_ppo.run` for a dry run. The same
+    code, without the 1-3 CPU s of a launch (Python, Hydra's start, main_ppo's imports); the entry point's
+    own wiring (exit code, stderr as one line) keeps one real launch per refusal path (tests/bad_inputs)."""
+    import contextlib
+    import io
+    import logging
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+    from omegaconf import open_dict
+
+    import main_ppo
+    from logicrl.config.cli import CONF_DIR, CONFIG_NAME, hydra_error_line
+    from logicrl.errors import BadInput
+    from logicrl.launch.sweep import register_resolver
+
+    # A launch starts with empty caches: what the preflight cached (nvidia-smi's answer) for an earlier call
+    # must not answer this one, whose PATH may differ.
+    for module in [m for name, m in sys.modules.items() if name.startswith("logicrl.")]:
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)) and hasattr(value, "__wrapped__"):
+                value.cache_clear()
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(out)  # Hydra's job logging prints the run's log records on stdout
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        with contextlib.chdir(cwd or ROOT), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            try:
+                argv = main_ppo.check_overrides(list(overrides))
+                register_resolver()
+                with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+                    cfg = hydra_compose(CONFIG_NAME, overrides=argv, return_hydra_config=True)
+                # What Hydra's run sets before main: its config (verl_keys.command_line reads the overrides)
+                # and the run's directory, which exists by then (the preflight's disk check reads it).
+                run_dir = Path(cfg.hydra.run.dir if any(a.startswith("hydra.run.dir=") for a in argv)
+                               else tempfile.mkdtemp(prefix="logicrl-run-"))
+                run_dir.mkdir(parents=True, exist_ok=True)
+                with open_dict(cfg):
+                    cfg.hydra.runtime.output_dir = str(run_dir.resolve())
+                HydraConfig.instance().set_config(cfg)
+                hydra_cfg = HydraConfig.get()
+                with open_dict(cfg):
+                    del cfg["hydra"]
+                if cfg.trainer.dry_run:
+                    main_ppo.run(cfg, hydra_cfg)
+                else:
+                    main_ppo.checked(cfg, list(hydra_cfg.overrides.task))
+            except main_ppo.Ended as end:
+                return Checked(end.code, end.line, out.getvalue(), err.getvalue())
+            except BadInput as bad:
+                return Checked(main_ppo.EXIT_CONFIG, f"error: {bad}", out.getvalue(), err.getvalue())
+            except HydraException as hydra_err:
+                return Checked(main_ppo.EXIT_CONFIG, f"error: {BadInput(hydra_error_line(hydra_err))}",
+                               out.getvalue(), err.getvalue())
+            finally:
+                HydraConfig.instance().cfg = None  # tests that compose later are not under a Hydra run
+        return Checked(0, "", out.getvalue(), err.getvalue())
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def assert_refused(checked: Checked, *names: str) -> str:
+    """A refusal as main_ppo.py prints it: exit 2, one `error:` line holding each of `names`, nothing else
+    on stderr."""
+    assert checked.code == 2, (checked.code, checked.line, checked.out[-2000:])
+    assert checked.line.startswith("error: ") and "\n" not in checked.line, checked.line
+    assert not checked.err, checked.err
+    for name in names:
+        assert name in checked.line, (name, checked.line)
+    return checked.line
 
 
 def tail(result, chars: int = 3000) -> str:

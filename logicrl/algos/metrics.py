@@ -41,7 +41,8 @@ def policy_clip_metrics(
         "actor/pg_clipfrac_lower": torch.zeros((), device=ratio.device),
     }
     if clip_ratio_c is not None:
-        surrogate = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high))
+        clipped = ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
+        surrogate = torch.maximum(-advantages * ratio, -advantages * clipped)
         dual = (advantages < 0) & (surrogate > -advantages * clip_ratio_c)
         out["actor/pg_clipfrac_lower"] = masked_mean(dual.float(), mask)
     return out

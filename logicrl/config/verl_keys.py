@@ -172,7 +172,8 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.ref.fsdp_config.ulysses_sequence_parallel_size": rename(f"{ARR}.ref.ulysses_sequence_parallel_size"),
     "critic.fsdp.ulysses_sequence_parallel_size": rename("critic.ulysses_sequence_parallel_size"),
     "critic.model.fsdp_config.ulysses_sequence_parallel_size": rename("critic.ulysses_sequence_parallel_size"),
-    "reward_model.model.fsdp_config.ulysses_sequence_parallel_size": rename("reward_model.ulysses_sequence_parallel_size"),
+    "reward_model.model.fsdp_config.ulysses_sequence_parallel_size":
+        rename("reward_model.ulysses_sequence_parallel_size"),
     # verl's SAPO scripts set these under policy_loss; its loss reads actor.tau_pos / tau_neg, where logicrl
     # keeps them too (the scripts' values are verl's defaults).
     f"{ARR}.actor.policy_loss.tau_pos": rename(f"{ARR}.actor.tau_pos"),

@@ -145,12 +145,19 @@ def reopen_lengthened(stages: list[Stage], done: dict) -> None:
         del done[stage.name]
 
 
-def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimizer: bool, resume: bool,
-                   faults: Faults | None = None) -> dict:
-    """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage."""
+def finished_stages(stages: list[Stage], root: Path, resume: bool) -> dict:
+    """{stage name: its row} of the finished stages this launch skips, from the record under `root`; raises
+    ConfigError for a finished stage lengthened under a later one, or edited, before any stage starts."""
     done = read_record(root, stages) if resume else {}
     reopen_lengthened(stages, done)
     refuse_edited(stages, done)
+    return done
+
+
+def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimizer: bool, resume: bool,
+                   faults: Faults | None = None) -> dict:
+    """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage."""
+    done = finished_stages(stages, root, resume)
     previous_final: Path | None = None
     from_earlier_run = False  # previous_final was written by an earlier launch, not just now by this one
     for stage in stages:

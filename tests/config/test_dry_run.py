@@ -1,12 +1,13 @@
-"""The dry-run summary's numbers, checked against hand-computed values."""
+"""The dry-run summary's numbers, checked against hand-computed values.
+
+The summaries come from main_ppo.py's dry run in-process (`check_main`); the multirun case at the end
+runs the real entry point, which prints them the same way.
+"""
 
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.conftest import BASE_BATCH, run_main, write_jsonl
-
-pytestmark = pytest.mark.integration
-
+from tests.conftest import BASE_BATCH, check_main, run_main, write_jsonl
 
 
 @pytest.fixture
@@ -15,10 +16,10 @@ def dry_run(tmp_path):
     val = write_jsonl(tmp_path / "val.jsonl", 4)
 
     def run(*overrides):
-        result = run_main(f"data.train_files={train}", f"data.val_files={val}", *BASE_BATCH, "trainer.dry_run=true",
-                          *overrides, cwd=tmp_path)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
+        result = check_main(f"data.train_files={train}", f"data.val_files={val}", *BASE_BATCH, "trainer.dry_run=true",
+                            *overrides, cwd=tmp_path)
+        assert result.code == 0 and not result.err, (result.line, result.err)
+        return result.out
 
     return run
 
@@ -74,6 +75,7 @@ def test_a_real_model_recipe_on_the_stand_in_says_so_in_one_line_and_goes_on(dry
     assert out.index("update_actor") < out.index(lines[0])  # after the memory plan, before training
 
 
+@pytest.mark.integration
 def test_multirun_dry_run_runs_each_combination(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", 20)
     result = run_main("-m", f"data.train_files={train}", f"data.val_files={train}", *BASE_BATCH, "trainer.dry_run=true",

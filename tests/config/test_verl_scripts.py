@@ -21,7 +21,7 @@ from logicrl.config.cli import for_hydra
 from logicrl.config.phases import ARR
 from logicrl.config.schema import all_keys
 from logicrl.config.verl_keys import VERL_KEYS, take_verl_keys, verl_rule_key
-from tests.conftest import ROOT, need_data, run_main, tail
+from tests.conftest import ROOT, check_main, need_data, run_main, tail
 
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 
@@ -224,23 +224,22 @@ def test_verl_sp2_script_plans_with_sequence_parallelism_honoured(kk_role):
 
 
 # ---------------------------------------------------------------- the entry point
-@pytest.mark.integration
+# The two dry runs are main_ppo.py's in-process (check_main); the sweep launches it.
 def test_entry_point_dry_runs_a_current_verl_script(kk_role, tmp_path):
-    result = run_main(*grpo_script(), *VERL_INTERNALS, "trainer.dry_run=true", "trainer.gpu_memory_gb=80",
-                      cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout + result.stderr
+    result = check_main(*grpo_script(), *VERL_INTERNALS, "trainer.dry_run=true", "trainer.gpu_memory_gb=80",
+                        cwd=tmp_path)
+    assert result.code == 0, result.line
+    out = result.out + result.err
     assert "data.return_raw_chat=True is ignored" in out
     assert "data.filter_overlong_prompts=True is verl's spelling: using data.truncation=filter" in out
     assert "1024 prompts x n=5 = 5120 responses" in out
 
 
-@pytest.mark.integration
 def test_entry_point_dry_runs_verls_rollout_correction_script_with_async_rollout(kk_role, tmp_path):
-    result = run_main(*rollout_corr_script(), f"{ARR}.rollout.mode=async", "trainer.dry_run=true",
-                      "trainer.gpu_memory_gb=80", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout + result.stderr
+    result = check_main(*rollout_corr_script(), f"{ARR}.rollout.mode=async", "trainer.dry_run=true",
+                        "trainer.gpu_memory_gb=80", cwd=tmp_path)
+    assert result.code == 0, result.line
+    out = result.out + result.err
     assert f"{ARR}.rollout.mode=async: single-turn rollout samples the same distribution" in out
     assert "bypass_mode: the engine's log-probs are the old log-probs" in out  # the plan skips old_log_prob
 
@@ -423,7 +422,8 @@ def cispo_script() -> list[str]:
         f"{ARR}.actor.entropy_coeff=0", f"{ARR}.actor.fsdp_config.param_offload=False",
         f"{ARR}.actor.fsdp_config.optimizer_offload=False",
         f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2",
-        f"{ARR}.rollout.gpu_memory_utilization=0.6", f"{ARR}.rollout.n=5", f"{ARR}.rollout.log_prob_use_dynamic_bsz=True",
+        f"{ARR}.rollout.gpu_memory_utilization=0.6", f"{ARR}.rollout.n=5",
+        f"{ARR}.rollout.log_prob_use_dynamic_bsz=True",
         f"{ARR}.rollout.log_prob_max_token_len_per_gpu=24576",
         f"{ARR}.ref.log_prob_use_dynamic_bsz=True", f"{ARR}.ref.log_prob_max_token_len_per_gpu=24576",
         f"{ARR}.ref.fsdp_config.param_offload=True",

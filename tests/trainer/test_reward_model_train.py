@@ -1,12 +1,14 @@
 """PPO with all four models through the real entry point on 2 CPU ranks: actor, critic (GAE), a learned
-reward model and the reference (KL in the reward); then a SIGKILL in step 2's reward-model phase and a
-re-run that resumes from step 1 and ends exactly where the uninterrupted run ended; and injected OOMs
-in every phase at step 1, which the run recovers from with the uninterrupted run's result.
+reward model and the reference (KL in the reward); then a re-run of a run that died in step 2 (its
+checkpoint root as a SIGKILL leaves it: step 1 the newest), which resumes from step 1 and ends exactly
+where the uninterrupted run ended; and injected OOMs in every phase at step 1, which the run recovers
+from with the uninterrupted run's result. (A real SIGKILL mid-step, then the same command:
+tests/trainer/test_curriculum_resume.py; here the resumed state of all four models is the point.)
 
 Every run here trains at Ulysses sequence parallelism 2 from step 0 (models/ulysses.py): the actor, the
 reference and the critic split each packed row over the 2 ranks (the reward model's one attention head keeps
 it at SP 1), with gradient checkpointing, the actor's and critic's offload keys on (nothing moves off a CPU
-rank: workers/fsdp.py) and a token budget for old_log_prob. So the SIGKILL resume is bit-exact at SP 2, and
+rank: workers/fsdp.py) and a token budget for old_log_prob. So the resume is bit-exact at SP 2, and
 the last test resumes the SP 2 checkpoint at SP 1, padded, and gets the same step 2.
 
 The reward model is a random one-label sequence classifier (hidden 64, one 64-wide head) over the
@@ -19,13 +21,14 @@ step takes at least two generation rounds, so the checkpointed sampler position 
 the resume must restore it to draw the same prompts.
 """
 
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from logicrl.config.phases import ARR
-from tests.conftest import ROLE_DATA, ROOT, TINY_RUN, read_metrics, run_main, tail
+from tests.conftest import ROLE_DATA, ROOT, TINY_RUN, assert_refused, check_main, read_metrics, run_main, tail
 from tests.workers.conftest import PLAIN_TEMPLATE, write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
@@ -101,12 +104,11 @@ def test_every_phase_runs_with_the_reward_model(reference):
     assert "reward_model splits" not in out
 
 
-def test_sigkill_in_the_reward_model_phase_then_resume_is_bit_exact(rm_path, reference, tmp_path):
+def test_a_run_that_died_in_step_2_resumes_bit_exactly(rm_path, reference, tmp_path):
+    # The uninterrupted run's step 1 is what a run of the same command killed in step 2 leaves: the
+    # same seed, data order and weights (the kill itself: test_curriculum_resume.py).
     ckpt = tmp_path / "ckpt"
-    killed = run_main(*RUN, f"reward_model.model.path={rm_path}", ckpt=ckpt, run_dir=tmp_path / "run1",
-                      fault="sigkill@reward_model:2")
-    assert killed.returncode == -9, tail(killed)
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    shutil.copytree(reference / "ckpt" / "global_step_1", ckpt / "global_step_1")
 
     resumed = run_main(*RUN, f"reward_model.model.path={rm_path}", ckpt=ckpt, run_dir=tmp_path / "run2")
     assert resumed.returncode == 0, tail(resumed)
@@ -167,15 +169,15 @@ def test_injected_ooms_in_every_phase_are_recovered_with_identical_results(rm_pa
 def test_a_reward_model_without_its_tokenizer_is_refused_before_anything_starts(kk_role, tmp_path):
     # It re-renders rows with its own tokenizer (input_tokenizer is the actor's, verl's default): one line,
     # before Ray or a model starts, instead of every rank failing to load it.
+    # main_ppo.py's checks in-process (check_main): the preflight's refusal path launches in tests/bad_inputs.
     rm = write_tiny_reward_model(tmp_path / "rm")
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         (rm / name).unlink(missing_ok=True)
-    result = run_main(*RUN, f"reward_model.model.path={rm}", ckpt=tmp_path / "ckpt", run_dir=tmp_path / "run")
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, tail(result)
-    assert lines[0].startswith("error: reward_model.model.path") and str(rm) in lines[0], lines
-    assert lines[0].endswith("copy the checkpoint's tokenizer files"), lines
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    result = check_main(*RUN, f"reward_model.model.path={rm}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                        f"hydra.run.dir={tmp_path / 'run'}")
+    line = assert_refused(result, str(rm))
+    assert line.startswith("error: reward_model.model.path") and line.endswith("copy the checkpoint's tokenizer files")
+    assert not (tmp_path / "ckpt").exists()
 
 
 def test_sp_1_padded_resumes_the_sp_2_runs_checkpoint_and_matches_its_step_2(rm_path, reference, tmp_path):

@@ -10,7 +10,7 @@ from logicrl.algo_names import POLICY_LOSS_MODES
 from logicrl.config.phases import ARR
 from logicrl.config.plan import PHASES
 from logicrl.launch.sweep_summary import job_rows, plot
-from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, run_main, tail, write_jsonl
+from tests.conftest import ROLE_DATA, TINY_RUN, check_main, read_metrics, run_main, tail, write_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
 # The trainer with HF's engine (TINY_RUN); the vLLM tests below, LoRA's weight sync and
@@ -37,10 +37,10 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
             f"{ARR}.actor.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
             f"{ARR}.model.enable_gradient_checkpointing=true", f"{CORR}.rollout_rs='token,geometric'",
             f"{CORR}.rollout_rs_threshold='0.5_2.0,0.9_1.1'", f"{ARR}.actor.policy_loss.loss_mode=cispo"]
-    dry = run_main(*args, "trainer.dry_run=true", cwd=tmp_path)
-    assert dry.returncode == 0, tail(dry)
-    assert "5 steps per epoch, 5 steps in all" in dry.stdout
-    table = dry.stdout[dry.stdout.index("memory plan per device"):]
+    dry = check_main(*args, "trainer.dry_run=true", cwd=tmp_path)  # main_ppo.py's dry run, in-process
+    assert dry.code == 0, dry.line
+    assert "5 steps per epoch, 5 steps in all" in dry.out
+    table = dry.out[dry.out.index("memory plan per device"):]
     # Below the attention line and the column header.
     planned = {line.split()[0] for line in table.splitlines()[3:] if line and not line.startswith("note")}
 

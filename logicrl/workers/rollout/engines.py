@@ -20,6 +20,7 @@ from logicrl.models.gptq import to_device_keeping_buffers
 from logicrl.models.loading import LoraSpec, checkpoint_dir, load_causal_lm
 from logicrl.models.spec import load_model_spec
 from logicrl.workers.rollout.hf import HFRolloutEngine
+
 # vllm.py imports vLLM itself only when an engine is built, so importing it here costs nothing without vLLM.
 from logicrl.workers.rollout.vllm import VLLMRolloutEngine
 
