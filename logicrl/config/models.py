@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
+
 @dataclass(frozen=True)
 class ModelRole:
     name: str  # the spelling config/phases.py's Phase.model uses

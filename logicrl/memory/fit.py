@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from logicrl.config.engines import ENGINES
 from logicrl.config.errors import ConfigError
 from logicrl.config.models import MODELS
 from logicrl.config.models import model as model_row
 from logicrl.config.phases import BY_NAME, SIZED_PHASES, UPDATE_OF
+from logicrl.memory.engine import footprint
 from logicrl.memory.footprint import kv_bytes_per_token
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import MemoryPlan, plan_inputs
@@ -68,12 +70,12 @@ def _rows(x: PlanInputs, phase: str) -> int:
 
 
 def _sized(x: PlanInputs, phase: str) -> bool:
-    """Whether `phase`'s size is chosen: hf's generate (vLLM queues what its KV cache cannot hold), a
-    model's phases when the plan has that model (the critic with gae, the reward model when on); the
-    actor's and the reference's always."""
+    """Whether `phase`'s size is chosen: generate unless the engine schedules its own batches (vLLM queues
+    what its KV cache cannot hold), a model's phases when the plan has that model (the critic with gae, the
+    reward model when on); the actor's and the reference's always."""
     model = BY_NAME[phase].model
     if model == "engine":
-        return x.engine == "hf"
+        return not ENGINES[x.engine].schedules_own_batches
     return x.models[model].spec is not None
 
 
@@ -217,7 +219,7 @@ def remedies(plan: MemoryPlan) -> list[tuple[str, object]]:
     for key, change in _flag_knobs(x, worst.name):
         if _fits(change(x), plan.capacity, (worst.name,)):
             fixes.append((key, True))
-    if x.engine == "vllm" and worst.name == "generate" and x.device == "cuda" and x.kv_cache_gb is None:
+    if worst.name == "generate" and footprint(x).kv_from_utilization(x):
         util = _largest_utilization(x, plan.capacity)
         if util is not None:
             fixes.append((KNOBS["gpu_memory_utilization"], util))
@@ -367,15 +369,17 @@ def _largest_utilization(x: PlanInputs, capacity: int) -> float | None:
 
 
 def _check_kv_room(plan: MemoryPlan) -> None:
-    """vLLM refuses to start when its KV cache cannot hold one sequence of the full length."""
+    """An engine that reserves its KV cache at start (vLLM) refuses to start when it cannot hold one
+    sequence of the full length."""
     x = plan.inputs
-    if x.engine != "vllm" or plan.phase("generate").skipped:
+    if not footprint(x).preallocates_kv or plan.phase("generate").skipped:
         return
     kv = plan.phase("generate").parts["kv_cache"]
     one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
     if kv >= one:
         return
-    key = KNOBS["kv_cache_gb"] if x.kv_cache_gb is not None or x.device != "cuda" else KNOBS["gpu_memory_utilization"]
-    raise DoesNotFit(f"generate: vLLM's KV cache ({kv / GB:.2f} GB) cannot hold one sequence of "
-                     f"{x.width} tokens ({one / GB:.2f} GB): raise {key}, or shorten data.max_response_length",
+    key = KNOBS["gpu_memory_utilization"] if footprint(x).kv_from_utilization(x) else KNOBS["kv_cache_gb"]
+    raise DoesNotFit(f"generate: {ENGINES[x.engine].label}'s KV cache ({kv / GB:.2f} GB) cannot hold one "
+                     f"sequence of {x.width} tokens ({one / GB:.2f} GB): raise {key}, or shorten "
+                     "data.max_response_length",
                      [key, "data.max_response_length"], plan)

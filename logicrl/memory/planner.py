@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
+from logicrl.config.engines import ENGINES
 from logicrl.config.models import BY_NAME as MODEL_ROWS
 from logicrl.config.models import MODELS, TRAINED
 from logicrl.config.phases import UPDATE_OF, WORKER_PHASES
 from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import StepPlan
+from logicrl.memory.engine import footprint
 from logicrl.memory.footprint import ModelBytes, kv_bytes_per_token
 from logicrl.memory.planner_inputs import ModelInputs, PlanInputs
 from logicrl.memory.phases import (
@@ -34,7 +36,6 @@ from logicrl.memory.phases import (
     PhaseMemory,
     backward_phase,
     base_once,
-    engine_bytes,
     forward_phase,
     micro_batches,
 )
@@ -160,7 +161,7 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     x = resolve_grad_accumulation(x, capacity)
     m = build_models(x)
     params, optim = resident(x, m)
-    weights, kv = engine_bytes(x, m, capacity, awake=False)
+    weights, kv = footprint(x).resident(x, m.engine, capacity, awake=False)
     base = dict(params=params, optimizer=optim, engine=weights, kv_cache=kv)
     # One list of phase names (config/phases.py): the table's rows are the metrics' perf/memory/<phase>.
     phases = [phase_memory(name, x, m, base, capacity) for name in WORKER_PHASES]
@@ -200,11 +201,11 @@ def _with_grad_accum(x: PlanInputs, modes: dict[str, str]) -> PlanInputs:
 
 def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
     notes = []
-    if x.engine == "vllm":
+    if footprint(x).preallocates_kv:
         one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
         fits = generate.parts["kv_cache"] // one
-        notes.append(f"vLLM's KV cache holds {fits} sequences of {x.width} tokens at once; this rank generates "
-                     f"{x.gen_rows} (more queue, they do not fail)")
+        notes.append(f"{ENGINES[x.engine].label}'s KV cache holds {fits} sequences of {x.width} tokens at once; this "
+                     f"rank generates {x.gen_rows} (more queue, they do not fail)")
     actor = x.models["actor"]
     steps = micro_batches(x, *x.split("update_actor"), actor.per_rank_mini)
     if x.world > 1 and steps > 1:

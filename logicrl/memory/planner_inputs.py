@@ -87,7 +87,7 @@ class PlanInputs:
     lora_rank: int
     lora_targets: tuple[str, ...]
     # rollout
-    engine: str  # "hf" or "vllm"
+    engine: str  # the engine that generates: a row of config/engines.py (preflight/memory.py resolves a fallback)
     gpu_memory_utilization: float
     kv_cache_gb: float | None
     free_cache_engine: bool
@@ -108,7 +108,7 @@ class PlanInputs:
     # length. 0: it scores the actor's rows as they are (width).
     reward_rerender_len: int = 0
     update_weights_bucket_mb: int = 0  # weight sync gathers buckets of at most this (0: one tensor at a time)
-    rollout_tp: int = 1  # vLLM tensor parallelism: each rank's engine holds 1/tp of the weights
+    rollout_tp: int = 1  # the engine's tensor parallelism (vLLM): each rank's engine holds 1/tp of the weights
     # Sequence lengths (memory/lengths.py): prompt_len / response_len above are what the plan is for;
     # worst_case plans data.max_prompt_length / max_response_length, kept here for what must hold at
     # any length (a token budget) and for the response-length bisection (fit.stop_lengths).
@@ -264,8 +264,8 @@ def quantized_base(cfg: DictConfig, spec: ModelSpec, dtype_bytes: int) -> dict:
 
 
 def rerenders(cfg: DictConfig) -> bool:
-    """Whether the reward model re-renders the actor's rows with its own tokenizer (workers/hybrid.py
-    `_load_reward_model`): reward_model.model.input_tokenizer is set and its tokenizer and the reward
+    """Whether the reward model re-renders the actor's rows with its own tokenizer (workers/build.py
+    `build_reward_model`): reward_model.model.input_tokenizer is set and its tokenizer and the reward
     model's differ. A tokenizer that cannot be read here counts as different: the longer rows."""
     rm = cfg.reward_model
     if not rm.enable or rm.model.input_tokenizer is None:

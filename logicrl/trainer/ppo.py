@@ -21,20 +21,21 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
+from logicrl.algos.masked import response_lengths
 from logicrl.config.phases import SCORING_PASSES, UPDATE_PHASES
 from logicrl.config.phases import phase as phase_row
-from logicrl.config.rewards import combine_rule, reward_check
 from logicrl.config.plan import ARR, StepPlan
+from logicrl.config.rewards import combine_rule, reward_check
 from logicrl.data.dataset import load_prompts
+from logicrl.errors import BadInput
 from logicrl.faults import Faults
 from logicrl.logs import quiet_driver
 from logicrl.models.loading import load_tokenizer
+from logicrl.models.spec import load_model_spec
 from logicrl.preflight.checkpoints import write_run_shape
+from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
-from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
-from logicrl.errors import BadInput
-from logicrl.models.spec import load_model_spec
 from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch
 from logicrl.trainer.checkpoint import (
     TrainerState,
@@ -47,20 +48,20 @@ from logicrl.trainer.checkpoint import (
     write_trainer_state,
 )
 from logicrl.trainer.curves import plot_curves, plot_phases
-from logicrl.trainer.dynamic_sampling import FilterMetricError, Round, fill, metric_values, trainable_prompts
+from logicrl.trainer.dispatch import PhaseDispatch, timed
 from logicrl.trainer.divergence import (
-    DivergenceGuard,
     Diverged,
+    DivergenceGuard,
     diverged_line,
     learning_rates,
     nonfinite_roles,
     nonfinite_state_reason,
 )
-from logicrl.trainer.dispatch import PhaseDispatch, timed
+from logicrl.trainer.dynamic_sampling import FilterMetricError, Round, fill, metric_values, trainable_prompts
 from logicrl.trainer.micro_sizes import apply_saved
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
-from logicrl.trainer.step_perf import FlopModel, peak_bf16_flops, phase_shares, step_metrics
+from logicrl.trainer.step_perf import FlopModel, generation_round, peak_bf16_flops, phase_shares, step_metrics
 from logicrl.trainer.step_state import StepState
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
 from logicrl.trainer.validation import validation_metrics, write_samples
@@ -277,7 +278,7 @@ class PPOTrainer:
             metrics.update(reward_metrics)
         if batch is not None:
             self._train(state, batch, token_scores)
-            metrics.update(length_metrics(batch["response_mask"], cfg.data.max_response_length))
+            metrics.update(length_metrics(batch["response_attention_mask"], cfg.data.max_response_length))
         metrics.update(merge_rank_metrics(state.rank_metrics))
         # What this step really ran (a curriculum stage's batch size and rollout.n show here).
         metrics["batch/prompts"] = float(prompts)
@@ -298,8 +299,7 @@ class PPOTrainer:
         plan = self.plan
         batch = prompt_batch(rows, plan.n, self.tokenizer.pad_token_id, first_uid)
         self.calls.run("generate", batch, state, params=params)
-        lengths = batch["response_mask"].sum(-1)
-        state.generated.append(([int(part.sum()) for part in lengths.chunk(plan.generating_ranks)], lengths.tolist()))
+        state.generated.append(generation_round(batch["response_attention_mask"], plan.generating_ranks))
         if balance and self.cfg.trainer.balance_batch and plan.training_ranks > 1:
             batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.training_ranks))]
         if plan.runs("reward_model"):
@@ -366,13 +366,15 @@ class PPOTrainer:
                 rewards, kl_metrics = self._kl_in_reward(batch, token_scores)
                 metrics.update(kl_metrics)
             a = cfg.algorithm
+            # Estimators, their metrics and the KL in the reward read the loss mask (response_mask).
             advantages, returns = compute_advantage(
                 a.adv_estimator, rewards, batch["response_mask"], index=batch["uid"],
                 values=batch.get("values", None), gamma=a.gamma, lam=a.lam,
                 norm_adv_by_std_in_grpo=a.norm_adv_by_std_in_grpo,
                 norm_adv_by_std_in_gae=a.norm_adv_by_std_in_gae)
             batch["advantages"], batch["returns"] = advantages, returns
-            metrics.update({k: float(v) for k, v in advantage_metrics(advantages, returns, batch["response_mask"]).items()})
+            adv_metrics = advantage_metrics(advantages, returns, batch["response_mask"])
+            metrics.update({k: float(v) for k, v in adv_metrics.items()})
 
         if plan.runs("update_critic"):
             self.calls.run("update_critic", batch, state)
@@ -434,8 +436,10 @@ def history_row(step: int, metrics: dict) -> dict:
     return row
 
 
-def length_metrics(response_mask: torch.Tensor, max_len: int) -> dict[str, float]:
-    lengths = response_mask.sum(-1).float()
+def length_metrics(response_attention_mask: torch.Tensor, max_len: int) -> dict[str, float]:
+    """response_length/*: where each response ends (its attention mask, as verl's), tool output included;
+    clip_ratio is the share that reached data.max_response_length, the budget the whole response counts in."""
+    lengths = response_lengths(response_attention_mask).float()
     return {"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
             "response_length/min": float(lengths.min()),
             "response_length/clip_ratio": float((lengths >= max_len).float().mean())}

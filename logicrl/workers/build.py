@@ -212,7 +212,7 @@ def trained(name: str, module: torch.nn.Module, role_cfg: DictConfig, loss_agg_m
         update = replace(update, per_rank_mini=update.per_rank_mini * sp.size)
     o = role_cfg.optim
     optimizer, scheduler = build_optimizer(module, o.lr, o.weight_decay, plan.total_steps, o.lr_warmup_steps_ratio,
-                                           o.lr_scheduler_type)
+                                           o.lr_scheduler_type, o.lr_warmup_steps)
     return Trained(name=name, model=module, optimizer=optimizer, scheduler=scheduler, plan=update,
                    loss_agg_mode=loss_agg_mode, grad_clip=role_cfg.grad_clip, world_size=rank.world_size,
                    device=rank.device, optimizer_offload=role_cfg.fsdp_config.optimizer_offload,

@@ -105,15 +105,18 @@ class HybridWorker(PhaseWorker):
             # Training gets the engine's memory back until the next generate (vLLM sleep mode on
             # CUDA; on CPU only the prefix cache is dropped, see rollout/vllm.py).
             self.engine.sleep()
-        responses, response_mask = out.responses.to(self.device), out.response_mask.to(self.device)
-        attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)  # [N, P+R]
+        responses, attended = out.responses.to(self.device), out.response_attention_mask.to(self.device).long()
+        # What every forward sees comes from the attention mask, never the loss mask: a span attended but
+        # not trained (tool output) stays in the sequence and keeps its positions.
+        attention_mask = torch.cat([prompt_mask, attended], dim=1)  # [N, P+R]
         return TensorDict({
             "input_ids": torch.cat([prompts, responses], dim=1),
             "attention_mask": attention_mask,
             # Positions count real tokens only, as the engine saw them.
             "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
             "responses": responses,
-            "response_mask": response_mask.long(),
+            "response_attention_mask": attended,
+            "response_mask": out.response_mask.to(self.device).long(),  # the loss mask
             "rollout_log_probs": out.log_probs.to(self.device),
         }, batch_size=[len(responses)]), {}
 
@@ -148,8 +151,8 @@ class HybridWorker(PhaseWorker):
         rows, metrics, rm = batch, {}, self.models.reward
         if rm.tokenizers is not None:
             actor, own = rm.tokenizers
-            inputs = retokenize(list(batch["raw_prompt"]), batch["responses"], batch["response_mask"], actor, own,
-                                rm.max_length)
+            inputs = retokenize(list(batch["raw_prompt"]), batch["responses"], batch["response_attention_mask"], actor,
+                                own, rm.max_length)
             rows = TensorDict({"input_ids": inputs.input_ids, "attention_mask": inputs.attention_mask,
                                "position_ids": inputs.position_ids}, batch_size=batch.batch_size)
             metrics["reward_model/truncated"] = float(inputs.truncated)

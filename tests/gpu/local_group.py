@@ -11,7 +11,6 @@ its result (controller/pending.py's Done), raised from `result()` as the Ray gro
 from __future__ import annotations
 
 import sys
-
 from typing import Any
 
 from logicrl.controller.pending import Done

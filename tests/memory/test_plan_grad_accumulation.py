@@ -5,10 +5,11 @@ from dataclasses import replace
 
 import pytest
 
+from logicrl.config.phases import ARR
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import plan_inputs
 from logicrl.preflight.memory import check_memory
-from tests.memory.test_memory_fit import ARR, data, inputs, step_plan  # noqa: F401 (data: the fixture)
+from tests.memory.conftest import inputs, step_plan
 
 # Qwen2.5-7B's parameters; the actor's fp32 gradients are 4 bytes each, sharded over 4 ranks.
 N = 7_615_616_512

@@ -6,25 +6,19 @@ import pytest
 
 from logicrl.config import ConfigError, compose, validate
 from logicrl.config.models import MODELS
-from logicrl.config.phases import WORKER_PHASES
+from logicrl.config.phases import ARR, WORKER_PHASES
 from logicrl.memory.fit import auto_micro_batch, budget_remedy, check_fit
 from logicrl.memory.planner import format_table, plan_inputs
 from logicrl.preflight.memory import plan_for
-from tests.conftest import ROOT, write_jsonl
+from tests.conftest import ROOT
 
-ARR = "actor_rollout_ref"
 QWEN = ROOT / "logicrl/memory/shapes/qwen2.5-1.5b"
 PPO = [f"{ARR}.model.path={QWEN}", "algorithm.adv_estimator=gae", "trainer.n_gpus=2", "trainer.device=cuda",
-       "trainer.gpu_memory_gb=40", "data.train_batch_size=8", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4",
-       "critic.ppo_mini_batch_size=4", "data.max_prompt_length=1024", "data.max_response_length=4096",
+       "trainer.gpu_memory_gb=40", "data.train_batch_size=8", f"{ARR}.rollout.n=4",
+       f"{ARR}.actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4", "data.max_prompt_length=1024",
+       "data.max_response_length=4096",
        f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.kv_cache_gb=4", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1",
        f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=1"]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> list[str]:
-    rows = write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", 16)
-    return [f"data.train_files={rows}", f"data.val_files={rows}"]
 
 
 def inputs(data, *overrides):

@@ -8,9 +8,9 @@ import pytest
 from logicrl.config import compose, validate
 from logicrl.config.phases import ARR
 from logicrl.memory.fit import _flag_knobs
-from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import build_models, plan_inputs
+from logicrl.memory.planner_inputs import PlanInputs
 from tests.conftest import ROOT, write_jsonl
 
 QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"

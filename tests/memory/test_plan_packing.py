@@ -5,21 +5,16 @@ import importlib.metadata
 
 import pytest
 
-from logicrl.config import compose, validate
+from logicrl.config.phases import ARR
 from logicrl.memory.footprint import ModelBytes
-from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.memory.phases import backward_phase, batch_bytes
 from logicrl.models.attention import FLASH, PACKED_SDPA, packed_kernel
-from tests.conftest import write_jsonl
-from tests.memory.test_memory_fit import ARR, GRPO_7B
+from tests.memory.conftest import inputs
 
 
 @pytest.fixture(scope="module")
-def x(tmp_path_factory):
-    data = write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", 16)
-    cfg, spec, plan = validate(compose([f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B,
-                                        f"{ARR}.model.use_remove_padding=true"]))
-    return PlanInputs.from_plan(plan, cfg, spec, "cuda")
+def x(data):
+    return inputs(data, f"{ARR}.model.use_remove_padding=true")[2]
 
 
 def test_packing_kernel_is_read_from_the_config(x):

@@ -8,8 +8,8 @@ from logicrl.config import compose, validate
 from logicrl.config.phases import ARR
 from logicrl.memory.footprint import ModelBytes
 from logicrl.memory.planner import plan_inputs
-from logicrl.preflight.memory import plan_for
 from logicrl.models.spec import load_model_spec
+from logicrl.preflight.memory import plan_for
 from tests.conftest import ROOT, write_jsonl
 from tests.workers.conftest import write_tiny_reward_model
 
