@@ -17,6 +17,7 @@ and if the driver is blocked elsewhere the thread itself ends the run after GCS_
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -25,8 +26,9 @@ import time
 import psutil
 import ray
 
+from logicrl.controller.private import reaper_pid, start_private, stop_reaper
 from logicrl.errors import BadInput
-from logicrl.signals import stop_on_signals
+from logicrl.signals import requested, stop_on_signals
 
 # How long a joined cluster may take to show the nodes a run asks for: a SLURM job's workers
 # join the head some seconds after it starts.
@@ -37,6 +39,8 @@ NODES_TIMEOUT_S = 120
 GCS_GRACE_S = 20
 WATCH_EVERY_S = 0.5
 EXIT_CLUSTER_LOST = 1  # main_ppo's EXIT_FAILED: the cluster, not the input, failed
+# Whether a private cluster starts Ray's dashboard (trainer.ray_dashboard; main_ppo sets it).
+dashboard = False
 
 
 class ClusterLost(RuntimeError):
@@ -57,7 +61,7 @@ class _GcsWatch(threading.Thread):
         self.remember()
 
     def remember(self) -> None:
-        for proc in psutil.Process().children(recursive=True):
+        for proc in descendants():
             self.started.setdefault(proc.pid, proc)
 
     def run(self) -> None:
@@ -76,6 +80,10 @@ class _GcsWatch(threading.Thread):
             return
         # The controller is blocked in a call that will not return (e.g. removing a placement
         # group): print the line and end the processes here, before Ray's own fatal exit.
+        if (signum := requested()) is not None:  # a stop signal reached the cluster too (a whole cgroup's)
+            self.lost = (f"stopped by {signal.Signals(signum).name}, which reached this run's Ray processes too "
+                         "(the whole container, cgroup or job step was signalled), so the step in flight was lost; "
+                         "run the same command to resume from the newest checkpoint")
         print(f"error: {self.lost}", file=sys.stderr, flush=True)
         kill_all(self.processes())
         os._exit(EXIT_CLUSTER_LOST)
@@ -86,6 +94,11 @@ class _GcsWatch(threading.Thread):
 
 
 _watch: _GcsWatch | None = None
+
+
+def descendants() -> list[psutil.Process]:
+    """This driver's descendants but the reaper, which ends the rest once the driver closes its pipe."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid != reaper_pid()]
 
 
 def alive(proc: psutil.Process) -> bool:
@@ -143,11 +156,12 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
                            "and RAY_AUTH_TOKEN_PATH as on its nodes; or leave trainer.ray_address and RAY_ADDRESS "
                            "unset to start a private one here") from None
     else:
-        # address="local": a new cluster even when one is running here. At least one CPU per rank
-        # even on a 2-core machine: ranks mostly wait on each other, and each rank's thread count
-        # is set explicitly (controller/placement.py).
-        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=False,
-                 log_to_driver=True, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+        # address="local": a new cluster even when one is running here, in sessions of its own, on
+        # loopback, with a reaper (controller/private.py). At least one CPU per rank even on a
+        # 2-core machine: ranks mostly wait on each other, and each rank's thread count is set
+        # explicitly (controller/placement.py).
+        start_private(ray.init, stop_ray, num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=dashboard,
+                      log_to_driver=True, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
         watch_gcs()
     stop_on_signals()  # ray.init installed its own handler: take the signals back (logicrl/signals.py)
     check_room(n_ranks, use_cuda)
@@ -161,7 +175,7 @@ def stop_ray() -> None:
     those the GCS watch saw descend from it; never by name, so other clusters on the machine are
     left alone, as is a joined cluster. With the GCS gone they are killed first: they only wait for it."""
     global _watch
-    mine = {p.pid: p for p in psutil.Process().children(recursive=True)}
+    mine = {p.pid: p for p in descendants()}
     watch, _watch = _watch, None
     if watch is not None:
         mine.update({p.pid: p for p in watch.processes() if p.pid not in mine})
@@ -173,6 +187,7 @@ def stop_ray() -> None:
         ray.shutdown()  # ~5 s without a GCS (the driver's core worker gives up on it)
     _, left = psutil.wait_procs(list(mine.values()), timeout=5)
     kill_all(left)
+    stop_reaper()  # ends what ray.shutdown left in the cluster's sessions (orphans this driver never saw)
     if watch is not None:
         watch.stopping.set()  # after a loss it stayed armed, in case the shutdown hung on the GCS
 
