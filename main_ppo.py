@@ -151,6 +151,7 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     except BadInput as err:
         fail(err)
     cluster.dashboard = bool(cfg.trainer.ray_dashboard)
+    cluster.resume_hint = lambda: resume_hint(cfg, newest=True)  # for the GCS watch's own line
     faults = Faults.from_env()  # test-only fault injection, read once and passed down
     show_all = cfg.trainer.verbose or FULL_ERROR
     try:
@@ -209,15 +210,11 @@ def lost_to_signal(err: BaseException, cfg: DictConfig) -> None:
     """A stop request was being honoured when the cluster failed: the signal reached Ray's processes
     too (a whole container, cgroup or job step was signalled: `docker stop`, SLURM's time limit), so
     the step in flight is lost. Say that, not the rank's or the GCS's death it caused."""
+    from logicrl.controller import cluster
     from logicrl.signals import requested
 
-    if (signum := requested()) is None:
-        return
-    name = signal.Signals(signum).name
-    raise Ended(EXIT_PREEMPTED if signum == signal.SIGUSR1 else EXIT_SIGTERM,
-                f"error: stopped by {name}, which reached this run's Ray processes too (the whole container, cgroup "
-                f"or job step was signalled), so the step in flight was lost; {resume_hint(cfg, newest=True)}",
-                err) from None
+    if (signum := requested()) is not None:
+        raise Ended(cluster.signalled_code(signum), f"error: {cluster.signalled_line(signum)}", err) from None
 
 
 def stopped_code(err: BaseException) -> int:

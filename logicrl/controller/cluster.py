@@ -39,6 +39,7 @@ NODES_TIMEOUT_S = 120
 GCS_GRACE_S = 20
 WATCH_EVERY_S = 0.5
 EXIT_CLUSTER_LOST = 1  # main_ppo's EXIT_FAILED: the cluster, not the input, failed
+EXIT_PREEMPTED, EXIT_SIGTERM = 75, 143  # main_ppo's, for a stop signal that reached the cluster too
 # Whether a private cluster starts Ray's dashboard (trainer.ray_dashboard; main_ppo sets it).
 dashboard = False
 
@@ -53,9 +54,12 @@ class _GcsWatch(threading.Thread):
     driver (Ray's agents are re-parented to init when the raylet dies, and ignore SIGTERM, so
     stop_ray must know them from before)."""
 
-    def __init__(self, gcs: psutil.Process, logs: str):
+    def __init__(self, gcs: psutil.Process, logs: str, raylet: psutil.Process | None = None):
         super().__init__(name="logicrl-gcs-watch", daemon=True)
         self.gcs, self.logs, self.lost = gcs, logs, None
+        # A one-node cluster's only raylet is as vital: a SIGTERM for every process of the run leaves
+        # the GCS alive but deaf (it never answers again), and ends the raylet.
+        self.raylet = raylet
         self.started: dict[int, psutil.Process] = {}
         self.stopping = threading.Event()
         self.remember()
@@ -66,27 +70,28 @@ class _GcsWatch(threading.Thread):
 
     def run(self) -> None:
         polls = 0
-        while alive(self.gcs):
+        while alive(self.gcs) and (self.raylet is None or alive(self.raylet)):
             if self.stopping.wait(WATCH_EVERY_S):
                 return
             polls += 1
             if polls % 10 == 0:  # new workers (the ranks, Ray's idle ones) start after ray.init
                 self.remember()
-        self.lost = (f"Ray's GCS server (pid {self.gcs.pid}) of this run's private Ray cluster ended mid-run "
-                     f"(killed, or out of memory: see gcs_server.out in {self.logs}); the cluster cannot work "
+        what, log = ("GCS server", "gcs_server.out") if not alive(self.gcs) else ("raylet", "raylet.out")
+        ended = self.gcs if what == "GCS server" else self.raylet
+        self.lost = (f"Ray's {what} (pid {ended.pid}) of this run's private Ray cluster ended mid-run "
+                     f"(killed, or out of memory: see {log} in {self.logs}); the cluster cannot work "
                      "without it, so the run stopped and its Ray processes were ended: run the same command "
                      "again to resume from the newest checkpoint")
         if self.stopping.wait(GCS_GRACE_S):
             return
         # The controller is blocked in a call that will not return (e.g. removing a placement
         # group): print the line and end the processes here, before Ray's own fatal exit.
+        line, code = self.lost, EXIT_CLUSTER_LOST
         if (signum := requested()) is not None:  # a stop signal reached the cluster too (a whole cgroup's)
-            self.lost = (f"stopped by {signal.Signals(signum).name}, which reached this run's Ray processes too "
-                         "(the whole container, cgroup or job step was signalled), so the step in flight was lost; "
-                         "run the same command to resume from the newest checkpoint")
-        print(f"error: {self.lost}", file=sys.stderr, flush=True)
+            line, code = signalled_line(signum), signalled_code(signum)
+        print(f"error: {line}", file=sys.stderr, flush=True)
         kill_all(self.processes())
-        os._exit(EXIT_CLUSTER_LOST)
+        os._exit(code)
 
     def processes(self) -> list[psutil.Process]:
         self.remember()
@@ -94,6 +99,21 @@ class _GcsWatch(threading.Thread):
 
 
 _watch: _GcsWatch | None = None
+
+
+def resume_hint() -> str:
+    """What is intact and how to resume: main_ppo names the newest checkpoint here."""
+    return "run the same command to resume from the newest checkpoint"
+
+
+def signalled_line(signum: int) -> str:
+    """The run's line when a stop signal reached Ray's processes as well as the driver."""
+    return (f"stopped by {signal.Signals(signum).name}, which reached this run's Ray processes too (the whole "
+            f"container, cgroup or job step was signalled), so the step in flight was lost; {resume_hint()}")
+
+
+def signalled_code(signum: int) -> int:
+    return EXIT_PREEMPTED if signum == signal.SIGUSR1 else EXIT_SIGTERM
 
 
 def descendants() -> list[psutil.Process]:
@@ -121,14 +141,15 @@ def cluster_lost() -> bool:
 def watch_gcs() -> None:
     """Start watching the GCS server that ray.init just started (a descendant of this driver)."""
     global _watch
-    gcs = [p for p in psutil.Process().children(recursive=True) if p.name() == "gcs_server"]
+    gcs = [p for p in descendants() if p.name() == "gcs_server"]
+    raylet = [p for p in descendants() if p.name() == "raylet"]
     if not gcs:
         return  # not one this driver started: nothing to watch
     try:  # Ray has no public name for it; only the message uses it
         logs = ray._private.worker._global_node.get_logs_dir_path()
     except AttributeError:
         logs = "Ray's session directory (/tmp/ray/session_latest/logs)"
-    _watch = _GcsWatch(gcs[0], logs)
+    _watch = _GcsWatch(gcs[0], logs, raylet[0] if raylet else None)
     _watch.start()
 
 
