@@ -10,7 +10,7 @@ a cluster that refuses the driver is named with those two variables.
 A private cluster cannot outlive its GCS server (no GCS fault tolerance without Redis): Ray's own
 processes wait 60 s for it, then end themselves with "Failed to connect to GCS" (the driver too,
 from C++, so no line of logicrl's and no clean-up), and its two agents outlive everything. So a
-thread watches the GCS process (`_GcsWatch`): the wait for the ranks raises ClusterLost at once,
+thread watches the GCS and raylet processes (`_GcsWatch`): the wait for the ranks raises ClusterLost at once,
 and if the driver is blocked elsewhere the thread itself ends the run after GCS_GRACE_S.
 """
 
