@@ -7,7 +7,10 @@ by the sessions the run's processes lead, never by name: other Ray clusters run 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import psutil
 import pytest
 
 from tests.bad_inputs.test_signals import RUN, finish, intact, one_error_line, start, wait_for
-from tests.conftest import run_main, tail
+from tests.conftest import ROOT, run_main, tail
 
 pytestmark = pytest.mark.integration
 
@@ -137,4 +140,27 @@ def test_a_signal_to_every_process_of_the_run_ends_it_in_one_line_naming_the_int
     assert line.startswith("error: stopped by SIGTERM, which reached this run's Ray processes too"), tail(err)
     assert line.endswith(f"{tmp_path / 'ckpt' / 'global_step_2'} is intact: run the same command to resume from it")
     assert seconds < 45 and intact(tmp_path / "ckpt")[:2] == [1, 2]
+    assert_none_left(pids, sessions)
+
+
+def test_a_run_under_gnu_timeout_saves_the_step_when_timeout_signals(tmp_path):
+    """`timeout` sends its signal to the command, then to the command's whole group (the command
+    again): one request. SIGTERM to `timeout` itself is what its expiry does, without waiting for it."""
+    timeout = shutil.which("timeout")
+    if timeout is None:
+        pytest.skip("no GNU timeout here")
+    argv = [timeout, "900", sys.executable, str(ROOT / "main_ppo.py"), *RUN, "trainer.total_training_steps=200",
+            "trainer.save_freq=100", f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**{k: v for k, v in os.environ.items() if k != "LOGICRL_INJECT_FAULT"}, "HYDRA_FULL_ERROR": "0",
+                                 "OMP_NUM_THREADS": "1"},
+                            start_new_session=True)
+    wait_for(lambda: steps_logged(tmp_path) >= 1)
+    driver = psutil.Process(proc.pid).children()[0].pid
+    pids, sessions = cluster_of(driver)
+    proc.send_signal(signal.SIGTERM)
+    returncode, _, err, seconds = finish(proc)
+    step = steps_logged(tmp_path)
+    assert returncode == 75 and intact(tmp_path / "ckpt") == [step], tail(err)
+    assert err.rstrip().endswith("run the same command (or requeue the job) to resume") and "Traceback" not in err
     assert_none_left(pids, sessions)
