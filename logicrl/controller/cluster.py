@@ -26,7 +26,7 @@ import time
 import psutil
 import ray
 
-from logicrl.controller.private import reaper_pid, start_private, stop_reaper
+from logicrl.controller.private import PortsTaken, reaper_pid, start_private, stop_reaper
 from logicrl.errors import BadInput
 from logicrl.signals import requested, stop_on_signals
 
@@ -181,8 +181,11 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
         # loopback, with a reaper (controller/private.py). At least one CPU per rank even on a
         # 2-core machine: ranks mostly wait on each other, and each rank's thread count is set
         # explicitly (controller/placement.py).
-        start_private(ray.init, stop_ray, num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=dashboard,
-                      log_to_driver=True, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+        try:
+            start_private(ray.init, stop_ray, num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=dashboard,
+                          log_to_driver=True, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+        except PortsTaken as err:  # main_ppo prints a ClusterLost's message as the run's one line
+            raise ClusterLost(str(err)) from None
         watch_gcs()
     stop_on_signals()  # ray.init installed its own handler: take the signals back (logicrl/signals.py)
     check_room(n_ranks, use_cuda)

@@ -37,6 +37,10 @@ REAPER_WAIT_S = 15
 _reaper: subprocess.Popen | None = None
 
 
+class PortsTaken(RuntimeError):
+    """A private cluster could not start on a port in use, START_ATTEMPTS times: the line to print."""
+
+
 def start_reaper() -> subprocess.Popen:
     """The watchdog, in a session of its own, reading session ids from a pipe only this driver holds."""
     global _reaper
@@ -114,8 +118,8 @@ def start_private(init: Callable[..., object], cleanup: Callable[[], None], **kw
                 raise
             if attempt == START_ATTEMPTS:
                 which = f"port {port} ({port_holder(port)})" if port else "a port (Ray's message names none)"
-                raise RuntimeError(f"Ray's private cluster could not bind {which} in {START_ATTEMPTS} tries: "
-                                   f"{' '.join(str(err).split())[:200]}") from None
+                raise PortsTaken(f"Ray's private cluster could not bind {which} in {START_ATTEMPTS} tries: "
+                                 f"{' '.join(str(err).split())[:200]}") from None
 
 
 def port_in_use(text: str) -> int | None:
