@@ -1,6 +1,6 @@
 # logicrl: two commands set everything up.
 #   make train      build .venv and the data on first use, then train the embedded default (GRPO, tiny model, CPU)
-#   make test       build .venv and the data on first use, then the unit and integration tiers
+#   make test       build .venv and the data on first use, then ruff and the unit and integration tiers
 #   make test-all   those and the slow tier (learning runs)
 #   make test-gpu   the GPU tier (tests/gpu): needs CUDA, skips cleanly without it
 #   (a bare `pytest` is the unit tier alone: pyproject.toml's addopts)
@@ -29,7 +29,7 @@ CUDA_CHECK = import sys, torch; sys.exit(0 if torch.cuda.is_available() else f't
   (CUDA {torch.version.cuda}) is installed but torch.cuda.is_available() is False: check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES')
 PYTEST_ARGS ?=
 
-.PHONY: setup data train test test-gpu test-all dry-run clean slurm bench-env
+.PHONY: setup data train test lint test-gpu test-all dry-run clean slurm bench-env
 
 setup: $(STAMP)
 
@@ -79,8 +79,12 @@ dry-run: $(STAMP)
 # workers: an integration test's processes mostly wait (Ray start-up, a SLURM hold, a signal's
 # deadline), so one core idles under a serial run. Each module stays on one worker (tests/conftest.py).
 TEST_WORKERS ?= 2
-test: $(STAMP) data slurm
+test: $(STAMP) data slurm lint
 	$(PY) -m pytest -m "not slow and not gpu" -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
+
+# ruff (the test extra; its rules: pyproject.toml [tool.ruff]) before any test: a second, not minutes.
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 # The GPU tier: tests marked gpu under tests/gpu, each vLLM engine in its own process. Without CUDA
 # every one of them skips (tests/conftest.py), so this passes here too.

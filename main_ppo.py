@@ -107,15 +107,8 @@ def main(cfg: DictConfig) -> None:
 def run(cfg: DictConfig, hydra_cfg) -> Plans:
     """Validate, plan, check the inputs, then train (unless a dry run). Returns the plans (the planned peak
     per phase in GB, the largest over a curriculum's stages: .peaks_gb); raises Ended."""
-    try:
-        # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
-        curriculum = has_stages(cfg)
-        runs = build_stages(cfg, list(hydra_cfg.overrides.task)) if curriculum else [Stage(0, "", *validate(cfg))]
-        # Memory plans, device, data, directories and disk, model directories: every stage's,
-        # before any starts; directories are made only once all passed (logicrl/preflight/).
-        plans = preflight(runs)
-    except BadInput as err:
-        fail(err)
+    curriculum = has_stages(cfg)
+    runs, plans = checked(cfg, list(hydra_cfg.overrides.task))
     dry_run = runs[0].cfg.trainer.dry_run
     for stage, planned in zip(runs, plans.stages):
         stage.plan = planned.plan  # with trainer.auto_micro_batch's picks and the resolved grad_accumulation
@@ -188,7 +181,8 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
         lost_to_signal(err, cfg)
         raise Ended(EXIT_FAILED, f"error: {err}", err) from None
     except Preempted as err:
-        raise Ended(EXIT_PREEMPTED, f"logicrl: {err}; run the same command (or requeue the job) to resume", err) from None
+        raise Ended(EXIT_PREEMPTED, f"logicrl: {err}; run the same command (or requeue the job) to resume",
+                    err) from None
     except KeyboardInterrupt as err:  # Stopped is one; inside a Ray wait it comes out as a plain one
         stopped = stop_request_of(err)
         if stopped is None:
@@ -215,6 +209,19 @@ def lost_to_signal(err: BaseException, cfg: DictConfig) -> None:
 
     if (signum := requested()) is not None:
         raise Ended(cluster.signalled_code(signum), f"error: {cluster.signalled_line(signum)}", err) from None
+
+
+def checked(cfg: DictConfig, task: list[str]) -> tuple[list[Stage], Plans]:
+    """Everything decided before Ray or a model starts: every stage validated and through the preflight.
+    Raises Ended (exit 2, one line) on a bad input; tests call it in-process (tests/conftest.py check_main)."""
+    try:
+        # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
+        runs = build_stages(cfg, task) if has_stages(cfg) else [Stage(0, "", *validate(cfg))]
+        # Memory plans, device, data, directories and disk, model directories: every stage's,
+        # before any starts; directories are made only once all passed (logicrl/preflight/).
+        return runs, preflight(runs)
+    except BadInput as err:
+        fail(err)
 
 
 def stopped_code(err: BaseException) -> int:

@@ -18,8 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logicrl.data.dataset import SAMPLE_ROWS
-from logicrl.data.dataset import check_rows, load_prompts
+from logicrl.data.dataset import SAMPLE_ROWS, check_rows, load_prompts
 from logicrl.models.loading import load_tokenizer
 from logicrl.models.tiny import EMBEDDED_TINY
 from logicrl.reward import ground_truth_problem

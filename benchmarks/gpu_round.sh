@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # This round's GPU checks in one run, on a bare CUDA machine (torch + transformers + peft, no Ray/vLLM):
-# the packed-attention kernel against padded log-probs and the planner's packed term (issue 25), QLoRA's
-# NF4 path and its plan (26), the update's MFU (27), the tensor-peak memory metric (28), then the rest of
+# the packed-attention kernel against padded log-probs and the planner's packed term, QLoRA's
+# NF4 path and its plan, the update's MFU, the tensor-peak memory metric, then the rest of
 # the GPU tier. Wheels for what the machine lacks travel in .whl (hydra, omegaconf, antlr, tensordict,
 # torchao); see the device notes in docs/testing.md.
 #   bash benchmarks/gpu_round.sh [OUTDIR]

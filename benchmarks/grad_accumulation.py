@@ -95,7 +95,7 @@ def _rank(rank: int, world: int, port: int, args, out: str):
         torch.distributed.barrier()
         start = time.perf_counter()
         size = MicroSize("update_actor", key, rows)
-        run_update(role, batch, loss_fn, lambda attempt, reset=None: attempt(size))
+        run_update(role, batch, loss_fn, lambda attempt, reset=None, size=size: attempt(size))
         torch.distributed.barrier()
         if i >= 2:
             times[mode].append(time.perf_counter() - start)

@@ -92,7 +92,8 @@ def main() -> None:
                 row["dry"] = {k: v for k, v in launch(root, "trainer.dry_run=true").items() if k != "by_kind"}
             runs[root].append(row)
             print(json.dumps(row), flush=True)
-    print("mean over rounds: root, launch wall s, launch CPU s" + (", dry-run wall s, dry-run CPU s" if args.dry else ""))
+    print("mean over rounds: root, launch wall s, launch CPU s"
+          + (", dry-run wall s, dry-run CPU s" if args.dry else ""))
     for root, rows in runs.items():
         cols = [sum(r["run"][k] for r in rows) / len(rows) for k in ("wall_s", "cpu_s")]
         if args.dry:

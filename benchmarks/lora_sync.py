@@ -5,27 +5,12 @@
     .venv/bin/python benchmarks/lora_sync.py --rank 8 --syncs 10
     .venv/bin/python benchmarks/lora_sync.py --nf4           # the same over an NF4 base (QLoRA)
 
-The trainer model is step_time.py's BENCH_MODEL checkpoint (27M parameters, fp32) under peft
-adapters of `--rank` (alpha 2r, all-linear), B drawn at random so the adapters change the outputs.
-Two in-process vLLM engines hold the same base: one built with LoRA enabled receives
-weight_sync.iter_adapter_weights, the other (plain) receives iter_engine_weights (W + scale * B @ A
-for each adapted Linear, every other weight as is). Each sync's bytes are what the stream handed
-over; its seconds are the median of `--syncs` (gather + the engine's load + prefix-cache reset).
-After the last sync both engines decode the same greedy prompts and the largest |engine - trainer|
-log-prob is printed: the adapter path must sit at the merged path's level.
-
-With --nf4 the trainer's base is quantized to NF4 (models/quantize.py) while both engines load the
-checkpoint's own weights: the adapter engine first takes the dequantized base once (iter_engine_weights
-with merge_lora=False, its bytes and seconds printed apart), then adapters; the merged engine takes
-dequant(W) + scale * B @ A every sync.
-
-Measured (2 CPU cores shared with other jobs): adapters 10,092,544 bytes and 0.0051 s a sync, merged
-107,038,720 bytes and 0.150 s: 10.6x the bytes, 29.6x the time; both log-prob gaps 1.9e-6. 7B shape: 94x.
---nf4: the base once, 107,038,720 bytes in 0.32 s; then adapters 10,092,544 bytes and 0.0057 s a sync
-against merged 107,038,720 and 0.34 s (59x the time); log-prob gaps 1.9e-6 adapters, 2.4e-6 merged.
-
-The bytes of a 7B shape (Qwen2.5-7B: 28 layers, hidden 3584, 28/4 heads of 128, MLP 18944, vocab
-152064, untied) are computed from the shapes, the same rank and targets (memory/footprint.py).
+Two in-process vLLM engines hold step_time.py's BENCH_MODEL base: one with LoRA enabled receives
+weight_sync.iter_adapter_weights, the other iter_engine_weights (W + scale * B @ A). A sync's seconds
+are the median of `--syncs`; after the last, both engines decode the same greedy prompts and the largest
+|engine - trainer| log-prob is printed. With --nf4 the trainer's base is NF4 and the adapter engine
+first takes the dequantized base once. A 7B shape's bytes are computed from its shapes
+(memory/footprint.py). The measurements: docs/engines.md (its LoRA sync cost).
 """
 
 import argparse
@@ -77,7 +62,7 @@ def logprob_gap(eng: VLLMRolloutEngine, actor) -> float:
     ids = torch.tensor([[0] * (width - len(p)) + p for p in PROMPTS])
     mask = (torch.arange(width) >= torch.tensor([width - len(p) for p in PROMPTS])[:, None]).long()
     out = eng.generate(ids, mask, GREEDY)
-    full_mask = torch.cat([mask, out.response_mask], dim=1)
+    full_mask = torch.cat([mask, out.response_attention_mask], dim=1)
     with torch.no_grad():
         lp, _ = causal_lm_logprobs(actor, torch.cat([ids, out.responses], dim=1), full_mask,
                                    (full_mask.cumsum(-1) - 1).clamp(min=0), GREEDY.max_tokens)

@@ -23,8 +23,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-ARR = "actor_rollout_ref"
+sys.path.insert(0, str(ROOT))  # a script: find logicrl from any directory
+
+from logicrl.config.phases import ARR
+
 MODES = {"padded": "false", "packed": "true"}
 
 
@@ -105,7 +107,7 @@ def main() -> None:
             n = args.n
             print(f"\n== {mode}: rollout.n={n} (--n) = {n * args.prompts} responses x {args.response_length} tokens")
         else:
-            n = largest_n(lambda k: plan(overrides(args, path, packed, k, data)) is not None, args.max_n)
+            n = largest_n(lambda k, packed=packed: plan(overrides(args, path, packed, k, data)) is not None, args.max_n)
             print(f"\n== {mode}: largest rollout.n the plan fits: {n}"
                   f"{' (the --max-n cap)' if n == args.max_n else ''} = {n * args.prompts} responses x "
                   f"{args.response_length} tokens")

@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # a script, not part of the package: find logicrl from any directory
 
 from logicrl.config import ConfigError, compose, validate
+from logicrl.config.models import model
+from logicrl.config.phases import ARR
 from logicrl.memory.fit import _flag_knobs, auto_micro_batch, check_fit, remedies, worst_phase
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import COMPONENTS, HEADROOM_GB, MemoryPlan, plan_inputs
@@ -25,13 +27,16 @@ from logicrl.memory.planner_inputs import KNOBS, PlanInputs
 from logicrl.models.quant_methods import nf4_bits
 
 SHAPES = ROOT / "logicrl" / "memory" / "shapes"
-ARR = "actor_rollout_ref"
-# Seed 004 (issue 26): TRL's GRPO with Qwen2.5-7B-GPTQ-int4 and QLoRA on 2 x 40 GB, vLLM at 0.2.
-SEED_004 = ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.rollout.gpu_memory_utilization=0.2",
+
+# TRL's GPTQ QLoRA run: GRPO with Qwen2.5-7B-GPTQ-int4 and QLoRA on 2 x 40 GB, vLLM at 0.2.
+TRL_GPTQ_RUN = ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true",
+            f"{ARR}.rollout.gpu_memory_utilization=0.2",
             "data.max_prompt_length=512", "data.max_response_length=1988", f"{ARR}.rollout.n=2",
-            "data.train_batch_size=2", f"{ARR}.actor.ppo_mini_batch_size=2", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2",
+            "data.train_batch_size=2", f"{ARR}.actor.ppo_mini_batch_size=2",
+            f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2",
             f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=2", f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=2",
-            f"{ARR}.model.lora_rank=16", f"{ARR}.model.lora_alpha=32", f"{ARR}.model.enable_gradient_checkpointing=true",
+            f"{ARR}.model.lora_rank=16", f"{ARR}.model.lora_alpha=32",
+            f"{ARR}.model.enable_gradient_checkpointing=true",
             "trainer.dry_run=true"]
 
 
@@ -99,14 +104,14 @@ CASES = [
           f"{ARR}.model.lora_rank=64", f"{ARR}.model.lora_alpha=128", f"{ARR}.actor.ppo_mini_batch_size=8",
           f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=32",
           f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.rollout.gpu_memory_utilization=0.5"]),
-    Case("Seed 004: GRPO with Qwen2.5-7B-GPTQ-int4, QLoRA and vLLM at 0.2 on 2 x 40 GB", "qwen2.5-7b-gptq-int4",
-         2, 40, SEED_004,
-         note="The seed's settings (issue 26): TRL's GRPO on two 40 GB A100s, the GPTQ int4 checkpoint (its "
+    Case("TRL's GPTQ QLoRA run: GRPO with Qwen2.5-7B-GPTQ-int4, QLoRA and vLLM at 0.2 on 2 x 40 GB",
+         "qwen2.5-7b-gptq-int4", 2, 40, TRL_GPTQ_RUN,
+         note="The run's settings: TRL's GRPO on two 40 GB A100s, the GPTQ int4 checkpoint (its "
               "config.json's quantization_config: 4 bits, group 128, 4.156 bits per weight with the fp16 scales and "
               "4-bit zeros), vLLM at gpu_memory_utilization 0.2 and max_model_len 2500 (512 + 1988 here), per-device "
-              "batch 2, 2 generations per prompt, gradient checkpointing; LoRA rank 16 on every Linear (the seed does "
+              "batch 2, 2 generations per prompt, gradient checkpointing; LoRA rank 16 on every Linear (the run does "
               "not say; the adapters are 0.5% of the model). The engine holds the int4 checkpoint and receives only "
-              "the adapters (the adapter sync of issue 26 part 2). logicrl refuses to launch it (no CPU or wheel "
+              "the adapters (the adapter sync). logicrl refuses to launch it (no CPU or wheel "
               "path for transformers' GPTQ loader: docs/quantization.md); the dry run plans it."),
 ]
 
@@ -152,19 +157,25 @@ def settle(x: PlanInputs, capacity: int, limit: int = 8) -> tuple[MemoryPlan, li
 
 
 def _apply_flag(x: PlanInputs, key: str, value) -> PlanInputs:
-    """A remedy applied: a switch by its PlanInputs field, a micro-batch or budget by its key."""
+    """A remedy applied: an engine setting by its PlanInputs field, a model's switch or a micro-batch or
+    budget by its key."""
     by_key = {k: f for f, k in KNOBS.items()}
-    return replace(x, **{by_key[key]: value}) if key in by_key else x.with_micro({key: value})
+    if key in by_key:
+        return replace(x, **{by_key[key]: value})
+    try:
+        return x.switch(key, value)
+    except KeyError:  # not a switch: a micro-batch or token budget
+        return x.with_micro({key: value})
 
 
 def _best_partial(plan: MemoryPlan) -> list[tuple[str, object]]:
     """When no single change fits the worst phase: the on/off change that lowers it most."""
     worst, x = worst_phase(plan), plan.inputs
     best = None
-    for field_name, change in _flag_knobs(x, worst.name):
+    for key, change in _flag_knobs(x, worst.name):
         total = plan_inputs(change(x), plan.capacity).phase(worst.name).total
         if total < worst.total and (best is None or total < best[0]):
-            best = (total, KNOBS[field_name])
+            best = (total, key)
     return [(best[1], True)] if best else []
 
 
@@ -204,12 +215,12 @@ def render(case: Case, data: Path) -> str:
     verdict = "fits" if worst_phase(fitted) is None else "still does not fit"
     out += [f"Settings the planner picks ({verdict}): `{' '.join(changes)}`", "", markdown_table(fitted), ""]
     out += [f"- {note}" for note in fitted.notes]
-    if not fitted.inputs.actor_ckpt:
+    if not fitted.inputs.models["actor"].ckpt:
         # The alternative a user may prefer: checkpointing buys larger micro-batches (fewer, fuller passes).
-        ckpt = replace(fitted.inputs, actor_ckpt=True, critic_ckpt=True)
+        ckpt = fitted.inputs.with_model("actor", ckpt=True).with_model("critic", ckpt=True)
         picked = auto_micro_batch(ckpt, capacity)
         peak = max(plan_inputs(ckpt.with_micro(picked), capacity).running(), key=lambda p: p.total)
-        out.append(f"- With `{KNOBS['actor_ckpt']}=true` instead, auto_micro_batch picks "
+        out.append(f"- With `{model('actor').ckpt_key}=true` instead, auto_micro_batch picks "
                    f"`{' '.join(f'{k}={v}' for k, v in picked.items())}` (peak: {peak.name}, "
                    f"{peak.total / GB:.1f} GB).")
     return "\n".join(out)

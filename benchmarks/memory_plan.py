@@ -30,7 +30,8 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ARR = "actor_rollout_ref"
+from logicrl.config.phases import ARR
+
 MIB = 2**20
 TARGET = 0.15
 QWEN2 = dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], rms_norm_eps=1e-6, rope_theta=10000.0,
@@ -189,12 +190,10 @@ def measure_shape(rank: int, world: int, port: int, config: dict, step_plan, sha
                   out, variant: str = "padded") -> None:
     """One rank of one shape: warm up, then every (lengths, micro) cell; rank 0 puts its rows in `out`."""
     import torch
+    from tensordict import TensorDict
 
     from logicrl.memory.tracker import PeakTracker
     from logicrl.workers.hybrid import HybridWorker
-
-    from tensordict import TensorDict
-
     from tests.workers.conftest import left_padded
 
     # One thread per rank: on 2 shared cores OpenMP's spinning threads slow small matmuls ten-fold.
@@ -361,8 +360,8 @@ def report(rows: list[dict], markdown: bool, seconds: float, device: str) -> Non
                   f"{r['start'] / MIB:.1f} | "
                   f"{_pct(r['rise_error'])} |")
     else:
-        print(f"{'model':<24}{'ranks':>6}{'variant':>9}{'P+R':>5}{'micro':>6}  {'phase':<15}{'predicted MiB':>14}{'measured MiB':>14}"
-              f"{'error':>9}{'start MiB':>11}{'rise error':>11}")
+        print(f"{'model':<24}{'ranks':>6}{'variant':>9}{'P+R':>5}{'micro':>6}  {'phase':<15}{'predicted MiB':>14}"
+              f"{'measured MiB':>14}{'error':>9}{'start MiB':>11}{'rise error':>11}")
         for r in rows:
             flag = "  MISS" if abs(r["error"]) > TARGET else ""
             print(f"{r['shape']:<24}{r['ranks']:>6}{r['variant']:>9}{r['width']:>5}{r['micro']:>6}  {r['phase']:<15}"
@@ -371,7 +370,8 @@ def report(rows: list[dict], markdown: bool, seconds: float, device: str) -> Non
     misses = [r for r in rows if abs(r["error"]) > TARGET]
     worst = max(rows, key=lambda r: abs(r["error"]))
     print(f"\n{len(rows)} cells on {device} in {seconds:.0f} s; {len(misses)} outside +-{100 * TARGET:.0f}%; worst "
-          f"{100 * worst['error']:+.1f}% ({worst['shape']}, {worst['ranks']} rank(s), {worst['variant']}, P+R={worst['width']}, "
+          f"{100 * worst['error']:+.1f}% ({worst['shape']}, {worst['ranks']} rank(s), {worst['variant']}, "
+          f"P+R={worst['width']}, "
           f"micro {worst['micro']}, "
           f"{worst['phase']})")
     rises = sorted(abs(r["rise_error"]) for r in rows if r["rise_error"] is not None)

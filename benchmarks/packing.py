@@ -4,19 +4,12 @@ the forward-only log-prob pass, on the same batch, alternating, in one process.
     .venv/bin/python benchmarks/packing.py                    # 16 rows x (96 + 256), micro-batches of 4, 8, 16
     .venv/bin/python benchmarks/packing.py --micro 4 --profile 25     # where each way spends an update pass
 
-The model is step_time.py's BENCH_MODEL (a 27M-parameter Qwen2 shape, random weights, fp32) built
-from its config. The batch is laid out as the trainer lays it out (workers/hybrid.py _generate):
-left-padded prompts of varied length, then right-padded responses whose lengths are drawn
-uniformly from [response_len / 16, response_len], as RL responses spread (a few reach the cap,
-most stop earlier). Each timed pass runs every micro-batch of `--micro` rows, as update_actor
-(log-probs with entropy, a loss over real tokens, backward) and as old_log_prob (no grad). The
-same micro-batches run both ways; only the padding differs, and the attention each is loaded with in
-the trainer: padded on transformers' sdpa (with the padding mask), packed on the kernel
-models/attention.py chooses here (on CPU the per-sequence SDPA). On a machine shared with other jobs
-a single timing is noise (the same 4-row update measured 0.94 and 1.03 in two runs), so each
-comparison warms both ways up, then times `--repeats` pairs with the order flipped every pair, and
-reports the median of the pairs' packed / padded ratios (below 1: packing is faster) with their
-quartiles and extremes.
+step_time.py's BENCH_MODEL (27M parameters, random weights, fp32), on a batch laid out as the trainer
+lays it out (left-padded prompts, right-padded responses of lengths drawn from [R / 16, R]). The same
+micro-batches run both ways; padded on transformers' sdpa, packed on models/attention.py's kernel. On a
+shared machine one timing is noise, so each comparison warms both up, times `--repeats` pairs with the
+order flipped every pair and reports the median packed / padded ratio (below 1: packing is faster) with
+quartiles and extremes (docs/memory.md, "Packed attention").
 """
 
 import argparse

@@ -42,7 +42,7 @@ def metrics_cost(responses: int, width: int, response_width: int, ranks: int, re
     from logicrl.algos.group_filter import groups_with_spread
     from logicrl.models.spec import load_model_spec
     from logicrl.trainer.dynamic_sampling import metric_values
-    from logicrl.trainer.step_perf import FlopModel, step_metrics
+    from logicrl.trainer.step_perf import FlopModel, generation_round, step_metrics
 
     g = torch.Generator().manual_seed(0)
     response_mask = (torch.arange(response_width) < torch.randint(1, response_width + 1, (responses, 1),
@@ -55,8 +55,7 @@ def metrics_cost(responses: int, width: int, response_width: int, ranks: int, re
                "perf/worker_timing_s/update_actor": 1.0}
     start = time.perf_counter()
     for _ in range(repeats):
-        lengths = response_mask.sum(-1)
-        generated = [([int(part.sum()) for part in lengths.chunk(ranks)], lengths.tolist())]
+        generated = [generation_round(response_mask, ranks)]
         step_metrics(generated, [1.0] * ranks, metrics, attention_mask, {"update_actor": 1}, flops, True, ranks, 1e15)
         groups_with_spread(uid, metric_values("seq_reward", token_scores, []))
     return (time.perf_counter() - start) / repeats

@@ -3,7 +3,8 @@ with --engines, the same run once per rollout engine and how they compare.
 
     .venv/bin/python benchmarks/step_time.py --steps 10 [override ...]
     .venv/bin/python benchmarks/step_time.py --engines vllm,hf --bench-model --steps 4   # vLLM vs HF
-    python3 benchmarks/step_time.py --in-process --qwen05b --steps 3 trainer.device=cuda actor_rollout_ref.rollout.name=hf
+    python3 benchmarks/step_time.py --in-process --qwen05b --steps 3 trainer.device=cuda \
+        actor_rollout_ref.rollout.name=hf
 
 It runs main_ppo.py as a user would (validation off) and summarises metrics.jsonl: each phase's mean
 controller time (timing_s/*), the largest per-phase tensor peak any rank reported (perf/memory/*/tensor_peak_gb), and
@@ -107,8 +108,8 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))  # tests.gpu.runs, for the next two
     runner = run_in_process if args.in_process else run
     if args.qwen05b:
-        from tests.gpu.runs import QWEN25_05B, write_random_model
         from logicrl.models.tiny import cache_root
+        from tests.gpu.runs import QWEN25_05B, write_random_model
 
         overrides = [f"{ARR}.model.path={write_random_model(QWEN25_05B, cache_root() / 'qwen2.5-0.5b-random')}",
                      *overrides]

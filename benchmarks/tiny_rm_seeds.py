@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 # Environment that holds torch's own kernels (ATen's dispatch) and MKL's to AVX2: a stand-in for the
-# 2-core AVX2 machine the recipe stalled on (issue 28).
+# 2-core AVX2 machine the recipe stalled on.
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 

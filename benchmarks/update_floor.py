@@ -23,8 +23,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-ARR = "actor_rollout_ref"
+sys.path.insert(0, str(ROOT))  # a script: find logicrl from any directory
+
+from logicrl.config.phases import ARR
+
 PROMPTS, N, PROMPT_LEN, RESPONSE_LEN = 8, 8, 8, 128
 
 
@@ -62,7 +64,8 @@ def build_worker(model_dir: Path, prompts: int, micro: int, threads: int, engine
     if not (data / "train.parquet").is_file():
         sys.exit("data/kk_role is missing: run `make data`")
     cfg, _, plan = validate(compose([
-        f"{ARR}.model.path={model_dir}", f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet",
+        f"{ARR}.model.path={model_dir}", f"data.train_files={data}/train.parquet",
+        f"data.val_files={data}/test.parquet",
         f"data.train_batch_size={prompts}", f"{ARR}.rollout.n={N}", f"{ARR}.actor.ppo_mini_batch_size={prompts}",
         f"{ARR}.actor.ppo_micro_batch_size_per_gpu={micro}", f"data.max_response_length={RESPONSE_LEN}",
         f"{ARR}.rollout.name={engine}", f"{ARR}.actor.use_kl_loss=false", "trainer.device=cpu"]))

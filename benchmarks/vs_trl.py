@@ -171,7 +171,8 @@ def main() -> None:
     ratios = [a / b for a, b in zip(times["logicrl"], times["trl"])]
     print(f"logicrl / TRL per step: {' '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f} "
           f"(logicrl {statistics.median(times['logicrl']):.2f} s, TRL {statistics.median(times['trl']):.2f} s); "
-          f"{args.prompts} prompts x {N} x {args.response_len} tokens, {args.threads} threads, engine {args.engine}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+          f"{args.prompts} prompts x {N} x {args.response_len} tokens, {args.threads} threads, engine {args.engine}, "
+          f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

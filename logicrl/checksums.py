@@ -8,13 +8,9 @@
     recorded(directory)      # {path relative to directory: (size, "crc32:…")} of every writer below it
     file_checksum(path)      # the same by reading the file: what verification at resume does
 
-CRC-32 (zlib's): benchmarks/checksum_speed.py measured 3.4 GB/s on this 2-core machine, as fast as a
-write into the page cache, against 0.9 GB/s for SHA-256 and 0.45 for BLAKE2b (docs/faults.md has the
-table), so summing on the write path costs about one more memory pass. It is there for accidents (a
-copy cut short or overwritten, bit rot, a disk that lied), not for an adversary: a random change gets
-past 32 bits once in 4e9. The algorithm is stored with each value, so a stronger one can come later.
-A stream that is seeked away from its end cannot be summed on the way: it records nothing, and the
-manifest then sums that file by reading it.
+CRC-32 (zlib's), as fast as a write into the page cache (docs/faults.md has the measurements): it is for
+accidents (a torn copy, bit rot), not an adversary, and the algorithm is stored with each value. A stream
+seeked away from its end records nothing; the manifest then sums that file by reading it.
 """
 
 from __future__ import annotations

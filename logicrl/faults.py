@@ -12,9 +12,8 @@ phase, the weights of its FSDP2 model go NaN: what a diverged update leaves), en
 (at `save` only: the ranks' first checkpoint write fails as on a full disk or a read-only file
 system; the tests run as root, whom chmod does not stop). docs/faults.md.
 
-The entry point reads the variable once (`Faults.from_env`) and passes the object down: the
-controller's phase runner and the workers' phase wrapper are the only places that fire it. A fixed
-point makes a test reproducible and lets it hit the narrow windows (mid-save) on purpose.
+The entry point reads the variable once (`Faults.from_env`); the controller's phase runner and the
+workers' phase wrapper are the only places that fire it, at fixed points a test can aim at (mid-save).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What reaches the console and what goes only to the run directory's log file.
 
 The console is for a person: the plan, one line per step under the progress bar, logicrl's own
-warnings (an OOM halving, a checkpoint), the result. What vLLM and Ray say (start-up chatter, a
-"Failed to load weights" and two "reset prefix cache" lines per weight sync, Ray's INFO lines)
-goes to the log file only: Hydra's `<job>.log` in the run directory, beside metrics.jsonl.
+warnings, the result. What vLLM and Ray say goes to Hydra's `<job>.log` in the run directory only.
 trainer.verbose=true leaves every console stream as the engines set it up.
 
 Three pieces:

@@ -16,11 +16,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from logicrl.config import compose
 from logicrl.config.phases import ARR
+from logicrl.config.stages import build_stages, has_stages
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = ROOT / "data" / "kk_role"
@@ -39,14 +42,15 @@ PROCESS_TIERS = ("integration", "slow", "gpu")
 def pytest_collection_modifyitems(config, items):
     # make test runs on two xdist workers, each taking one module at a time (the scheduler below), in
     # this order: the SLURM modules (minutes of waiting on the daemons), then the other integration
-    # modules, most tests first, then the unit modules, which fill in the end. Module order only: a
-    # module's tests stay together and in their own order.
-    sizes = collections.Counter(item.nodeid.split("::")[0] for item in items)
+    # modules, most tests that launch first, then the unit modules, which fill in the end. Module order
+    # only: a module's tests stay together and in their own order (a module of in-process checks with a
+    # real launch among them sorts by its launches, not its size).
+    launches = collections.Counter(item.nodeid.split("::")[0] for item in items
+                                   if any(item.get_closest_marker(tier) for tier in PROCESS_TIERS))
 
     def rank(item):
         module = item.nodeid.split("::")[0]
-        process = any(item.get_closest_marker(tier) for tier in PROCESS_TIERS)
-        return (scope(item.nodeid) != "tests/slurm", not process, -sizes[module] if process else 0, module)
+        return (scope(item.nodeid) != "tests/slurm", not launches[module], -launches[module], module)
 
     items.sort(key=rank)
     gpu_items = [item for item in items if "gpu" in item.keywords]
@@ -149,13 +153,17 @@ def tiny_rm() -> Path:
     return checkpoint_dir(EMBEDDED_TINY_RM)
 
 
+def row(i: int = 0, **fields) -> dict:
+    """One kk_role row (prompt i, a rule reward), `fields` replacing or adding keys."""
+    base = {"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_role",
+            "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}}
+    return {**base, **fields}
+
+
 def write_jsonl(path: Path, rows: int) -> Path:
+    """`rows` kk_role rows (row(0) ... row(rows - 1)) as a jsonl file at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for i in range(rows):
-            f.write(json.dumps({"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_role",
-                                "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}})
-                    + "\n")
+    path.write_text("".join(json.dumps(row(i)) + "\n" for i in range(rows)))
     return path
 
 
@@ -165,9 +173,47 @@ def stage_files(tmp_path) -> dict[str, str]:
     return {name: str(write_jsonl(tmp_path / f"{name}.jsonl", 40)) for name in ("a", "b", "val")}
 
 
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> list[str]:
+    """data.train_files / data.val_files overrides for one 20-row jsonl set, written once per module."""
+    path = write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", 20)
+    return [f"data.train_files={path}", f"data.val_files={path}"]
+
+
+def two_stages(files: dict[str, str], *extra: str) -> list[str]:
+    """A base config and its curriculum as overrides (what a recipe holds), then `extra`."""
+    return [f"data.train_files={files['a']}", f"data.val_files={files['val']}",
+            "data.train_batch_size=8", f"{ARR}.actor.ppo_mini_batch_size=8", "trainer.default_local_dir=/ck/run",
+            f"curriculum.stages=[{{name: s1, overrides: {{trainer: {{total_training_steps: 3}}}}}},"
+            f"{{name: s2, overrides: {{data: {{train_files: {files['b']}, train_batch_size: 4}},"
+            f" {ARR}: {{rollout: {{n: 4, temperature: 0.5}}, actor: {{optim: {{lr: 1.0e-6}}}}}}}}}}]",
+            *extra]
+
+
+def stages_of(overrides: list[str], n_base: int = 6):
+    """Stages as main_ppo builds them: the first `n_base` overrides stand for a recipe, the rest
+    for what the user typed (only those are re-applied over each stage)."""
+    cfg = compose(overrides)
+    assert has_stages(cfg)
+    return build_stages(cfg, overrides[n_base:])
+
+
+# A kk_role row whose prompt states the answer, and a chat row only a reward model scores (data_source chat).
+KK_ROLE = {"prompt": [{"role": "user", "content": "Zoey is a knight. What is Zoey?"}], "data_source": "kk_role",
+           "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}}
+CHAT = {"prompt": [{"role": "user", "content": "Say something kind."}], "data_source": "chat",
+        "reward_model": {"style": "model", "ground_truth": "a kind reply"}}
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 # The batch the config tests' hand-computed numbers assume, pinned so that retuning the embedded
 # default does not change them: 8 prompts x 4 responses, mini-batches of 4 prompts, micro 4.
-BASE_BATCH = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+BASE_BATCH = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4",
+              "actor_rollout_ref.actor.ppo_mini_batch_size=4",
               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8"]
 
@@ -189,16 +235,20 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd: Path | None = None,
-             env: dict | None = None, timeout: float = 900):
+def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = None, fault: str | None = None,
+             popen: bool = False, cwd: Path | None = None, env: dict | None = None, timeout: float = 900):
     """Run the real entry point as a user would: `python main_ppo.py *overrides`, one-line errors
     (HYDRA_FULL_ERROR=0), Hydra's run dir under `cwd` unless hydra.run.dir is given.
+
+    ckpt, run_dir: trainer.default_local_dir and hydra.run.dir (metrics.jsonl's directory: read_metrics).
 
     fault: LOGICRL_INJECT_FAULT for this run only (logicrl/faults.py; Ray's workers inherit it from the
     driver); never inherited from the test's own environment. env: more variables for this run.
     popen: return the running subprocess.Popen (stdout and stderr piped, text) instead of waiting.
     The run is in its own session, so a test can signal its process group, and a SIGKILLed
     controller's Ray processes are reaped by Ray, not by the test."""
+    overrides = (*overrides, *([f"trainer.default_local_dir={ckpt}"] if ckpt else []),
+                 *([f"hydra.run.dir={run_dir}"] if run_dir else []))
     if not any(a.startswith("trainer.default_local_dir=") for a in overrides):
         # Checkpoints are on by default and resume_mode=auto: a shared directory would make one
         # test resume from another's run.
@@ -217,7 +267,104 @@ def run_main(*overrides: str, fault: str | None = None, popen: bool = False, cwd
                           start_new_session=True)
 
 
+# ---- main_ppo.py's checks in-process: a refusal without a launch -------------------------------------------
+@dataclass(frozen=True)
+class Checked:
+    """What `python main_ppo.py ...` would have ended with before Ray or a model starts."""
+
+    code: int  # its exit code: 2 refused, 0 passed (a dry run: the plan was printed)
+    line: str  # its one stderr line when refused, "" when it passed
+    out: str  # what it printed and logged (warnings; a dry run's config and summary)
+    err: str = ""  # anything else written to stderr
+
+
+def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
+    """main_ppo.py's checks of `overrides`, in this process: its override check, Hydra's composition, then
+    `main_ppo.checked` (every stage validated and preflighted), or `main_ppo.run` for a dry run. The same
+    code, without the 1-3 CPU s of a launch (Python, Hydra's start, main_ppo's imports); the entry point's
+    own wiring (exit code, stderr as one line) keeps one real launch per refusal path (tests/bad_inputs)."""
+    import contextlib
+    import io
+    import logging
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+    from omegaconf import open_dict
+
+    import main_ppo
+    from logicrl.config.cli import CONF_DIR, CONFIG_NAME, hydra_error_line
+    from logicrl.errors import BadInput
+    from logicrl.launch.sweep import register_resolver
+
+    # A launch starts with empty caches: what the preflight cached (nvidia-smi's answer) for an earlier call
+    # must not answer this one, whose PATH may differ.
+    for module in [m for name, m in sys.modules.items() if name.startswith("logicrl.")]:
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)) and hasattr(value, "__wrapped__"):
+                value.cache_clear()
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(out)  # Hydra's job logging prints the run's log records on stdout
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        with contextlib.chdir(cwd or ROOT), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            try:
+                argv = main_ppo.check_overrides(list(overrides))
+                register_resolver()
+                with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+                    cfg = hydra_compose(CONFIG_NAME, overrides=argv, return_hydra_config=True)
+                # What Hydra's run sets before main: its config (verl_keys.command_line reads the overrides)
+                # and the run's directory, which exists by then (the preflight's disk check reads it).
+                run_dir = Path(cfg.hydra.run.dir if any(a.startswith("hydra.run.dir=") for a in argv)
+                               else tempfile.mkdtemp(prefix="logicrl-run-"))
+                run_dir.mkdir(parents=True, exist_ok=True)
+                with open_dict(cfg):
+                    cfg.hydra.runtime.output_dir = str(run_dir.resolve())
+                HydraConfig.instance().set_config(cfg)
+                hydra_cfg = HydraConfig.get()
+                with open_dict(cfg):
+                    del cfg["hydra"]
+                if cfg.trainer.dry_run:
+                    main_ppo.run(cfg, hydra_cfg)
+                else:
+                    main_ppo.checked(cfg, list(hydra_cfg.overrides.task))
+            except main_ppo.Ended as end:
+                return Checked(end.code, end.line, out.getvalue(), err.getvalue())
+            except BadInput as bad:
+                return Checked(main_ppo.EXIT_CONFIG, f"error: {bad}", out.getvalue(), err.getvalue())
+            except HydraException as hydra_err:
+                return Checked(main_ppo.EXIT_CONFIG, f"error: {BadInput(hydra_error_line(hydra_err))}",
+                               out.getvalue(), err.getvalue())
+            finally:
+                HydraConfig.instance().cfg = None  # tests that compose later are not under a Hydra run
+        return Checked(0, "", out.getvalue(), err.getvalue())
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def assert_refused(checked: Checked, *names: str) -> str:
+    """A refusal as main_ppo.py prints it: exit 2, one `error:` line holding each of `names`, nothing else
+    on stderr."""
+    assert checked.code == 2, (checked.code, checked.line, checked.out[-2000:])
+    assert checked.line.startswith("error: ") and "\n" not in checked.line, checked.line
+    assert not checked.err, checked.err
+    for name in names:
+        assert name in checked.line, (name, checked.line)
+    return checked.line
+
+
 def tail(result, chars: int = 3000) -> str:
     """The end of a finished run's stderr (or of a string): what an assertion shows when a run failed."""
     text = result if isinstance(result, str) else result.stderr or ""
     return text[-chars:]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl (trainer.logger includes jsonl), one dict per logged step."""
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]

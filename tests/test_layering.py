@@ -1,7 +1,7 @@
 """DESIGN.md's layering, checked on the source: no package imports one above it, and neither packages nor
 files import in a cycle.
 
-    algos, data  <-  models, reward  <-  config  <-  memory  <-  preflight  <-  workers, controller  <-  trainer, launch  <-  main_ppo
+    algos, data <- models, reward <- config <- memory <- preflight <- workers, controller <- trainer, launch <- main_ppo
 
 Every module under logicrl/ is parsed with `ast` (not imported, so this runs in a fraction of a
 second and sees every import: module level, inside functions, under `if TYPE_CHECKING`). A module
@@ -9,11 +9,9 @@ belongs to the package directly under logicrl/ that holds it; modules directly i
 (logicrl/rng.py, logicrl/__init__.py) form the bottom layer, below algos and data, so every layer
 may use them, and they may use nothing else of logicrl.
 
-The rule: a module may import its own package, or a package on a lower layer. Packages on the
-same layer do not import each other either (models/reward, workers/controller, algos/data,
-trainer/launch): they are separate rooms, and the layer above wires them together (the trainer
-hands the workers to the controller). None needs the other today, and allowing it would let two
-packages grow into one with two names. A new package under logicrl/ must be given its layer in LAYERS below.
+The rule: a module may import its own package, or a package on a lower layer; packages on the same
+layer do not import each other either (separate rooms, wired together by the layer above). A new
+package under logicrl/ must be given its layer in LAYERS below.
 
 Inside a package no two files import each other, directly or round a longer cycle, lazily or not: a
 cycle means a name lives in the wrong file. Importing a name from a package's __init__ is an import of

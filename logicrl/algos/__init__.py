@@ -4,9 +4,9 @@ rollout correction.
 Tensors in, tensors out: no Ray, tokenizer or config objects. Each behaviour a config string
 selects lives in one registry (ADV_ESTIMATORS, POLICY_LOSSES, AGG_MODES, KL_ESTIMATORS,
 KL_CONTROLLERS) whose names equal the choices logicrl/config/schema.py validates. Conventions:
-B = responses (prompts x rollout.n), T = response tokens, `response_mask` [B, T] marks the tokens
-that count, and values at masked positions never change a result. How a loss is split over
-micro-batches without changing its gradient: see aggregation.py.
+B = responses (prompts x rollout.n), T = response tokens, `response_mask` [B, T] is the loss mask
+(the tokens that train; verl's name), and values at masked positions never change a result. How a
+loss is split over micro-batches without changing its gradient: see aggregation.py.
 """
 
 from logicrl.algos.advantages import (
@@ -45,9 +45,9 @@ from logicrl.algos.metrics import (
 from logicrl.algos.policy_loss import (
     POLICY_LOSSES,
     PolicyLossOutput,
+    cispo_policy_loss,
     compute_policy_loss,
     entropy_bonus,
-    cispo_policy_loss,
     gmpo_policy_loss,
     gpg_policy_loss,
     gspo_policy_loss,
@@ -69,7 +69,8 @@ from logicrl.algos.value_loss import ValueLossOutput, value_loss
 
 __all__ = [
     "ADV_ESTIMATORS", "AGG_MODES", "KL_CONTROLLERS", "KL_ESTIMATORS", "POLICY_LOSSES",
-    "AdaptiveKLController", "Correction", "FixedKLController", "RolloutCorrection", "PolicyLossOutput", "Registry", "ValueLossOutput",
+    "AdaptiveKLController", "Correction", "FixedKLController", "RolloutCorrection", "PolicyLossOutput", "Registry",
+    "ValueLossOutput",
     "advantage_metrics", "agg_loss", "apply_correction", "cispo_policy_loss", "clip_cov_policy_loss",
     "gmpo_policy_loss", "gpg_policy_loss", "kl_cov_policy_loss", "mismatch_metrics", "parse_rejection",
     "sapo_policy_loss", "apply_kl_penalty", "approx_kl_metrics", "compute_advantage",

@@ -20,6 +20,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
+from logicrl import algo_names
 from logicrl.algos.masked import as_bool_mask, masked_fill_zero, masked_mean, masked_sum, masked_whiten
 from logicrl.algos.registry import Registry
 
@@ -28,6 +29,7 @@ ADV_ESTIMATORS = Registry(
     "algorithm.adv_estimator",
     inputs=("token_level_rewards", "response_mask", "index", "values", "gamma", "lam",
             "norm_adv_by_std_in_grpo", "norm_adv_by_std_in_gae", "epsilon"),
+    names=algo_names.ADV_ESTIMATORS,
 )
 register_adv_estimator = ADV_ESTIMATORS.register
 

@@ -10,8 +10,8 @@ micro-batch losses then sum to the mini-batch loss exactly, so the accumulated g
 full-batch gradient however unequal the micro-batches; dividing by each micro-batch's own count, as
 older verl does, weights small micro-batches' tokens more. Rows with no valid token count for nothing.
 
-seq-mean-token-sum-norm follows Dr. GRPO (Liu et al. 2025, arXiv:2503.20783: the sequence mean), not
-verl (no 1/#sequences); the constant is passed in, since a trimmed micro-batch's width is not constant.
+seq-mean-token-sum-norm is Dr. GRPO's (Liu et al. 2025, arXiv:2503.20783): the sequence mean of token sums
+over a constant, as verl computes it since its PR 5417 (the same numbers); the constant is passed in.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import torch
 
+from logicrl import algo_names
 from logicrl.algos.masked import as_bool_mask, masked_count, masked_sum
 from logicrl.algos.registry import Registry
 
@@ -31,7 +32,7 @@ class AggMode(NamedTuple):
     counts: str  # what the normaliser counts: "tokens" or "sequences"
 
 
-AGG_MODES = Registry("actor_rollout_ref.actor.loss_agg_mode")
+AGG_MODES = Registry("actor_rollout_ref.actor.loss_agg_mode", names=algo_names.LOSS_AGG_MODES)
 
 
 def register_agg_mode(name: str, *, counts: str):

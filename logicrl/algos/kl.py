@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import torch
 
+from logicrl import algo_names
 from logicrl.algos.masked import as_bool_mask, masked_fill_zero, masked_mean
 from logicrl.algos.registry import Registry
 
 KL_ESTIMATORS = Registry("KL estimator (actor.kl_loss_type / algorithm.kl_penalty)",
-                         inputs=("log_probs", "ref_log_probs"))
+                         inputs=("log_probs", "ref_log_probs"), names=algo_names.KL_ESTIMATORS)
 register_kl_estimator = KL_ESTIMATORS.register
 
 # k3's exp(-d) overflows for large |d|; verl clamps d to +-20 before exp and k3 itself to +-10,
@@ -92,7 +93,8 @@ def apply_kl_penalty(
     return rewards, mean_kl
 
 
-KL_CONTROLLERS = Registry("algorithm.kl_ctrl.type", inputs=("kl_coef", "target_kl", "horizon"))
+KL_CONTROLLERS = Registry("algorithm.kl_ctrl.type", inputs=("kl_coef", "target_kl", "horizon"),
+                          names=algo_names.KL_CONTROLLERS)
 register_kl_controller = KL_CONTROLLERS.register
 
 

@@ -1,6 +1,7 @@
 """Masked reductions shared by the estimators, losses and metrics.
 
-`mask` is [B, T] (bool, or 0/1 of any dtype) and marks the response tokens that count. Values at
+`mask` is [B, T] (bool, or 0/1 of any dtype) and marks the response tokens that count: the loss mask
+(`response_mask`), which is the attention mask less what is attended but not trained. Values at
 masked-out positions (padding, tool output, tokens after EOS) may be anything, inf and nan included,
 and never change a result: every function selects with `torch.where` instead of multiplying by the
 mask, because inf * 0 = nan would leak a padded garbage value into a sum. Outputs are 0 at masked
@@ -63,3 +64,13 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
     big = torch.finfo(x.dtype).max
     constant = torch.where(mask, x, -big).max() <= torch.where(mask, x, big).min()
     return torch.where(mask & ~constant, whitened, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def response_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] response attention mask -> [B] int64: where each response ends, the index of its last
+    attended token + 1 (0 for an empty one). This is the response's length for decoding, the reward's
+    token (`lengths - 1`), the overlong penalty and the length metrics. It is read from the attention
+    mask, never from the loss mask (`response_mask`): a span the model attends to but does not train
+    on (tool output) lies inside the response and must neither shorten it nor move its reward."""
+    columns = torch.arange(1, attention_mask.shape[-1] + 1, device=attention_mask.device)  # [T]
+    return (as_bool_mask(attention_mask).long() * columns).amax(-1)

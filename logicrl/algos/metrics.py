@@ -9,25 +9,26 @@ from __future__ import annotations
 
 import torch
 
-from logicrl.algos.kl import kl_k1, kl_k3
+from logicrl.algos.kl import kl_k3
 from logicrl.algos.masked import as_bool_mask, masked_fill_zero, masked_mean, masked_var
 
 
 @torch.no_grad()
 def policy_clip_metrics(
-    ratio: torch.Tensor,  # [B, T] PolicyLossOutput.ratio
+    ratio: torch.Tensor,  # [B, T] the ratio PPO's clip acted on
     advantages: torch.Tensor,  # [B, T]
     response_mask: torch.Tensor,  # [B, T]
     clip_ratio_low: float,
     clip_ratio_high: float,
     clip_ratio_c: float | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Fractions of valid tokens whose gradient a clip removed (PPO, arXiv:1707.06347).
+    """Fractions of valid tokens whose gradient PPO's clip (arXiv:1707.06347) removed, for the losses built on
+    its clipped surrogate (vanilla, gspo):
 
-    pg_clipfrac_high: A > 0 and r > 1 + clip_ratio_high (DAPO's clip-higher watches this one);
-    pg_clipfrac_low:  A < 0 and r < 1 - clip_ratio_low;
-    pg_clipfrac:      either, the same number as verl's actor/pg_clipfrac;
-    pg_clipfrac_dual: A < 0 and r > clip_ratio_c, the dual clip (verl logs it as pg_clipfrac_lower).
+    pg_clipfrac:       A > 0 and r > 1 + clip_ratio_high, or A < 0 and r < 1 - clip_ratio_low (verl's);
+    pg_clipfrac_high / _low: each side alone (DAPO's clip-higher watches the first);
+    pg_clipfrac_lower: A < 0 and max(-A r, -A clip(r)) > -A clip_ratio_c, the dual clip (verl's name and
+                       definition); 0 without a dual clip, as verl reports it for gspo.
     """
     mask = as_bool_mask(response_mask)
     advantages = masked_fill_zero(advantages, mask)
@@ -37,29 +38,36 @@ def policy_clip_metrics(
         "actor/pg_clipfrac": masked_mean((high | low).float(), mask),
         "actor/pg_clipfrac_high": masked_mean(high.float(), mask),
         "actor/pg_clipfrac_low": masked_mean(low.float(), mask),
+        "actor/pg_clipfrac_lower": torch.zeros((), device=ratio.device),
     }
     if clip_ratio_c is not None:
-        out["actor/pg_clipfrac_dual"] = masked_mean(((advantages < 0) & (ratio > clip_ratio_c)).float(), mask)
+        clipped = ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
+        surrogate = torch.maximum(-advantages * ratio, -advantages * clipped)
+        dual = (advantages < 0) & (surrogate > -advantages * clip_ratio_c)
+        out["actor/pg_clipfrac_lower"] = masked_mean(dual.float(), mask)
     return out
+
+
+@torch.no_grad()
+def ppo_kl(log_ratio: torch.Tensor, response_mask: torch.Tensor) -> dict[str, torch.Tensor]:  # [B, T]
+    """verl's actor/ppo_kl: the mean over valid tokens of log pi_old - log pi, the k1 estimate of
+    KL(pi_old || pi). `log_ratio` is log pi - log pi_old as the loss used it: clamped where the loss
+    clamps it, as verl computes it per loss."""
+    return {"actor/ppo_kl": masked_mean(-log_ratio, response_mask)}
 
 
 @torch.no_grad()
 def approx_kl_metrics(
     log_probs: torch.Tensor,  # [B, T] current policy
-    old_log_probs: torch.Tensor,  # [B, T] sampling policy
+    old_log_probs: torch.Tensor,  # [B, T]
     response_mask: torch.Tensor,  # [B, T]
 ) -> dict[str, torch.Tensor]:
-    """How far the update has moved the policy: KL(pi_old || pi) over the sampled tokens.
-
-    ppo_kl is k1 (verl's actor/ppo_kl); approx_kl is k3, non-negative and lower-variance (cleanrl's
-    losses/approx_kl; Schulman 2020, http://joschu.net/blog/kl-approx.html).
-    """
+    """actor/approx_kl: the mean k3 estimate of KL(pi_old || pi), never negative (cleanrl's
+    losses/approx_kl; Schulman 2020, http://joschu.net/blog/kl-approx.html). verl's actor/ppo_kl, the k1
+    estimate, comes with each policy loss's output (policy_loss.py): verl defines it per loss."""
     mask = as_bool_mask(response_mask)
     old, new = masked_fill_zero(old_log_probs, mask), masked_fill_zero(log_probs, mask)
-    return {
-        "actor/ppo_kl": masked_mean(kl_k1(old, new), mask),
-        "actor/approx_kl": masked_mean(kl_k3(old, new), mask),
-    }
+    return {"actor/approx_kl": masked_mean(kl_k3(old, new), mask)}
 
 
 @torch.no_grad()

@@ -1,8 +1,8 @@
 """One registry per config switch: a name from the config picks an implementation (STYLE.md, 2).
 
 Each switch gets its own `Registry`: ADV_ESTIMATORS, POLICY_LOSSES, AGG_MODES, KL_ESTIMATORS and
-KL_CONTROLLERS. Its names are the strings the config accepts (logicrl/config/schema.py validates
-them up front; tests/algos/test_algos_registry.py checks the two lists agree).
+KL_CONTROLLERS. Its names are the strings the config accepts: one torch-free list per switch in
+logicrl/algo_names.py, which logicrl/config/schema.py validates against up front.
 """
 
 from __future__ import annotations
@@ -26,12 +26,16 @@ class Registry(dict):
     `values`, GRPO takes `index`, and neither has to accept and silently ignore the other's
     arguments. A parameter outside `inputs` is refused at registration, so a misspelt name fails on
     import rather than arriving as a default forever.
+
+    `names` is the switch's list in logicrl/algo_names.py: a name registered that it lacks (a user's
+    own loss) is added to it, so the config's validation accepts that name too.
     """
 
-    def __init__(self, switch: str, inputs: Iterable[str] | None = None):
+    def __init__(self, switch: str, inputs: Iterable[str] | None = None, names: list[str] | None = None):
         super().__init__()
         self.switch = switch
         self.inputs = frozenset(inputs) if inputs is not None else None
+        self.names = names
 
     def register(self, name: str) -> Callable[[Impl], Impl]:
         """Decorator: make `impl` the implementation selected by `name`."""
@@ -48,6 +52,8 @@ class Registry(dict):
                         f"parameters must come from {sorted(self.inputs)}"
                     )
             dict.__setitem__(self, name, impl)
+            if self.names is not None and name not in self.names:
+                self.names.append(name)
             return impl
 
         return decorator

@@ -11,10 +11,11 @@ Two independent parts, both functions of the log-ratio log(pi_trainer / pi_rollo
   rejection (rollout_rs): a keep mask from divergence statistics against bounds, verl's canonical
     options `{token,seq_sum,seq_mean,seq_max}_k{1,2,3}`; verl's older level names are accepted:
     token -> token_k1, sequence -> seq_sum_k1, geometric -> seq_mean_k1 (the geometric mean ratio).
-Departures from verl: `rollout_is_batch_normalize` normalises over the micro-batch the loss sees (verl:
-the whole batch across ranks; the same with one micro-batch per mini-batch on one rank). Rejected tokens
-keep their place in the loss normaliser (verl's bypass mode does the same): a rejection removes a token's
-gradient, it does not reweight the kept ones.
+A rejected token is no part of the policy loss (compute_policy_loss's `keep`: no gradient, in no sequence
+ratio). Departures from verl: `rollout_is_batch_normalize` normalises over the micro-batch the loss sees
+(verl: the whole batch across ranks; the same with one micro-batch per mini-batch on one rank). Rejected
+tokens keep their place in the loss normaliser (verl drops them in decoupled mode): a rejection removes a
+token's gradient, it does not reweight the kept ones.
 """
 
 from __future__ import annotations
@@ -123,32 +124,41 @@ def is_weights(
     threshold: float,
     batch_normalize: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Truncated IS weights [B, T] (min(w, threshold), 0 at masked positions) and verl's rollout_is_* metrics
-    of the untruncated weights: mean, max, ratio_fraction_high (the share truncated), ratio_fraction_low."""
+    """Truncated IS weights [B, T] (min(w, threshold), 0 at masked positions) and verl's rollout_is_* metrics:
+
+    rollout_is_mean   the truncated weights' mean over valid tokens (a response's weight counts once per token);
+    rollout_is_max    token level: the largest truncated weight; sequence level: the largest untruncated one;
+    rollout_is_ratio_fraction_high / _low   the share of tokens (responses) beyond threshold (1 / threshold);
+    rollout_is_batch_norm_factor            with batch_normalize: the mean divided out (tokens, or responses).
+    A sequence weight is the product of the ratios of the response's valid tokens wherever they sit."""
     mask = as_bool_mask(response_mask)
+    rows = mask.any(-1)  # [B]
     log_ratio = log_ratio.detach().masked_fill(~mask, 0.0)
     if level == "token":
         log_w = log_ratio
     elif level == "sequence":
-        log_w = masked_sum(log_ratio, mask, dim=-1)[:, None].expand_as(log_ratio)  # [B, T]: the product of ratios
+        seq_log = masked_sum(log_ratio, mask, dim=-1)  # [B]: log of the product of ratios
+        log_w = seq_log[:, None].expand_as(log_ratio)
     else:
         raise ValueError(f"rollout_is={level!r} is not one of {IS_LEVELS}")
-    raw = _clamped_exp(log_w) * mask
-    # Sequence level counts each response once, not once per token (verl's sequence metrics do the same).
-    rows = mask.any(-1)
-    unit, unit_mask = (raw, mask) if level == "token" else (raw[:, 0], rows)
-    unit_log = log_w if level == "token" else log_w[:, 0]
+    weights = (_clamped_exp(log_w) * mask).clamp(max=threshold)
+    if level == "token":
+        unit_log, unit_mask = log_ratio, mask
+        top = weights.masked_fill(~mask, 0.0).max()
+    else:  # one weight per response, as verl's sequence metrics
+        unit_log, unit_mask = seq_log, rows
+        top = torch.where(rows.any(), _clamped_exp(seq_log.masked_fill(~rows, -torch.inf).max()), 0.0)
     metrics = {
-        "rollout_corr/rollout_is_mean": masked_mean(unit, unit_mask),
-        "rollout_corr/rollout_is_max": unit.masked_fill(~unit_mask, 0.0).max(),
-        "rollout_corr/rollout_is_ratio_fraction_high": masked_mean((unit_log > math.log(threshold)).to(raw.dtype),
+        "rollout_corr/rollout_is_mean": masked_mean(weights, mask),
+        "rollout_corr/rollout_is_max": top,
+        "rollout_corr/rollout_is_ratio_fraction_high": masked_mean((unit_log > math.log(threshold)).to(weights.dtype),
                                                                    unit_mask),
-        "rollout_corr/rollout_is_ratio_fraction_low": masked_mean((unit_log < -math.log(threshold)).to(raw.dtype),
+        "rollout_corr/rollout_is_ratio_fraction_low": masked_mean((unit_log < -math.log(threshold)).to(weights.dtype),
                                                                   unit_mask),
     }
-    weights = raw.clamp(max=threshold)
     if batch_normalize:
-        norm = masked_mean(weights if level == "token" else weights[:, 0], unit_mask)
+        unit = weights if level == "token" else _clamped_exp(seq_log).clamp(max=threshold)
+        norm = masked_mean(unit, unit_mask)
         weights = weights / norm.clamp(min=1e-8)
         metrics["rollout_corr/rollout_is_batch_norm_factor"] = norm
     return weights, metrics
@@ -240,9 +250,11 @@ def mismatch_metrics(
     rollout_lp = masked_sum(rollout_log_probs, mask, dim=-1) / count
     gap = rollout_lp - trainer_lp
     r = _clamped_exp(log_ratio)
+    # k3 unclamped, as verl, in float64: equal to verl's wherever its float32 is finite.
+    k3 = torch.expm1(log_ratio.double()) - log_ratio.double()
     return {
         "rollout_corr/kl": masked_mean(-log_ratio, mask),
-        "rollout_corr/k3_kl": masked_mean(r - 1.0 - log_ratio, mask),
+        "rollout_corr/k3_kl": masked_mean(k3, mask).to(log_ratio.dtype),
         "rollout_corr/log_ppl_diff": masked_mean(gap, rows),
         "rollout_corr/log_ppl_abs_diff": masked_mean(gap.abs(), rows),
         "rollout_corr/training_log_ppl": masked_mean(-trainer_lp, rows),

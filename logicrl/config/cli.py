@@ -10,13 +10,14 @@ missing config group option) comes out of Hydra as an exception; `hydra_error_li
 
 from __future__ import annotations
 
-from pathlib import Path
 import re
+from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
 
 from logicrl.config.errors import ConfigError
+from logicrl.config.loss_module import GROUP as LOSS_GROUP
 from logicrl.config.schema import all_keys
 from logicrl.config.validate import unknown_key
 from logicrl.config.verl_keys import verl_rule_key
@@ -86,6 +87,9 @@ def check_overrides(argv: list[str]) -> list[str]:
             continue
         if not (o.is_add() or o.is_force_add() or o.is_delete()) and key not in valid and not verl_rule_key(key) \
                 and not list_item(key, valid):
+            if key.startswith(f"{LOSS_GROUP}.") and key.count(".") == LOSS_GROUP.count(".") + 1:
+                raise ConfigError(f"unknown config key `{key}`: a parameter of your own loss is a new key, "
+                                  f"+{key}=..., with {LOSS_GROUP}.module set to the file that registers the loss")
             raise unknown_key(key)
     return rewritten
 

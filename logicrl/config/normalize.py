@@ -13,10 +13,11 @@ per curriculum stage), after migration and before the checks:
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config.errors import ConfigError, log
-from logicrl.config.plan import ARR, uses_critic
+from logicrl.config.models import MODELS
+from logicrl.config.plan import ARR
 
 
 def rank_count(cfg: DictConfig) -> int:
@@ -58,9 +59,8 @@ def normalize(cfg: DictConfig) -> None:
     if filled:
         log.info("derived: " + ", ".join(filled))
 
-    _clamp(cfg, f"{ARR}.actor", actor)
-    if uses_critic(cfg):
-        _clamp(cfg, "critic", cfg.critic)
+    for role in (m for m in MODELS if m.trains and m.in_use(cfg)):
+        _clamp(cfg, role.prefix, OmegaConf.select(cfg, role.prefix))
 
 
 def _clamp(cfg: DictConfig, prefix: str, role: DictConfig) -> None:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.config.errors import ConfigError
-from logicrl.config.phases import ARR, BY_NAME, PHASES, STEP, WORKER_PHASES, Phase, token_key
+from logicrl.config.models import TRAINED, in_use, model
+from logicrl.config.phases import ARR, BY_NAME, PHASES, STEP, UPDATE_OF, WORKER_PHASES, Phase, token_key
 
 __all__ = ["ARR", "PHASES", "WORKER_PHASES", "Micro", "Update", "PhasePlan", "StepPlan", "build_plan", "count_steps",
            "swap_micro", "token_key"]
@@ -120,6 +121,10 @@ class StepPlan:
     def total_steps(self) -> int:
         return count_steps(self.train_rows, self.prompts, self.total_epochs, self.max_steps)[1]
 
+    def update(self, role: str) -> Update | None:
+        """A trained role's mini- and micro-batches; None for a role that does not train (or no critic)."""
+        return getattr(self, role) if role in TRAINED else None
+
     def phase(self, name: str) -> PhasePlan:
         for p in self.phases:
             if p.name == name:
@@ -153,16 +158,17 @@ class StepPlan:
         """A new plan with the micro-batches or token budgets set by config key in `values` changed
         (swap_micro); the trained roles' micro-batches must still divide their mini-batches."""
         phases = swap_micro(self.phases, values)
-        updates = {role: replace(u, micro=_micro_in(phases, f"update_{role}"))
-                   for role, u in (("actor", self.actor), ("critic", self.critic)) if u is not None}
+        updates = {role: replace(u, micro=_micro_in(phases, UPDATE_OF[role]))
+                   for role in TRAINED if (u := self.update(role)) is not None}
         for role, u in updates.items():
-            _check_divides(u, role)
+            _check_divides(u, model(role).prefix)
         return replace(self, phases=phases, **updates)
 
-    def with_grad_accumulation(self, actor: str, critic: str | None) -> StepPlan:
-        """A new plan with each role's grad_accumulation set (the preflight's resolution of "auto")."""
-        return replace(self, actor=replace(self.actor, grad_accumulation=actor),
-                       critic=replace(self.critic, grad_accumulation=critic) if self.critic else None)
+    def with_grad_accumulation(self, modes: dict[str, str]) -> StepPlan:
+        """A new plan with each trained role's grad_accumulation set, by role (the preflight's resolution
+        of "auto"); a role this plan does not train is ignored."""
+        return replace(self, **{role: replace(u, grad_accumulation=modes[role])
+                                for role in TRAINED if (u := self.update(role)) is not None})
 
 
 def count_steps(train_rows: int, prompts: int, total_epochs: int, max_steps: int | None) -> tuple[int, int]:
@@ -201,14 +207,6 @@ def swap_micro(phases: tuple[PhasePlan, ...], values: dict[str, int]) -> tuple[P
 
 def _micro_in(phases: tuple[PhasePlan, ...], name: str) -> Micro:
     return next(p.micro for p in phases if p.name == name)
-
-
-def uses_critic(cfg: DictConfig) -> bool:
-    return cfg.algorithm.adv_estimator == "gae"
-
-
-def uses_ref(cfg: DictConfig) -> bool:
-    return bool(cfg[ARR].actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
 
 
 def micro_of(cfg: DictConfig, phase: Phase) -> Micro | None:
@@ -262,8 +260,10 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
             raise ConfigError(
                 f"data.gen_batch_size={gen_prompts} x {ARR}.rollout.n={n} = {gen_prompts * n} responses do not split "
                 f"across trainer.n_gpus={ranks} ranks: make the product a multiple of {ranks}")
-    actor = _update(cfg, "update_actor", f"{ARR}.actor", prompts, n, ranks)
-    critic = _update(cfg, "update_critic", "critic", prompts, n, ranks) if uses_critic(cfg) else None
+    used = in_use(cfg)
+    updates = {role: _update(cfg, UPDATE_OF[role], model(role).prefix, prompts, n, ranks)
+               for role in TRAINED if used[role]}
+    actor, critic = updates["actor"], updates.get("critic")
 
     no_critic = None if critic else f"no critic (algorithm.adv_estimator={algo.adv_estimator})"
     # The old-log-prob pass is skipped when each step makes exactly one optimizer step and no reward
@@ -273,11 +273,11 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
                 "log-probs are the update's own") if on_policy else None
     if algo.rollout_correction.bypass_mode:  # verl's bypass: pi_old := pi_rollout (algos/rollout_correction.py)
         old_skip = "rollout_correction.bypass_mode: the engine's log-probs are the old log-probs"
-    ref_skip = None if uses_ref(cfg) else "no KL term (actor.use_kl_loss and algorithm.use_kl_in_reward are off)"
+    ref_skip = None if used["ref"] else "no KL term (actor.use_kl_loss and algorithm.use_kl_in_reward are off)"
     # The trained roles' micro-batches are their Update's (checked to divide the mini-batch).
     micro = {p.name: micro_of(cfg, p) for p in STEP}
     micro.update(update_actor=actor.micro, update_critic=critic.micro if critic else None)
-    rm_skip = None if cfg.reward_model.enable else "no reward model (reward_model.enable=false): rules score"
+    rm_skip = None if used["reward_model"] else "no reward model (reward_model.enable=false): rules score"
     skipped = {"reward_model": rm_skip, "old_log_prob": old_skip, "ref": ref_skip, "values": no_critic,
                "update_critic": no_critic}
     phases = tuple(PhasePlan(name, skipped.get(name), micro[name]) for name in PHASES)

@@ -6,10 +6,11 @@
 - its package not installed (the quant extra, torchao), at launch: a dry run plans it without;
 - a decoder Linear that the NF4 block does not divide;
 - a pre-quantized checkpoint (config.json quantization_config): always without LoRA (full fine-tuning
-  of int4 weights) or as the critic (trained in full). GPTQ loads (models/gptq.py) on the hf engine with
-  the adapter sync, once its packages are installed (the gptq extra, at launch); another method is
-  refused at launch. A dry run still plans any of them (memory/planner_inputs.py reads its bits per
-  weight), so the plan of such a run can be read before the refusal.
+  of int4 weights) or as the critic (trained in full). GPTQ loads (models/gptq.py) on an engine whose row
+  holds it (config/engines.py: hf) with the adapter sync, once its packages are installed (the gptq extra,
+  at launch); another method is refused at launch. A dry run still plans any of them
+  (memory/planner_inputs.py reads its bits per weight), so the plan of such a run can be read before the
+  refusal.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import math
 
 from omegaconf import DictConfig
 
+from logicrl.config.engines import ENGINES
 from logicrl.config.errors import ConfigError
 from logicrl.config.plan import ARR
 from logicrl.models.quant_methods import PRE_QUANTIZED, package_missing, pre_quantized_missing, pre_quantized_refusal
@@ -52,10 +54,12 @@ def check_quantization(cfg: DictConfig, spec: ModelSpec, critic_spec: ModelSpec 
         if spec.quant_method not in PRE_QUANTIZED:
             raise ConfigError(pre_quantized_refusal(f"{ARR}.model.path", model.path, spec.quant_method))
         rollout = cfg[ARR].rollout
-        if rollout.name != "hf":
+        if spec.quant_method not in ENGINES[rollout.name].prequantized:
+            holders = [name for name, row in ENGINES.items() if spec.quant_method in row.prequantized]
             raise ConfigError(f"{ARR}.rollout.name={rollout.name} with a {spec.quant_method} base ({model.path}): "
-                              "only the hf engine holds it as the trainer does (the same int4 Linears, adapters "
-                              f"synced alone); set {ARR}.rollout.name=hf (docs/quantization.md)")
+                              f"only the {' or '.join(holders)} engine holds it as the trainer does (the same int4 "
+                              f"Linears, adapters synced alone); set {ARR}.rollout.name={holders[0]} "
+                              "(docs/quantization.md)")
         if rollout.lora_sync != "adapters":
             raise ConfigError(f"{ARR}.rollout.lora_sync={rollout.lora_sync} with a {spec.quant_method} base "
                               f"({model.path}): int4 weights cannot absorb the merged W + BA; set "

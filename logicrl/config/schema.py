@@ -20,18 +20,18 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-# reward.combine.mode: how a learned score and the rule reward make the sequence reward (its one list).
+# The algorithm switches' names, from the torch-free list the registries in algos/ also read
+# (config/ imports no torch: logicrl/algo_names.py says why).
+from logicrl.algo_names import ADV_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSS_MODES
+from logicrl.config.engines import ENGINES
 from logicrl.models.quant_methods import METHODS as QUANT_METHODS
+
+# reward.combine.mode: how a learned score and the rule reward make the sequence reward (its one list).
 from logicrl.reward.combine import MODES as COMBINE_MODES
 
-ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
-# verl spells the same three estimators two ways (algos/kl.py): both are accepted.
-KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 LR_SCHEDULES = ("constant", "cosine")
 # fsdp_config.grad_accumulation: how gradients accumulate over micro-batches (workers/update.py).
 GRAD_ACCUMULATION = ("auto", "sharded", "unsharded")
-POLICY_LOSS_MODES = ("vanilla", "gspo", "cispo", "geo_mean", "sapo", "gpg", "clip_cov", "kl_cov")
 LOGGERS = ("console", "jsonl", "wandb", "tensorboard")
 
 
@@ -83,6 +83,7 @@ class OptimConfig:
     lr: float = key(gt=0)
     weight_decay: float = key(ge=0)
     lr_warmup_steps_ratio: float = key(ge=0, le=1)
+    lr_warmup_steps: int = key(ge=-1)
     lr_scheduler_type: str = key(choices=LR_SCHEDULES)
 
 
@@ -97,6 +98,9 @@ class ActorFSDPConfig:
 @dataclass
 class PolicyLossConfig:
     loss_mode: str = key(choices=POLICY_LOSS_MODES)
+    # A user's module that registers more losses (config/loss_module.py); with it, this group takes
+    # the keys of their parameters too.
+    module: Optional[str] = key()
     clip_cov_ratio: float = key(gt=0, le=1)
     clip_cov_lb: float = key()
     clip_cov_ub: float = key()
@@ -120,7 +124,9 @@ class ActorConfig:
     clip_ratio_c: float = key(gt=1)
     tau_pos: float = key(gt=0)
     tau_neg: float = key(gt=0)
-    policy_loss: PolicyLossConfig = group(PolicyLossConfig)
+    # Any, not PolicyLossConfig: a user's loss module adds its parameters' keys after validation
+    # (config/loss_module.py), which a typed node would refuse. Its keys are still PolicyLossConfig's.
+    policy_loss: Any = group(PolicyLossConfig)
     loss_agg_mode: str = key(choices=LOSS_AGG_MODES)
     entropy_coeff: float = key(ge=0)
     use_kl_loss: bool = key()
@@ -157,7 +163,7 @@ class ValKwargs:
 
 @dataclass
 class RolloutConfig:
-    name: str = key(choices=("vllm", "hf"))
+    name: str = key(choices=ENGINES)  # the engine table itself: an engine registered later is a choice too
     n: int = key(ge=1)
     temperature: float = key(gt=0)
     top_p: float = key(gt=0, le=1)
@@ -248,7 +254,7 @@ class RewardModelConfig:
 # ---------------------------------------------------------------- algorithm
 @dataclass
 class KLCtrlConfig:
-    type: str = key(choices=("fixed", "adaptive"))
+    type: str = key(choices=KL_CONTROLLERS)
     kl_coef: float = key(ge=0)
     target_kl: float = key(gt=0)
     horizon: int = key(ge=1)

@@ -16,34 +16,14 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from logicrl.config.errors import ConfigError, log
+from logicrl.config.models import MODELS, model
 from logicrl.config.phases import phase as phase_row
-from logicrl.config.plan import ARR, uses_critic, uses_ref
 from logicrl.models.spec import ModelSpec
-
-KEY = "ulysses_sequence_parallel_size"
-
-
-def roles(cfg: DictConfig) -> list[tuple[str, int, bool, str]]:
-    """(SP key, size, packed?, the model's path key) of each model this run uses."""
-    arr, packed = cfg[ARR], cfg[ARR].model.use_remove_padding
-    out = [(f"{ARR}.actor.{KEY}", arr.actor.ulysses_sequence_parallel_size, packed, f"{ARR}.model.path")]
-    if uses_ref(cfg):
-        out.append((f"{ARR}.ref.{KEY}", arr.ref.ulysses_sequence_parallel_size, packed, f"{ARR}.model.path"))
-    if uses_critic(cfg):
-        out.append((f"critic.{KEY}", cfg.critic.ulysses_sequence_parallel_size, cfg.critic.model.use_remove_padding,
-                    "critic.model.path"))
-    if cfg.reward_model.enable:
-        out.append((f"reward_model.{KEY}", cfg.reward_model.ulysses_sequence_parallel_size,
-                    cfg.reward_model.model.use_remove_padding, "reward_model.model.path"))
-    return out
 
 
 def model_sp_sizes(cfg: DictConfig) -> dict[str, int]:
-    """Each FSDP2 model's sequence-parallel group size, by its name in config/phases.py."""
-    arr = cfg[ARR]
-    return {"actor": arr.actor.ulysses_sequence_parallel_size, "ref": arr.ref.ulysses_sequence_parallel_size,
-            "critic": cfg.critic.ulysses_sequence_parallel_size,
-            "reward_model": cfg.reward_model.ulysses_sequence_parallel_size}
+    """Each FSDP2 model's sequence-parallel group size, by its name in config/models.py."""
+    return {m.name: m.get(cfg, "sp_key") for m in MODELS}
 
 
 def phase_sp_size(cfg: DictConfig, phase: str) -> int:
@@ -56,24 +36,22 @@ def phase_sp_size(cfg: DictConfig, phase: str) -> int:
 def check_sequence_parallel(cfg: DictConfig, spec_of) -> None:
     """Raise ConfigError naming the key and the fix for an SP size the run cannot use. `spec_of(path_key)`
     gives the ModelSpec of the checkpoint a path key names."""
-    used = roles(cfg)
-    arr = cfg[ARR]
-    actor, ref = arr.actor.ulysses_sequence_parallel_size, arr.ref.ulysses_sequence_parallel_size
-    if arr.model.lora_rank > 0 and uses_ref(cfg) and ref != actor:
-        raise ConfigError(f"{ARR}.ref.{KEY}={ref} differs from {ARR}.actor.{KEY}={actor}, but with LoRA the "
-                          f"reference is the actor with its adapter off (one model): set them equal")
+    actor, ref = model("actor"), model("ref")
+    sizes = model_sp_sizes(cfg)
+    if cfg.actor_rollout_ref.model.lora_rank > 0 and ref.in_use(cfg) and sizes["ref"] != sizes["actor"]:
+        raise ConfigError(f"{ref.sp_key}={sizes['ref']} differs from {actor.sp_key}={sizes['actor']}, but with LoRA "
+                          f"the reference is the actor with its adapter off (one model): set them equal")
     n_gpus = cfg.trainer.n_gpus
-    for key, size, packed, path_key in used:
-        if size == 1:
+    for role in MODELS:
+        size = sizes[role.name]
+        if size == 1 or not role.in_use(cfg):
             continue
         if n_gpus % size:
-            raise ConfigError(f"{key}={size} must divide trainer.n_gpus={n_gpus} (each sequence-parallel group is "
-                              f"{size} ranks): pick a divisor of {n_gpus}")
-        if not packed:
-            pad_key = (f"{ARR}.model.use_remove_padding" if key.startswith(ARR) else
-                       f"{key.split('.')[0]}.model.use_remove_padding")
-            raise ConfigError(f"{key}={size} splits packed rows across ranks: set {pad_key}=true")
-        check_heads(key, size, spec_of(path_key), path_key)
+            raise ConfigError(f"{role.sp_key}={size} must divide trainer.n_gpus={n_gpus} (each sequence-parallel "
+                              f"group is {size} ranks): pick a divisor of {n_gpus}")
+        if not role.get(cfg, "packing_key"):
+            raise ConfigError(f"{role.sp_key}={size} splits packed rows across ranks: set {role.packing_key}=true")
+        check_heads(role.sp_key, size, spec_of(role.path_key), role.path_key)
 
 
 def check_heads(key: str, size: int, spec: ModelSpec, path_key: str) -> None:

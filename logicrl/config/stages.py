@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from logicrl.config.plan import StepPlan
 from logicrl.config.errors import ConfigError
+from logicrl.config.plan import StepPlan
 from logicrl.config.schema import RootConfig
 from logicrl.config.validate import validate
 from logicrl.models.spec import ModelSpec
@@ -75,7 +75,8 @@ def _stage_entries(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
         seen.add(name)
         overlay = entry.get("overrides") or OmegaConf.create({})
         if not isinstance(overlay, DictConfig):
-            raise ConfigError(f"{where}.overrides must be a mapping of config groups, e.g. {{data: {{train_files: ...}}}}")
+            raise ConfigError(f"{where}.overrides must be a mapping of config groups, "
+                              "e.g. {data: {train_files: ...}}")
         for top in overlay:
             if top in ("curriculum", "hydra"):
                 raise ConfigError(f"{where}.overrides.{top}: a stage cannot change {top}")

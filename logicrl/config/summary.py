@@ -105,8 +105,8 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
         lines.append(f"{'':<10} base quantized to {cfg[ARR].model.quantization} as it loads, whole on every rank; "
                      "only the LoRA adapters train (docs/quantization.md)")
     elif spec.quant_method:
-        lines.append(f"{'':<10} base stored as {spec.quant_method} int{spec.quant_bits}, loaded as it is, whole on every "
-                     "rank and in the engine; only the LoRA adapters train (docs/quantization.md)")
+        lines.append(f"{'':<10} base stored as {spec.quant_method} int{spec.quant_bits}, loaded as it is, "
+                     "whole on every rank and in the engine; only the LoRA adapters train (docs/quantization.md)")
     lines.append(memory)
     return "\n".join(lines)
 

@@ -16,21 +16,24 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
+from logicrl.config.engines import ENGINES, engines_with
 from logicrl.config.errors import ConfigError, log
+from logicrl.config.loss_module import take_loss_params, with_loss_params
 from logicrl.config.migrate import migrate
+from logicrl.config.models import model
 from logicrl.config.normalize import normalize, rank_count
-from logicrl.config.plan import ARR, StepPlan, build_plan, uses_critic
+from logicrl.config.plan import ARR, StepPlan, build_plan
 from logicrl.config.quantization import check_quantization
 from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.config.sequence_parallel import check_sequence_parallel
 from logicrl.config.verl_keys import take_verl_keys
 from logicrl.data.files import DATA_SUFFIXES, data_sources, dataset_rows
-from logicrl.reward.combine import CombineError, CombineRule
-from logicrl.reward.custom import CustomRewardError, load_custom_reward
 from logicrl.models.lora_targets import ATTENTION, MLP
 from logicrl.models.reward_head import reward_head
 from logicrl.models.spec import ModelSpec, ModelSpecError, load_model_spec
 from logicrl.models.tiny import EMBEDDED_CONFIGS, EMBEDDED_TINY, EMBEDDED_TINY_RM
+from logicrl.reward.combine import CombineError, CombineRule
+from logicrl.reward.custom import CustomRewardError, load_custom_reward
 
 NEEDS_GROUPS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}
@@ -123,7 +126,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
             f"data.max_prompt_length={data.max_prompt_length} + data.max_response_length={data.max_response_length}"
             f" = {total} tokens exceed the model's max_position_embeddings={spec.max_position_embeddings}"
             f" ({ARR}.model.path={arr.model.path}): lower them")
-    critic_spec = check_model("critic.model.path", cfg.critic.model.path) if uses_critic(cfg) else None
+    critic_spec = check_model("critic.model.path", cfg.critic.model.path) if model("critic").in_use(cfg) else None
     check_quantization(cfg, spec, critic_spec)
 
     if algo.adv_estimator in NEEDS_GROUPS and arr.rollout.n < 2:
@@ -135,10 +138,11 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
 
     check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
     check_lora_sync(arr)
+    check_engine_logprobs(cfg)
     check_reward_model(cfg)
     check_sequence_parallel(cfg, lambda path_key: spec if path_key == f"{ARR}.model.path" else
                             check_model(path_key, OmegaConf.select(cfg, path_key)))
-    check_rollout_correction(algo.rollout_correction)
+    check_rollout_correction(algo.rollout_correction, arr.actor.policy_loss.loss_mode)
 
     overlong = cfg.reward.overlong_buffer
     if overlong.enable and overlong.len > data.max_response_length:
@@ -146,9 +150,11 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
                           f"{data.max_response_length}: the ramp must fit inside the response")
     check_filter_groups(cfg)
     actor = arr.actor
-    if actor.clip_ratio_low >= 1:
+    # CISPO clips a detached weight: a floor 1 - clip_ratio_low <= 0 is verl's way of saying "no lower clip"
+    # (its CISPO script sets 10). The PPO-style losses need a positive floor.
+    if actor.clip_ratio_low >= 1 and actor.policy_loss.loss_mode != "cispo":
         raise ConfigError(f"{ARR}.actor.clip_ratio_low={actor.clip_ratio_low} must be below 1 (the ratio floor is "
-                          "1 - clip_ratio_low)")
+                          "1 - clip_ratio_low; only policy_loss.loss_mode=cispo reads >= 1 as no lower clip)")
 
     for freq in ("save_freq", "test_freq"):
         if trainer[freq] == 0:
@@ -179,7 +185,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     return spec
 
 
-def check_rollout_correction(corr: DictConfig) -> None:
+def check_rollout_correction(corr: DictConfig, loss_mode: str) -> None:
     """algorithm.rollout_correction: rejection options and bounds that parse, a loss_type that applies."""
     key = "algorithm.rollout_correction"
     if corr.rollout_rs is not None:
@@ -196,6 +202,10 @@ def check_rollout_correction(corr: DictConfig) -> None:
     if corr.loss_type == "reinforce" and not corr.bypass_mode:
         raise ConfigError(f"{key}.loss_type=reinforce applies in bypass mode only (verl's rule): set "
                           f"{key}.bypass_mode=true, or loss_type=ppo_clip")
+    if corr.loss_type == "reinforce" and loss_mode != "gpg":
+        # The actor replaces the configured loss (workers/actor.py, loss_mode): say so once, here.
+        log.info(f"{key}.loss_type=reinforce trains -w A log pi (loss_mode gpg with the IS weights) in place of "
+                 f"{ARR}.actor.policy_loss.loss_mode={loss_mode}")
 
 
 def check_filter_groups(cfg: DictConfig) -> None:
@@ -278,39 +288,43 @@ def check_reward_model(cfg: DictConfig) -> None:
                                   f"data.val_files has data_source={source} ({hint})")
 
 
-VLLM_MAX_LORA_RANK = 512  # the largest of vLLM 0.32's MaxLoRARanks (rollout/vllm_lora.py rounds up to one)
-
-
 def check_lora_sync(arr: DictConfig) -> None:
-    """rollout.lora_sync=adapters on vLLM: the adapters must be ones it covers (the decoder's Linear
-    layers, the ones tested; a rank vLLM offers); otherwise the merged sync, which any target allows."""
+    """rollout.lora_sync=adapters: an engine that takes adapters alone, adapters it covers (its largest rank;
+    on vLLM the decoder's Linear layers, the ones tested); otherwise the merged sync, which any target allows."""
     model, key = arr.model, f"{ARR}.rollout.lora_sync"
-    if model.lora_rank == 0 or arr.rollout.lora_sync != "adapters" or arr.rollout.name != "vllm":
+    if model.lora_rank == 0 or arr.rollout.lora_sync != "adapters":
         return
-    if model.lora_rank > VLLM_MAX_LORA_RANK:
-        raise ConfigError(f"{ARR}.model.lora_rank={model.lora_rank} is above vLLM's largest max_lora_rank "
-                          f"{VLLM_MAX_LORA_RANK}: set {key}=merged or lower the rank")
+    name = arr.rollout.name
+    row = ENGINES[name]
+    if not row.adapter_sync:
+        raise ConfigError(f"{key}=adapters but the {name} engine ({ARR}.rollout.name) cannot take adapters alone: "
+                          f"set {key}=merged, or use {' or '.join(engines_with('adapter_sync'))}")
+    if row.max_lora_rank is not None and model.lora_rank > row.max_lora_rank:
+        raise ConfigError(f"{ARR}.model.lora_rank={model.lora_rank} is above {row.label}'s largest max_lora_rank "
+                          f"{row.max_lora_rank}: set {key}=merged or lower the rank")
     targets = model.target_modules
-    if isinstance(targets, str):
+    if not row.adapters_on_linears_only or isinstance(targets, str):
         return  # all-linear, or a regular expression over the full names: decoder Linears as the preflight finds
     # The embedding and the output layer, the modules peft adapts beside the Linears; a name that matches
     # nothing is the preflight's to refuse (preflight/lora.py: with a "did you mean").
     linears = ATTENTION + MLP
     other = [t for t in targets if t.rsplit(".", 1)[-1] in ("embed_tokens", "lm_head")]
     if other:
-        raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: the adapter sync into vLLM "
-                          f"covers the decoder's Linear layers ({', '.join(linears)}) only; set {key}=merged for "
-                          "the others")
+        raise ConfigError(f"{ARR}.model.target_modules has {', '.join(map(str, other))}: the adapter sync into "
+                          f"{row.label} covers the decoder's Linear layers ({', '.join(linears)}) only; set "
+                          f"{key}=merged for the others")
 
 
 def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:
-    """Rollout tensor parallelism (workers/rollout/vllm_tp.py): TP groups of consecutive ranks, vLLM only."""
+    """Rollout tensor parallelism (workers/rollout/vllm_tp.py): TP groups of consecutive ranks, on an engine
+    whose row has it."""
     tp, key = rollout.tensor_model_parallel_size, f"{ARR}.rollout.tensor_model_parallel_size"
     if tp == 1:
         return
-    if rollout.name != "vllm":
-        raise ConfigError(f"{key}={tp} needs {ARR}.rollout.name=vllm (the hf engine holds the whole model on "
-                          f"each rank): set rollout.name=vllm or {key}=1")
+    if not ENGINES[rollout.name].tensor_parallel:
+        able = engines_with("tensor_parallel")
+        raise ConfigError(f"{key}={tp} needs {ARR}.rollout.name={' or '.join(able)} (the {rollout.name} engine holds "
+                          f"the whole model on each rank): set rollout.name={able[0]} or {key}=1")
     if n_gpus % tp:
         raise ConfigError(f"{key}={tp} must divide trainer.n_gpus={n_gpus} (each TP group is {tp} ranks): "
                           f"set trainer.n_gpus to a multiple of {tp}")
@@ -319,16 +333,32 @@ def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:
                           f"({ARR}.model.path): pick a divisor of it")
 
 
+def check_engine_logprobs(cfg: DictConfig) -> None:
+    """Rollout correction reads the engine's own log-probs: an engine that returns none cannot serve it."""
+    name, corr = cfg[ARR].rollout.name, cfg.algorithm.rollout_correction
+    if ENGINES[name].returns_logprobs:
+        return
+    used = [f"{k}={v}" for k, v in (("rollout_is", corr.rollout_is), ("rollout_rs", corr.rollout_rs),
+                                    ("bypass_mode", corr.bypass_mode)) if v]
+    if used:
+        raise ConfigError(f"algorithm.rollout_correction.{used[0]} needs the engine's log-probs, and the {name} engine "
+                          f"({ARR}.rollout.name) returns none: turn it off, or use "
+                          f"{' or '.join(engines_with('returns_logprobs'))}")
+
+
 def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:
     """Type, migrate, normalise and check a composed config; returns it typed and resolved, with its
     model and its step plan (over the rows in the training files; the trainer re-plans over the
     rows it keeps after truncation=filter / skip_bad_rows)."""
+    # A user's loss module first: its losses are loss_mode choices, its keys not the schema's.
+    cfg, loss_params = take_loss_params(cfg)
     typed = typed_config(take_verl_keys(cfg))
     check_fields(typed)
     migrate(typed, rank_count(typed))
     check_fields(typed)  # migrated values obey the same bounds
     normalize(typed)
     spec = check_cross_fields(typed)
+    typed = with_loss_params(typed, loss_params)
     plan = build_plan(typed, dataset_rows(typed.data.train_files))
     if plan.max_steps and plan.total_steps < plan.max_steps:
         log.warning(f"trainer.total_training_steps={plan.max_steps}, but {plan.train_rows} prompts make "

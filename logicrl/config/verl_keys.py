@@ -24,9 +24,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from logicrl.config.errors import ConfigError, log
+from logicrl.config.phases import ARR
 from logicrl.config.schema import all_keys
 
-ARR = "actor_rollout_ref"
 # A rule gets the key and its plain value, logs its one line or raises, and returns the logicrl
 # (key, value) pairs to set.
 Rule = Callable[[str, Any], list[tuple[str, Any]]]
@@ -117,6 +117,7 @@ FSDP_INTERNALS = ("FSDP2 wrapping and prefetching in logicrl is fixed (one unit 
 OFFLOAD_MEMORY = "only moves memory, which the preflight plan checks: the same results"
 REWARD_LOOP = ("how verl serves the reward model (its reward loop, an inference engine); logicrl scores with it "
                "as an FSDP2 forward on every rank: the same scores")
+CUSTOM_REWARD_LOOP = "a custom verl reward loop is not loaded: use reward.custom.path"
 
 VERL_KEYS: dict[str, Rule] = {
     # ---- data
@@ -133,7 +134,8 @@ VERL_KEYS: dict[str, Rule] = {
                                             "from the checkpoint"),
     f"{ARR}.model.use_fused_kernels": ignore(LOGPROB_INTERNALS),
     f"{ARR}.model.fused_kernel_options": ignore(LOGPROB_INTERNALS),
-    f"{ARR}.model.use_liger": ignore("Liger kernels compute the same numbers faster; logicrl uses transformers' modules"),
+    f"{ARR}.model.use_liger": ignore("Liger kernels compute the same numbers faster; logicrl uses "
+                                     "transformers' modules"),
     f"{ARR}.model.enable_activation_offload": ignore(OFFLOAD_MEMORY),
     f"{ARR}.hybrid_engine": ignore_only((True,), "actor and rollout always share each rank",
                                         "logicrl always colocates actor and rollout on each rank: drop it"),
@@ -157,9 +159,25 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.actor.fsdp_config.model_dtype": refuse(f"logicrl computes in {ARR}.model.dtype (actor, reference and "
                                                    "rollout) and keeps fp32 master weights for the trained models "
                                                    f"when it is narrower: set {ARR}.model.dtype instead"),
-    # verl >= 0.4 keeps the critic's FSDP settings under critic.model.
+    # verl >= 0.4 keeps the critic's FSDP settings under critic.model, and its current config under critic.fsdp.
     "critic.model.fsdp_config.param_offload": rename("critic.fsdp_config.param_offload"),
     "critic.model.fsdp_config.optimizer_offload": rename("critic.fsdp_config.optimizer_offload"),
+    "critic.fsdp.param_offload": rename("critic.fsdp_config.param_offload"),
+    "critic.fsdp.optimizer_offload": rename("critic.fsdp_config.optimizer_offload"),
+    "critic.fsdp.model_dtype": refuse(f"logicrl computes in {ARR}.model.dtype and keeps fp32 master weights for "
+                                      f"the critic when it is narrower: set {ARR}.model.dtype instead"),
+    # Current verl reads each role's Ulysses group size under its FSDP settings (the role-level key is its
+    # deprecated spelling); logicrl keeps it at the role's level.
+    f"{ARR}.actor.fsdp_config.ulysses_sequence_parallel_size": rename(f"{ARR}.actor.ulysses_sequence_parallel_size"),
+    f"{ARR}.ref.fsdp_config.ulysses_sequence_parallel_size": rename(f"{ARR}.ref.ulysses_sequence_parallel_size"),
+    "critic.fsdp.ulysses_sequence_parallel_size": rename("critic.ulysses_sequence_parallel_size"),
+    "critic.model.fsdp_config.ulysses_sequence_parallel_size": rename("critic.ulysses_sequence_parallel_size"),
+    "reward_model.model.fsdp_config.ulysses_sequence_parallel_size":
+        rename("reward_model.ulysses_sequence_parallel_size"),
+    # verl's SAPO scripts set these under policy_loss; its loss reads actor.tau_pos / tau_neg, where logicrl
+    # keeps them too (the scripts' values are verl's defaults).
+    f"{ARR}.actor.policy_loss.tau_pos": rename(f"{ARR}.actor.tau_pos"),
+    f"{ARR}.actor.policy_loss.tau_neg": rename(f"{ARR}.actor.tau_neg"),
     "critic.forward_micro_batch_size_per_gpu": ignore("the values pass uses critic.ppo_micro_batch_size_per_gpu"),
     "critic.forward_max_token_len_per_gpu": ignore("the values pass uses critic.ppo_max_token_len_per_gpu"),
     # ---- rollout
@@ -176,12 +194,15 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.rollout.calculate_log_probs": ignore("logicrl's engines always return the log-probs of what they "
                                                  "sample (rollout correction reads them)"),
     f"{ARR}.rollout.disable_log_stats": ignore("vLLM's own logging"),
-    f"{ARR}.rollout.skip_tokenizer_init": ignore("whether vLLM loads a tokenizer; logicrl hands it token ids either way"),
+    f"{ARR}.rollout.skip_tokenizer_init": ignore("whether vLLM loads a tokenizer; logicrl hands it token ids "
+                                                 "either way"),
     f"{ARR}.rollout.cudagraph_capture_sizes": ignore("CUDA graph sizes change speed, not samples"),
     f"{ARR}.rollout.max_model_len": ignore("logicrl sizes the engine to data.max_prompt_length + "
                                            "data.max_response_length"),
     f"{ARR}.rollout.engine_kwargs": ignore("engine-specific tuning passed to vLLM/SGLang by verl"),
     # ---- algorithm, reward, trainer
+    "ray_kwargs": ignore("how verl's launcher starts Ray (runtime env, interpreter, CPUs, GPUs); logicrl starts "
+                         "its own Ray for trainer.n_gpus ranks, or joins trainer.ray_address"),
     "algorithm.use_pf_ppo": ignore_only((False,), "verl's default: no reweighting",
                                         "PF-PPO's reward-weighted resampling is not implemented: drop it"),
     # ---- reward_model (the group itself is logicrl's, conf/reward_model/default.yaml)
@@ -219,10 +240,8 @@ VERL_KEYS: dict[str, Rule] = {
     "reward_model.rollout": ignore(REWARD_LOOP),
     "reward_model.reward_loop_source": ignore_only(("register",), REWARD_LOOP,
                                                    "a custom verl reward loop is not loaded: use reward.custom.path"),
-    "reward_model.reward_loop_module_path": ignore_only((None,), REWARD_LOOP,
-                                                        "a custom verl reward loop is not loaded: use reward.custom.path"),
-    "reward_model.reward_loop_class_name": ignore_only((None,), REWARD_LOOP,
-                                                       "a custom verl reward loop is not loaded: use reward.custom.path"),
+    "reward_model.reward_loop_module_path": ignore_only((None,), REWARD_LOOP, CUSTOM_REWARD_LOOP),
+    "reward_model.reward_loop_class_name": ignore_only((None,), REWARD_LOOP, CUSTOM_REWARD_LOOP),
     "trainer.resume_from_path": resume_from_path,
     "trainer.use_legacy_worker_impl": ignore("logicrl has one worker implementation"),
     "trainer.log_val_generations": ignore("logicrl writes validation samples to val_generations/ in the run dir"),
@@ -230,7 +249,7 @@ VERL_KEYS: dict[str, Rule] = {
                                               "trainer.max_actor_ckpt_to_keep prunes both"),
 }
 # FSDP wrapping and prefetch settings under each role's fsdp_config (the critic's under critic.model).
-for _root in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config",
+for _root in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config", "critic.fsdp",
               "reward_model.model.fsdp_config"):
     for _leaf in ("wrap_policy", "fsdp_size", "forward_prefetch", "use_orig_params", "reshard_after_forward"):
         VERL_KEYS[f"{_root}.{_leaf}"] = ignore(FSDP_INTERNALS)

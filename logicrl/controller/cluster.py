@@ -264,8 +264,9 @@ def wait_for_nodes(nnodes: int, per_node: int, use_cuda: bool) -> None:
     deadline = time.monotonic() + NODES_TIMEOUT_S
     while len(found := roomy_nodes(per_node, use_cuda)) < nnodes:
         if time.monotonic() > deadline:
-            raise BadInput(f"trainer.nnodes={nnodes} needs {nnodes} Ray nodes with {resources(need(per_node, use_cuda))}"
-                           f" each; after {NODES_TIMEOUT_S} s the cluster has {len(found)} such of "
+            raise BadInput(f"trainer.nnodes={nnodes} needs {nnodes} Ray nodes with "
+                           f"{resources(need(per_node, use_cuda))} each; after {NODES_TIMEOUT_S} s the cluster has "
+                           f"{len(found)} such of "
                            f"{sum(n['Alive'] for n in ray.nodes())} alive: lower trainer.nnodes or start more nodes")
         time.sleep(1)
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from logicrl.data.files import DATA_SUFFIXES, as_paths
 from logicrl.data.prompts import message_problem, render_prompt, text_problem

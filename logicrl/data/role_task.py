@@ -9,10 +9,8 @@ names a few islanders, states the role of one of them, and opens the assistant t
                 Noah is a knight. Which one is Noah?
     assistant:  Noah is a            <- the prompt ends here; " knight" earns the reward
 
-The model must read the prompt and copy the stated role, so a policy that always says
-"knight" scores only half. (With every islander's role stated, the tiny model settles at 75%
-by copying the nearest role word instead of matching names: a plateau, not a climb.)
-Reward: logicrl/reward/role.py.
+The model must read the prompt and copy the stated role, so a policy that always says "knight"
+scores only half (with every role stated, the tiny model plateaus at 75%). Reward: reward/role.py.
 
     python -m logicrl.data.role_task --people 3 --train-size 2000 --test-size 200 --out data/kk_role
 """

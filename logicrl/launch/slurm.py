@@ -280,7 +280,8 @@ def node_command(directory: Path, env: Mapping[str, str], ip: str, head: bool) -
                 f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}"]
     else:
         ports = free_ports(ip, 1)
-        cmd += [f"--address={wait_for_file(directory / HEAD_FILE, WAIT_S)}", f"--dashboard-agent-listen-port={ports[0]}"]
+        cmd += [f"--address={wait_for_file(directory / HEAD_FILE, WAIT_S)}",
+                f"--dashboard-agent-listen-port={ports[0]}"]
     return cmd, ports
 
 

@@ -1,10 +1,12 @@
 """Does a plan fit the device, and if not, what to change: check_fit and auto_micro_batch.
 
-Every knob is tried on the plan's own inputs (PlanInputs.with_micro by config key, or
-dataclasses.replace for a switch; nothing mutated) and only suggested when it makes the failing
-phase fit; micro-batches and token budgets are suggested at the largest value that fits, not
-halved blindly. Which key sizes a phase, and its budget and use_dynamic_bsz keys, are the phase
-table's (config/phases.py); auto_micro_batch returns {key: value} for StepPlan.with_micro.
+Every knob is tried on the plan's own inputs (PlanInputs.with_micro by config key, PlanInputs.switch
+for a model's switch by its key, dataclasses.replace for the engine's; nothing mutated) and only
+suggested when it makes the failing phase fit; micro-batches and token budgets are suggested at the
+largest value that fits, not halved blindly. Which key sizes a phase, and its budget and
+use_dynamic_bsz keys, are the phase table's (config/phases.py); each model's switches, packing and
+SP size are its row's in the model table (config/models.py). auto_micro_batch returns {key: value}
+for StepPlan.with_micro.
 """
 
 from __future__ import annotations
@@ -12,16 +14,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from logicrl.config.engines import ENGINES
 from logicrl.config.errors import ConfigError
-from logicrl.config.phases import ARR, BY_NAME
+from logicrl.config.models import MODELS
+from logicrl.config.models import model as model_row
+from logicrl.config.phases import BY_NAME, SIZED_PHASES, UPDATE_OF
+from logicrl.memory.engine import footprint
 from logicrl.memory.footprint import kv_bytes_per_token
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import MemoryPlan, plan_inputs
 from logicrl.memory.planner_inputs import KNOBS, PlanInputs
 
 # The phases whose micro-batch or token budget is chosen here, in the order they are tried and the
-# picks listed: the actor's passes first. Each is a row of config/phases.py with a micro-batch key.
-SIZED = ("generate", "old_log_prob", "ref", "update_actor", "reward_model", "values", "update_critic")
+# picks listed (config/phases.py: the policy's passes first).
+SIZED = SIZED_PHASES
 
 
 def _fits(x: PlanInputs, capacity: int, phases: Iterable[str]) -> bool:
@@ -53,28 +59,24 @@ def _budgets(x: PlanInputs, rows: int, width: int | None = None) -> list[int]:
 
 def _update(phase: str) -> bool:
     """A training update: its micro-batches split the role's per-rank mini-batch (and must divide it)."""
-    row = BY_NAME[phase]
-    return row.model in ("actor", "critic") and not row.forward_only
+    return BY_NAME[phase].backward
 
 
 def _rows(x: PlanInputs, phase: str) -> int:
     """The rows `phase` splits on one rank: the role's mini-batch for an update, else every response."""
     if _update(phase):
-        return x.actor_per_rank_mini if BY_NAME[phase].model == "actor" else x.critic_per_rank_mini
+        return x.models[BY_NAME[phase].model].per_rank_mini
     return x.responses_per_rank
 
 
 def _sized(x: PlanInputs, phase: str) -> bool:
-    """Whether `phase`'s size is chosen: hf's generate (vLLM queues what its KV cache cannot hold), the
-    critic's and the reward model's phases when there is one; the actor's always."""
+    """Whether `phase`'s size is chosen: generate unless the engine schedules its own batches (vLLM queues
+    what its KV cache cannot hold), a model's phases when the plan has that model (the critic with gae, the
+    reward model when on); the actor's and the reference's always."""
     model = BY_NAME[phase].model
     if model == "engine":
-        return x.engine == "hf"
-    if model == "critic":
-        return x.critic_spec is not None
-    if model == "reward_model":
-        return x.uses_reward_model
-    return True
+        return not ENGINES[x.engine].schedules_own_batches
+    return x.models[model].spec is not None
 
 
 def _size_knobs(x: PlanInputs) -> list[tuple[tuple[str, ...], str, list[int]]]:
@@ -102,30 +104,25 @@ def _size_knobs(x: PlanInputs) -> list[tuple[tuple[str, ...], str, list[int]]]:
 
 
 def _flag_knobs(x: PlanInputs, phase: str) -> list[tuple[str, Callable[[PlanInputs], PlanInputs]]]:
-    """On/off remedies that could lower `phase`, in the order they are suggested: checkpointing
-    costs compute only, offload costs host transfers every step."""
-    out = []
-    if phase == "update_actor" and not x.actor_ckpt:
-        out.append(("actor_ckpt", lambda y: replace(y, actor_ckpt=True)))
-    if phase == "update_critic" and not x.critic_ckpt:
-        out.append(("critic_ckpt", lambda y: replace(y, critic_ckpt=True)))
+    """On/off remedies that could lower `phase`, as (config key, the change), in the order they are
+    suggested: checkpointing costs compute only, offload costs host transfers every step."""
+
+    def on(key: str) -> tuple[str, Callable[[PlanInputs], PlanInputs]]:
+        return key, lambda y: y.switch(key, True)
+
+    # Checkpointing lowers a model's own update only.
+    out = [on(role.ckpt_key) for role in MODELS
+           if role.ckpt_key and phase == UPDATE_OF.get(role.name) and not x.models[role.name].ckpt]
     if x.device != "cuda":
         return out  # offload moves nothing off a CPU rank (workers/fsdp.py)
     # Optimizer offload first: it frees the states outside their update and keeps the step on the
     # GPU; parameter offload moves the step itself to the host.
-    if phase != "update_actor" and not x.actor_offload and not x.actor_optim_offload:
-        out.append(("actor_optim_offload", lambda y: replace(y, actor_optim_offload=True)))
-    if (x.critic_spec is not None and phase != "update_critic" and not x.critic_offload
-            and not x.critic_optim_offload):
-        out.append(("critic_optim_offload", lambda y: replace(y, critic_optim_offload=True)))
-    if not x.actor_offload:
-        out.append(("actor_offload", lambda y: replace(y, actor_offload=True)))
-    if x.uses_ref and not x.lora_rank and not x.ref_offload:
-        out.append(("ref_offload", lambda y: replace(y, ref_offload=True)))
-    if x.critic_spec is not None and not x.critic_offload:
-        out.append(("critic_offload", lambda y: replace(y, critic_offload=True)))
-    if x.uses_reward_model and not x.reward_offload:
-        out.append(("reward_offload", lambda y: replace(y, reward_offload=True)))
+    for role in MODELS:
+        inputs = x.models[role.name]
+        if (role.optim_offload_key and x.holds(role.name) and phase != UPDATE_OF.get(role.name)
+                and not inputs.offload and not inputs.optim_offload):
+            out.append(on(role.optim_offload_key))
+    out += [on(role.offload_key) for role in MODELS if x.holds(role.name) and not x.models[role.name].offload]
     return out
 
 
@@ -139,8 +136,8 @@ def _width(x: PlanInputs, phase: str) -> int:
 
 
 def _packed(x: PlanInputs, phase: str) -> bool:
-    """Whether `phase` packs its rows: the reward model by its own use_remove_padding, the others by the actor's."""
-    return x.reward_packing is not None if phase == "reward_model" else x.packed
+    """Whether `phase` packs its rows: by its model's use_remove_padding (config/models.py)."""
+    return x.models[BY_NAME[phase].model].packing is not None
 
 
 def by_budget(x: PlanInputs, phase: str, budget: int) -> PlanInputs:
@@ -177,12 +174,12 @@ def auto_micro_batch(x: PlanInputs, capacity: int) -> dict[str, int]:
     sequences (x.packed) every phase that can split by tokens gets the largest budget that fits at
     full lengths instead of a micro-batch (a budget key in place of a row key means use_dynamic_bsz:
     StepPlan.with_micro): it bounds memory whatever the lengths, and packs more short rows per pass.
-    The reward model follows its own reward_model.model.use_remove_padding (x.reward_packing).
+    Each phase follows its own model's use_remove_padding (config/models.py).
     """
     overrides: dict[str, int] = {}
     chosen: set[str] = set()
-    if x.packed or x.reward_packing is not None:
-        # Those packed by the actor's use_remove_padding first, then the reward model (its own).
+    if any(inputs.packing is not None for inputs in x.models.values()):
+        # The reward model's last: its picks are listed after the trained models'.
         budgeted = sorted((p for p in SIZED if BY_NAME[p].budgeted), key=lambda p: BY_NAME[p].model == "reward_model")
         for phase in budgeted:
             if _packed(x, phase) and _runs(x, phase) and (best := any_length_budget(x, capacity, phase)) is not None:
@@ -219,10 +216,10 @@ def remedies(plan: MemoryPlan) -> list[tuple[str, object]]:
             best = _largest(x, plan.capacity, phases, key, smaller)
             if best is not None:
                 fixes.append((key, best))
-    for field, change in _flag_knobs(x, worst.name):
+    for key, change in _flag_knobs(x, worst.name):
         if _fits(change(x), plan.capacity, (worst.name,)):
-            fixes.append((KNOBS[field], True))
-    if x.engine == "vllm" and worst.name == "generate" and x.device == "cuda" and x.kv_cache_gb is None:
+            fixes.append((key, True))
+    if worst.name == "generate" and footprint(x).kv_from_utilization(x):
         util = _largest_utilization(x, plan.capacity)
         if util is not None:
             fixes.append((KNOBS["gpu_memory_utilization"], util))
@@ -287,26 +284,17 @@ def check_fit(plan: MemoryPlan, capacity_gb: float | None = None, auto: bool = F
                      plan)
 
 
-# Ulysses sequence parallelism (models/ulysses.py): the key that sets a model's size, and the models whose
-# phases it splits (the reference follows the actor unless set).
-SP_KEYS = {"actor": (f"{ARR}.actor.ulysses_sequence_parallel_size", ("actor", "ref")),
-           "ref": (f"{ARR}.ref.ulysses_sequence_parallel_size", ("ref",)),
-           "critic": ("critic.ulysses_sequence_parallel_size", ("critic",)),
-           "reward_model": ("reward_model.ulysses_sequence_parallel_size", ("reward_model",))}
-
-
 def sp_remedy(plan: MemoryPlan, auto: bool = False) -> str | None:
     """For a packed phase that no micro-batch makes fit: the smallest sequence-parallel size (a divisor of
     the ranks that the model's heads allow, config/sequence_parallel.py) with which it fits at one row per
-    micro-batch (or a one-row budget), as "set <key>=S (...)"; None when none does. The one-row setting is
-    named beside it unless configured already, or `auto` (trainer.auto_micro_batch picks it at that size)."""
+    micro-batch (or a one-row budget), as "set <key>=S (...)", the key its model's row names; None when none
+    does. The one-row setting is named beside it unless configured already, or `auto`
+    (trainer.auto_micro_batch picks it at that size)."""
     worst, x = worst_phase(plan), plan.inputs
     model = BY_NAME[worst.name].model
-    packing = {"reward_model": x.reward_packing, "critic": x.critic_packing}.get(model, x.packing)
-    if model not in SP_KEYS or packing is None:  # SP splits packed rows only
+    if model not in x.models or x.models[model].packing is None:  # SP splits packed rows only
         return None
-    spec = {"reward_model": x.reward_spec, "critic": x.critic_spec}.get(model, x.spec)
-    key, models = SP_KEYS[model]
+    spec, key = x.models[model].spec, model_row(model).sp_key
     row = BY_NAME[worst.name]
     by_tokens = x.phase(worst.name).micro.by_tokens
     smallest = {row.budget_key: _width(x, worst.name)} if by_tokens else {row.rows_key: 1}
@@ -314,7 +302,7 @@ def sp_remedy(plan: MemoryPlan, auto: bool = False) -> str | None:
         if s <= x.sp_of(worst.name) or spec.num_heads % s or spec.num_kv_heads % s and s % spec.num_kv_heads:
             continue
         split = dict(x.sequence_parallel)
-        split.update({p.name: s for p in x.phases if BY_NAME[p.name].model in models})
+        split.update({p.name: s for p in x.phases if BY_NAME[p.name].model == model})
         y = replace(x, sequence_parallel=tuple(split.items())).with_micro(smallest)
         if _fits(y, plan.capacity, (worst.name,)):
             (what, value), = smallest.items()
@@ -341,7 +329,7 @@ def budget_remedy(plan: MemoryPlan) -> tuple[str, list[str]]:
     keys = [row.dynamic_key, row.budget_key]
     setting = f"{keys[0]}=true {keys[1]}={budget}"
     if not _packed(x, worst.name):
-        padding = KNOBS["reward_padding"] if worst.name == "reward_model" else f"{ARR}.model.use_remove_padding"
+        padding = model_row(row.model).packing_key
         keys.append(padding)
         setting += f" {padding}=true"
     rows = budget // _width(x.worst_case(), worst.name)
@@ -381,15 +369,17 @@ def _largest_utilization(x: PlanInputs, capacity: int) -> float | None:
 
 
 def _check_kv_room(plan: MemoryPlan) -> None:
-    """vLLM refuses to start when its KV cache cannot hold one sequence of the full length."""
+    """An engine that reserves its KV cache at start (vLLM) refuses to start when it cannot hold one
+    sequence of the full length."""
     x = plan.inputs
-    if x.engine != "vllm" or plan.phase("generate").skipped:
+    if not footprint(x).preallocates_kv or plan.phase("generate").skipped:
         return
     kv = plan.phase("generate").parts["kv_cache"]
     one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
     if kv >= one:
         return
-    key = KNOBS["kv_cache_gb"] if x.kv_cache_gb is not None or x.device != "cuda" else KNOBS["gpu_memory_utilization"]
-    raise DoesNotFit(f"generate: vLLM's KV cache ({kv / GB:.2f} GB) cannot hold one sequence of "
-                     f"{x.width} tokens ({one / GB:.2f} GB): raise {key}, or shorten data.max_response_length",
+    key = KNOBS["gpu_memory_utilization"] if footprint(x).kv_from_utilization(x) else KNOBS["kv_cache_gb"]
+    raise DoesNotFit(f"generate: {ENGINES[x.engine].label}'s KV cache ({kv / GB:.2f} GB) cannot hold one "
+                     f"sequence of {x.width} tokens ({one / GB:.2f} GB): raise {key}, or shorten "
+                     "data.max_response_length",
                      [key, "data.max_response_length"], plan)

@@ -81,7 +81,7 @@ class ModelBytes:
     @classmethod
     def build(cls, spec: ModelSpec, *, dtype_bytes: int, world: int, head: str = "lm", lora_rank: int = 0,
               lora_targets_: tuple[str, ...] = (), base_weight_bits: float | None = None,
-              master_bytes: int | None = None, base_replicated: bool = False) -> "ModelBytes":
+              master_bytes: int | None = None, base_replicated: bool = False) -> ModelBytes:
         """head: "lm" (a causal LM) or "value" (the critic: a 1-output token head, no lm_head).
         dtype_bytes: the compute dtype; master_bytes: the stored dtype (None: the same).
         base_weight_bits: the decoder Linears of a frozen 4-bit base; `base_replicated`: they are whole

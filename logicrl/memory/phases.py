@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from logicrl.memory.engine import footprint
 from logicrl.memory.footprint import (
-    MIN_KV_CACHE_GB,
     ModelBytes,
     forward_transient_per_token,
-    kv_bytes_per_token,
     linear_shapes,
     logprob_chunk_bytes,
     saved_per_token_layer,
@@ -42,10 +41,12 @@ class PhaseMemory:
 
 @dataclass(frozen=True)
 class Models:
+    """Each model's bytes, by its name in config/models.py (None: the ranks do not hold it: PlanInputs.holds)."""
+
     actor: ModelBytes
     ref: ModelBytes | None  # None: no separate reference (no KL term, or LoRA's disabled adapter)
     critic: ModelBytes | None
-    reward: ModelBytes | None
+    reward_model: ModelBytes | None
     engine: ModelBytes  # the rollout engine's own full copy
 
 
@@ -108,27 +109,6 @@ def batch_bytes(x: PlanInputs) -> int:
     return n * x.width * 3 * 8 + n * x.response_len * (2 * 8 + 5 * FP32)
 
 
-def engine_bytes(x: PlanInputs, m: Models, capacity: int, awake: bool) -> tuple[int, int]:
-    """(engine weights plus vLLM's activation reserve, KV cache) on the device."""
-    if x.engine == "hf":
-        return m.engine.total_full, 0  # the KV cache lives only inside generate
-    if x.device == "cuda" and x.free_cache_engine and not awake:
-        return 0, 0  # sleep level 2: weights and KV cache discarded (rollout/vllm.py)
-    # vLLM sizes its activations by profiling one forward of max_num_batched_tokens tokens and
-    # the sampler's fp32 logits for max_num_seqs rows; this is an estimate of that profile.
-    reserve = x.max_num_batched_tokens * forward_transient_per_token(x.spec, x.dtype_bytes, x.width) + \
-        2 * FP32 * x.gen_micro * x.spec.vocab_size
-    # With tensor parallelism vLLM keeps 1/tp of each sharded weight (vocab and norms are small next to the
-    # linears); the KV cache default is unchanged: tp times the rows at 1/tp of the KV heads.
-    weights = m.engine.total_full // x.rollout_tp + reserve
-    if x.kv_cache_gb is not None:
-        return weights, int(x.kv_cache_gb * GB)
-    if x.device == "cuda":  # vLLM takes this fraction of the device; the KV cache is what is left
-        return weights, max(0, int(x.gpu_memory_utilization * capacity) - weights)
-    # engines.kv_cache_gb on CPU: room for max_num_seqs full sequences, at least MIN_KV_CACHE_GB.
-    return weights, max(int(MIN_KV_CACHE_GB * GB), kv_bytes_per_token(x.spec, x.dtype_bytes) * x.gen_micro * x.width)
-
-
 def _phase(name: str, base: dict[str, int], moment: str = "", **add: int) -> PhaseMemory:
     phase = PhaseMemory(name, moment=moment)
     for key, value in {**base}.items():
@@ -139,34 +119,11 @@ def _phase(name: str, base: dict[str, int], moment: str = "", **add: int) -> Pha
 
 
 def generate_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: int) -> PhaseMemory:
-    """Rollout: the trainer's resident state plus the awake engine.
-
-    hf decodes `gen_micro` sequences at a time (rollout/hf.py): a KV cache growing to the full
-    width, grown by torch.cat one layer at a time (one layer's K or V twice for a moment); the
-    prompt's prefill; and per step either the attention's repeated K and V, or the sampler's
-    [rows, V] buffers beside the model's own logits in its dtype: log-softmax, tempered logits,
-    softmax and its cumsum (plus the fp32 upcast of the logits when the dtype is not fp32).
-    """
-    weights, kv = engine_bytes(x, m, capacity, awake=True)
-    base = {**base, "engine": weights, "kv_cache": kv}
-    if x.engine != "hf":
-        return _phase("generate", base)
-    b, rows = x.dtype_bytes, min(x.gen_micro, x.gen_rows)
-    per_token = kv_bytes_per_token(x.spec, b)
-    # The prefill runs beside the prompt's KV only; the sampler's buffers beside the full cache.
-    prompt_cache = rows * x.prompt_len * per_token
-    prefill = rows * x.prompt_len * (forward_transient_per_token(x.spec, b, x.prompt_len) + x.prompt_len)
-    cache = rows * x.width * per_token
-    cache += cache // (2 * x.spec.num_layers)
-    sampling = rows * x.spec.vocab_size * (4 * FP32 + b + (FP32 if b < FP32 else 0))
-    # Each decode step's attention repeats one layer's cached K and V to every head (GQA with the
-    # padding mask), the whole length long.
-    spec = x.spec
-    repeated = 2 * rows * x.width * spec.num_heads * spec.head_dim * b if spec.num_kv_heads < spec.num_heads else 0
-    decode = max(sampling, repeated)
-    if prompt_cache + prefill > cache + decode:
-        return _phase("generate", base, "prefill", kv_cache=prompt_cache, activations=prefill)
-    return _phase("generate", base, "last decode step", kv_cache=cache, activations=decode)
+    """Rollout: the trainer's resident state plus the awake engine at its peak (memory/engine.py)."""
+    fp = footprint(x)
+    weights, kv = fp.resident(x, m.engine, capacity, awake=True)
+    moment, peak = fp.generating(x)
+    return _phase("generate", {**base, "engine": weights, "kv_cache": kv}, moment, **peak)
 
 
 def forward_phase(name: str, x: PlanInputs, model: ModelBytes, spec: ModelSpec, base: dict[str, int],
@@ -217,10 +174,10 @@ def reward_model_phase(x: PlanInputs, model: ModelBytes, base: dict[str, int]) -
     Its results are one fp32 score per row. Re-rendered rows (models/rm_inputs.py) are new ids, mask
     and positions, [N, reward_width] int64 each, on the device beside the actor's batch.
     """
-    n, width = x.responses_per_rank, x.reward_width
+    n, width, own = x.responses_per_rank, x.reward_width, x.models["reward_model"]
     rows = 3 * 8 * n * width if x.reward_rerender_len else 0
-    return forward_phase("reward_model", x, model, x.reward_spec, base, *x.split("reward_model"), lm=False,
-                         packing=x.reward_packing, width=width, outputs=2 * n * FP32, rows=rows)
+    return forward_phase("reward_model", x, model, own.spec, base, *x.split("reward_model"), lm=False,
+                         packing=own.packing, width=width, outputs=2 * n * FP32, rows=rows)
 
 
 def forward_gathered(world: int, model: ModelBytes) -> int:
@@ -361,10 +318,7 @@ def weight_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity: 
         gathered += out_f * in_f * (FP32 + 3 * b)
     if x.engine_full_precision:
         gathered += m.actor.dequant_transient  # each 4-bit base weight dequantized before its merge
-    weights, kv = engine_bytes(x, m, capacity, awake=False)
-    if x.engine != "hf" and x.device == "cuda" and x.free_cache_engine:
-        # Each TP member reloads its own 1/tp slice of every layer (the full tensors stream past it).
-        weights = (m.engine.total_full + m.engine.layer_full) // x.rollout_tp
+    weights, kv = footprint(x).syncing(x, m.engine, capacity)
     return _phase("update_weights", {**base, "engine": weights, "kv_cache": kv}, params=gathered)
 
 
@@ -381,9 +335,10 @@ def adapter_sync_phase(x: PlanInputs, m: Models, base: dict[str, int], capacity:
     # Every adapter is an fp32 master (footprint.py), so the full set in the compute dtype is this.
     adapters = m.actor.trainable_full // FP32 * b
     largest = max(max(o, i) * x.lora_rank * b for o, i in (shapes[name] for name in x.lora_targets))
-    held = adapters if x.engine != "hf" else largest
+    fp = footprint(x)
+    held = fp.adapters_held(adapters, largest)
     gathered = held + (largest if x.world > 1 else 0)  # the all-gather in flight beside what is held
-    weights, kv = engine_bytes(x, m, capacity, awake=False)
+    weights, kv = fp.resident(x, m.engine, capacity, awake=False)
     return _phase("update_weights", {**base, "engine": weights, "kv_cache": kv}, "adapters", params=gathered)
 
 
@@ -401,6 +356,16 @@ def base_once(x: PlanInputs, m: Models, base: dict[str, int], capacity: int) -> 
         stream = max(2 * m.engine.largest_full, bucket + m.engine.largest_full)
     else:  # the rest of the base is stored in the compute dtype: only the dequantized Linears are new
         stream = min(bucket, x.spec.num_layers * sum(o * i for o, i in shapes.values()) * b)
-    weights, kv = engine_bytes(x, m, capacity, awake=True)
+    weights, kv = footprint(x).resident(x, m.engine, capacity, awake=True)
     return _phase("update_weights", {**base, "engine": weights, "kv_cache": kv}, "the 4-bit base once, at build",
                   params=stream + m.actor.dequant_transient)
+
+
+# The worker phases planned by a footprint of their own, each given (inputs, models, what every rank holds,
+# capacity); every other worker phase is planned from its row in config/phases.py (planner.py): a forward,
+# or a training update, of its model.
+FOOTPRINTS = {
+    "generate": generate_phase,
+    "reward_model": lambda x, m, base, capacity: reward_model_phase(x, m.reward_model, base),
+    "update_weights": weight_sync_phase,
+}

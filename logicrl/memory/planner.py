@@ -15,26 +15,29 @@ kept free for them (MemoryPlan.usable, read by grad_accumulation's choice here a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from logicrl.config.plan import WORKER_PHASES, StepPlan
+from logicrl.config.engines import ENGINES
+from logicrl.config.models import BY_NAME as MODEL_ROWS
+from logicrl.config.models import MODELS, TRAINED
+from logicrl.config.phases import UPDATE_OF, WORKER_PHASES
+from logicrl.config.phases import phase as phase_row
+from logicrl.config.plan import StepPlan
+from logicrl.memory.engine import footprint
 from logicrl.memory.footprint import ModelBytes, kv_bytes_per_token
-from logicrl.memory.planner_inputs import PlanInputs
+from logicrl.memory.planner_inputs import ModelInputs, PlanInputs
 from logicrl.memory.phases import (
     COMPONENTS,
+    FOOTPRINTS,
     GB,
     Models,
     PhaseMemory,
     backward_phase,
     base_once,
-    engine_bytes,
     forward_phase,
-    generate_phase,
     micro_batches,
-    reward_model_phase,
-    weight_sync_phase,
 )
 from logicrl.models.attention import KERNEL_NOTES
 from logicrl.models.spec import ModelSpec
@@ -78,15 +81,16 @@ def build_models(x: PlanInputs) -> Models:
     actor = ModelBytes.build(x.spec, dtype_bytes=b, world=w, lora_rank=x.lora_rank, lora_targets_=x.lora_targets,
                              base_weight_bits=x.base_weight_bits, master_bytes=b if x.lora_rank else master,
                              base_replicated=x.base_replicated)
-    ref = ModelBytes.build(x.spec, dtype_bytes=b, world=w) if x.uses_ref and not x.lora_rank else None
-    critic = ModelBytes.build(x.critic_spec, dtype_bytes=b, world=w, head="value",
-                              master_bytes=master) if x.critic_spec else None
-    reward = ModelBytes.build(x.reward_spec, dtype_bytes=b, world=w, head="value") if x.uses_reward_model else None
+    # The others as their rows say: trained ones keep fp32 masters, frozen ones the compute dtype.
+    others = {role.name: ModelBytes.build(x.models[role.name].spec, dtype_bytes=b, world=w,
+                                          head="value" if role.value_head else "lm",
+                                          master_bytes=master if role.trains else None)
+              if x.holds(role.name) else None for role in MODELS if role.name != "actor"}
     # The engine's copy of a quantized base: 4-bit when it loads a pre-quantized checkpoint, the compute
     # dtype when it loaded the bf16 one and takes the dequantized weights (quantization=nf4).
     engine_bits = None if x.engine_full_precision else x.base_weight_bits
     engine = ModelBytes.build(x.spec, dtype_bytes=b, world=1, base_weight_bits=engine_bits)
-    return Models(actor, ref, critic, reward, engine)
+    return Models(actor=actor, engine=engine, **others)
 
 
 def _on_device(x: PlanInputs, offload: bool) -> bool:
@@ -94,27 +98,61 @@ def _on_device(x: PlanInputs, offload: bool) -> bool:
     return not (offload and x.device == "cuda")
 
 
-def loaded_states(x: PlanInputs, model: ModelBytes, param_offload: bool, optim_offload: bool) -> int:
+def loaded_states(x: PlanInputs, model: ModelBytes, inputs: ModelInputs) -> int:
     """AdamW state bytes that optimizer_offload brings to the device for the model's update, and
     takes back after it (workers/update.py); 0 when they never leave (or, with param_offload, never
     reach) the device."""
-    return 2 * model.trainable_shard if _on_device(x, param_offload) and not _on_device(x, optim_offload) else 0
+    on_device = _on_device(x, inputs.offload) and not _on_device(x, inputs.optim_offload)
+    return 2 * model.trainable_shard if on_device else 0
 
 
 def resident(x: PlanInputs, m: Models) -> tuple[int, int]:
     """(parameter bytes, AdamW state bytes) every rank holds on the device between phases."""
     params = optim = 0
-    if _on_device(x, x.actor_offload):
-        params += m.actor.total_shard
-        optim += 2 * m.actor.trainable_shard - loaded_states(x, m.actor, x.actor_offload, x.actor_optim_offload)
-    if m.critic and _on_device(x, x.critic_offload):
-        params += m.critic.total_shard
-        optim += 2 * m.critic.trainable_shard - loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
-    if m.ref and _on_device(x, x.ref_offload):
-        params += m.ref.total_shard
-    if m.reward and _on_device(x, x.reward_offload):
-        params += m.reward.total_shard
+    for role in MODELS:
+        model, inputs = getattr(m, role.name), x.models[role.name]
+        if model is None or not _on_device(x, inputs.offload):
+            continue
+        params += model.total_shard
+        if role.trains:
+            optim += 2 * model.trainable_shard - loaded_states(x, model, inputs)
     return params, optim
+
+
+def runs_on(x: PlanInputs, m: Models, role: str) -> ModelBytes | None:
+    """The model a phase of `role` runs: the ranks' own; for a reference under LoRA the actor with its
+    adapter off; None where the ranks hold none."""
+    if role == "ref" and m.ref is None and x.skipped("ref") is None:
+        return m.actor
+    return getattr(m, role)
+
+
+def phase_memory(name: str, x: PlanInputs, m: Models, base: dict[str, int], capacity: int) -> PhaseMemory:
+    """Phase `name`'s peak: its own footprint (FOOTPRINTS), else a forward or a training update of its
+    model as its row in config/phases.py says. A phase of a model the ranks do not hold is skipped."""
+    row = phase_row(name)
+    role = MODEL_ROWS.get(row.model)
+    model = runs_on(x, m, row.model) if role else None
+    if role and model is None:
+        return PhaseMemory(name, skipped=x.skipped(name) or f"no {role.title}")
+    if name in FOOTPRINTS:
+        phase = FOOTPRINTS[name](x, m, base, capacity)
+    elif role is None:
+        raise KeyError(f"phase {name!r} runs on {row.model!r}, no model of config/models.py: give it a footprint "
+                       "(memory/phases.py FOOTPRINTS)")
+    elif row.backward:
+        inputs = x.models[row.model]
+        # optimizer_offload's states, loaded for their update
+        states = {**base, "optimizer": base["optimizer"] + loaded_states(x, model, inputs)}
+        phase = backward_phase(name, x, model, inputs.spec, states, *x.split(name), inputs.per_rank_mini,
+                               inputs.ckpt, lm=not role.value_head, offload=inputs.offload,
+                               sharded_grads=inputs.grad_accum == "sharded", packing=inputs.packing)
+    else:
+        inputs = x.models[row.model]
+        phase = forward_phase(name, x, model, inputs.spec, base, *x.split(name), lm=not role.value_head,
+                              packing=inputs.packing)
+    phase.skipped = x.skipped(name)
+    return phase
 
 
 def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
@@ -123,48 +161,10 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     x = resolve_grad_accumulation(x, capacity)
     m = build_models(x)
     params, optim = resident(x, m)
-    weights, kv = engine_bytes(x, m, capacity, awake=False)
+    weights, kv = footprint(x).resident(x, m.engine, capacity, awake=False)
     base = dict(params=params, optimizer=optim, engine=weights, kv_cache=kv)
-
-    def with_states(states: int) -> dict[str, int]:  # optimizer_offload's states, loaded for their update
-        return {**base, "optimizer": optim + states}
-
-    ref_is_actor = x.uses_ref and m.ref is None  # LoRA: the actor with its adapter disabled
-    phases = [generate_phase(x, m, base, capacity)]
-    if m.reward:  # the reward model scores the responses like a frozen value model
-        phases.append(reward_model_phase(x, m.reward, base))
-    else:
-        phases.append(PhaseMemory("reward_model", skipped=x.skipped("reward_model") or "no reward model"))
-
-    old = forward_phase("old_log_prob", x, m.actor, x.spec, base, *x.split("old_log_prob"), lm=True,
-                        packing=x.packing)
-    old.skipped = x.skipped("old_log_prob")
-    phases.append(old)
-
-    if not x.uses_ref:
-        phases.append(PhaseMemory("ref", skipped=x.skipped("ref")))
-    else:
-        phases.append(forward_phase("ref", x, m.actor if ref_is_actor else m.ref, x.spec, base, *x.split("ref"),
-                                    lm=True, packing=x.packing))
-
-    if m.critic:
-        phases.append(forward_phase("values", x, m.critic, x.critic_spec, base, *x.split("values"), lm=False,
-                                    packing=x.critic_packing))
-        states = loaded_states(x, m.critic, x.critic_offload, x.critic_optim_offload)
-        phases.append(backward_phase("update_critic", x, m.critic, x.critic_spec, with_states(states),
-                                     *x.split("update_critic"), x.critic_per_rank_mini, x.critic_ckpt,
-                                     lm=False, offload=x.critic_offload, sharded_grads=x.critic_grad_accum == "sharded",
-                                     packing=x.critic_packing))
-    else:
-        phases += [PhaseMemory(name, skipped=x.skipped(name)) for name in ("values", "update_critic")]
-
-    states = loaded_states(x, m.actor, x.actor_offload, x.actor_optim_offload)
-    phases.append(backward_phase("update_actor", x, m.actor, x.spec, with_states(states), *x.split("update_actor"),
-                                 x.actor_per_rank_mini, x.actor_ckpt, lm=True, offload=x.actor_offload,
-                                 sharded_grads=x.actor_grad_accum == "sharded", packing=x.packing))
-    phases.append(weight_sync_phase(x, m, base, capacity))
-    # One list of phase names (config/plan.py): the table's rows are the metrics' perf/memory/<phase>.
-    assert [p.name for p in phases] == list(WORKER_PHASES)
+    # One list of phase names (config/phases.py): the table's rows are the metrics' perf/memory/<phase>.
+    phases = [phase_memory(name, x, m, base, capacity) for name in WORKER_PHASES]
     notes = _notes(x, m, phases[0])
     once = base_once(x, m, base, capacity)
     if once is not None:
@@ -179,30 +179,37 @@ def resolve_grad_accumulation(x: PlanInputs, capacity: int) -> PlanInputs:
     """`x` with each role's grad_accumulation "auto" made "unsharded" when that role's update fits
     the device so (one collective per mini-batch instead of one per micro-batch: faster,
     benchmarks/grad_accumulation.py), else "sharded". One rank has nothing to shard: unsharded."""
-    phases = {"actor_grad_accum": "update_actor", "critic_grad_accum": "update_critic"}
-    autos = [field for field in phases if getattr(x, field) == "auto"]
+    autos = [role for role in TRAINED if x.models[role].grad_accum == "auto"]
     if not autos:
         return x
     # Each update's footprint depends only on its own role's mode: one unsharded plan decides both.
-    plan = plan_inputs(replace(x, **dict.fromkeys(autos, "unsharded")), capacity)
+    plan = plan_inputs(_with_grad_accum(x, dict.fromkeys(autos, "unsharded")), capacity)
     usable = usable_bytes(capacity, x.device)
 
     def fits(phase: PhaseMemory) -> bool:
         return x.world == 1 or bool(phase.skipped) or phase.total <= usable
 
-    return replace(x, **{f: "unsharded" if fits(plan.phase(phases[f])) else "sharded" for f in autos})
+    return _with_grad_accum(x, {role: "unsharded" if fits(plan.phase(UPDATE_OF[role])) else "sharded"
+                                for role in autos})
+
+
+def _with_grad_accum(x: PlanInputs, modes: dict[str, str]) -> PlanInputs:
+    for role, mode in modes.items():
+        x = x.with_model(role, grad_accum=mode)
+    return x
 
 
 def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
     notes = []
-    if x.engine == "vllm":
+    if footprint(x).preallocates_kv:
         one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
         fits = generate.parts["kv_cache"] // one
-        notes.append(f"vLLM's KV cache holds {fits} sequences of {x.width} tokens at once; this rank generates "
-                     f"{x.gen_rows} (more queue, they do not fail)")
-    steps = micro_batches(x, *x.split("update_actor"), x.actor_per_rank_mini)
+        notes.append(f"{ENGINES[x.engine].label}'s KV cache holds {fits} sequences of {x.width} tokens at once; this "
+                     f"rank generates {x.gen_rows} (more queue, they do not fail)")
+    actor = x.models["actor"]
+    steps = micro_batches(x, *x.split("update_actor"), actor.per_rank_mini)
     if x.world > 1 and steps > 1:
-        if x.actor_grad_accum == "sharded":
+        if actor.grad_accum == "sharded":
             notes.append(f"update_actor accumulates {steps} micro-batches sharded (grad_accumulation): "
                          f"{m.actor.trainable_shard / GB:.2f} GB of gradients per rank, one reduce-scatter per "
                          "micro-batch")
@@ -230,14 +237,16 @@ def attention_line(plan: MemoryPlan) -> str:
             return "padded (sdpa, a [T, T] padding mask per row)"
         return f"packed on {packing} ({KERNEL_NOTES[packing]})"
 
-    models = [("actor/ref", x.packing)]
-    if not plan.phase("update_critic").skipped:
-        models.append(("critic", x.critic_packing))
-    if not plan.phase("reward_model").skipped:
-        models.append(("reward model", x.reward_packing))
+    # One entry per use_remove_padding key (the actor and the reference share theirs), for the models
+    # with a phase that runs.
+    keys: dict[str, list[str]] = {}
+    for role in MODELS:
+        keys.setdefault(role.packing_key, []).append(role.name)
     groups: dict[str | None, list[str]] = {}  # models on the same kernel share one description
-    for who, packing in models:
-        groups.setdefault(packing, []).append(who)
+    for roles in keys.values():
+        if any(not p.skipped and phase_row(p.name).model in roles for p in plan.phases):
+            who = "/".join(MODEL_ROWS[r].title for r in roles)
+            groups.setdefault(x.models[roles[0]].packing, []).append(who)
     return "attention: " + "; ".join(f"{', '.join(who)} {kernel(packing)}" for packing, who in groups.items())
 
 

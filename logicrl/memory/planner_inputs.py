@@ -1,11 +1,13 @@
 """What the memory planner reads from the step plan and a validated config, as one frozen record.
 
 The planner works on this record, not on the config, so `auto_micro_batch` can try other
-micro-batch sizes (`PlanInputs.with_micro`, by config key) or switches (`dataclasses.replace`)
-and nothing is mutated. Batch sizes, each phase's split and which phases run are the step plan's
-own `PhasePlan`s (config/plan.py); the config gives only what the plan does not hold (dtype,
-offload, checkpointing, the engine's settings). `KNOBS` names the switches the suggestions may
-set; micro-batch, token budget and use_dynamic_bsz keys are the phase table's (config/phases.py).
+micro-batch sizes (`PlanInputs.with_micro`, by config key) or switches (`PlanInputs.switch` by config
+key, `dataclasses.replace`) and nothing is mutated. Batch sizes, each phase's split and which phases
+run are the step plan's own `PhasePlan`s (config/plan.py); the config gives only what the plan does not
+hold (dtype, offload, checkpointing, the engine's settings). Each FSDP2 model's facts are one
+`ModelInputs`, read through its row of the model table (config/models.py), whose keys are also the
+switches a suggestion sets; `KNOBS` names the engine's; micro-batch, token budget and use_dynamic_bsz
+keys are the phase table's (config/phases.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
+from logicrl.config.models import MODELS, ModelRole
+from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import ARR, PhasePlan, StepPlan, swap_micro
 from logicrl.config.sequence_parallel import phase_sp_size
 from logicrl.memory.footprint import lora_targets
@@ -26,28 +30,50 @@ from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
-# The switches suggestions may set, by the PlanInputs field each stands for (reward_padding and
-# reward_max_length have none: they are only named in refusals).
+# The engine's settings suggestions may set, by the PlanInputs field each stands for (reward_max_length
+# has none: it is only named in refusals). The models' switches are their rows' keys (SWITCHES).
 KNOBS = {
     "gpu_memory_utilization": f"{ARR}.rollout.gpu_memory_utilization",
     "kv_cache_gb": f"{ARR}.rollout.kv_cache_gb",
-    "actor_offload": f"{ARR}.actor.fsdp_config.param_offload",
-    "ref_offload": f"{ARR}.ref.fsdp_config.param_offload",
-    "critic_offload": "critic.fsdp_config.param_offload",
-    "reward_offload": "reward_model.model.fsdp_config.param_offload",
-    "reward_padding": "reward_model.model.use_remove_padding",
     "reward_max_length": "reward_model.max_length",
-    "actor_optim_offload": f"{ARR}.actor.fsdp_config.optimizer_offload",
-    "critic_optim_offload": "critic.fsdp_config.optimizer_offload",
-    "actor_ckpt": f"{ARR}.model.enable_gradient_checkpointing",
-    "critic_ckpt": "critic.model.enable_gradient_checkpointing",
 }
+# The on/off switches of a model a suggestion may turn on: its ModelInputs field, by its row's key field.
+SWITCHES = {"offload": "offload_key", "optim_offload": "optim_offload_key", "ckpt": "ckpt_key"}
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """One FSDP2 model's facts for the plan: its shape and the switches of its row in config/models.py."""
+
+    spec: ModelSpec | None  # None: the run holds no such model (no critic without gae, no reward model)
+    # use_remove_padding: None (padded) or the packed kernel's attn_implementation (models/attention.py
+    # packed_kernel: "flash_attention_2" or "logicrl_packed_sdpa", neither with a mask)
+    packing: str | None = None
+    offload: bool = False  # param_offload: shards, gradients and the AdamW step on the host (CUDA only)
+    optim_offload: bool = False  # optimizer_offload: AdamW states on the host outside their update
+    ckpt: bool = False  # gradient checkpointing
+    # A trained model's update: responses per optimizer step on one rank, and fsdp_config.grad_accumulation:
+    # "sharded", "unsharded" or "auto" (planner.py resolves it from memory).
+    per_rank_mini: int = 1
+    grad_accum: str = "unsharded"
+
+
+def model_inputs(role: ModelRole, cfg: DictConfig, plan: StepPlan, spec: ModelSpec | None, device: str,
+                 dtype_bytes: int) -> ModelInputs:
+    """`role`'s ModelInputs: its switches from the config by its row's keys, its update from the step plan."""
+    update = plan.update(role.name)
+    return ModelInputs(spec=spec, packing=packed_kernel(role.get(cfg, "packing_key"), device, dtype_bytes),
+                       offload=bool(role.get(cfg, "offload_key")),
+                       optim_offload=bool(role.get(cfg, "optim_offload_key")), ckpt=bool(role.get(cfg, "ckpt_key")),
+                       per_rank_mini=update.per_rank_mini if update else 1,
+                       grad_accum=update.grad_accumulation if update else "unsharded")
 
 
 @dataclass(frozen=True)
 class PlanInputs:
-    spec: ModelSpec
-    critic_spec: ModelSpec | None  # None: no critic (not gae)
+    # Each FSDP2 model's, by its name in config/models.py (the reference's shape is the actor's); never
+    # changed in place (with_model, switch).
+    models: dict[str, ModelInputs]
     device: str  # "cuda" or "cpu": decides the dtype under "auto", and whether offload means anything
     dtype_bytes: int  # the compute dtype (model.dtype): activations, gathered parameters, the engine, the ref
     world: int  # FSDP ranks: every rank shards every model
@@ -55,21 +81,13 @@ class PlanInputs:
     response_len: int
     responses_per_rank: int
     # Every phase of the step plan: why it is skipped (None: it runs) and how it splits its rows. The reward
-    # model's is planned whenever reward_spec is given, whatever the config says (a what-if).
+    # model's is planned whenever a reward_spec what-if is given, whatever the config says.
     phases: tuple[PhasePlan, ...]
-    # actor
-    actor_per_rank_mini: int
-    actor_ckpt: bool
-    actor_offload: bool
+    # the actor's adapters
     lora_rank: int
     lora_targets: tuple[str, ...]
-    ref_offload: bool
-    # critic
-    critic_per_rank_mini: int
-    critic_ckpt: bool
-    critic_offload: bool
     # rollout
-    engine: str  # "hf" or "vllm"
+    engine: str  # the engine that generates: a row of config/engines.py (preflight/memory.py resolves a fallback)
     gpu_memory_utilization: float
     kv_cache_gb: float | None
     free_cache_engine: bool
@@ -85,20 +103,12 @@ class PlanInputs:
     # rollout.lora_sync with LoRA: "adapters" (each sync the A/B tensors alone; over an NF4 base the
     # dequantized base once, at build) or "merged" (the whole model, adapters folded in, every sync).
     lora_sync: str = "merged"
-    # the reward model (reward_model.enable): its shape, held like the reference; given as a what-if
-    # (benchmarks/memory_cases.py) it runs whatever the config says, split as reward_model's keys say
-    reward_spec: ModelSpec | None = None
-    reward_offload: bool = False
-    reward_packing: str | None = None
     # Re-rendered rows (its tokenizer differs from the actor's: models/rm_inputs.py) are the reward model's
     # own tokens, up to reward_model.max_length each, whatever the actor's lengths: the plan takes that
     # length. 0: it scores the actor's rows as they are (width).
     reward_rerender_len: int = 0
     update_weights_bucket_mb: int = 0  # weight sync gathers buckets of at most this (0: one tensor at a time)
-    # optimizer_offload: AdamW states on the host outside their update (workers/update.py)
-    actor_optim_offload: bool = False
-    critic_optim_offload: bool = False
-    rollout_tp: int = 1  # vLLM tensor parallelism: each rank's engine holds 1/tp of the weights
+    rollout_tp: int = 1  # the engine's tensor parallelism (vLLM): each rank's engine holds 1/tp of the weights
     # Sequence lengths (memory/lengths.py): prompt_len / response_len above are what the plan is for;
     # worst_case plans data.max_prompt_length / max_response_length, kept here for what must hold at
     # any length (a token budget) and for the response-length bisection (fit.stop_lengths).
@@ -106,18 +116,35 @@ class PlanInputs:
     lengths_note: str = ""
     max_prompt_len: int = 0  # 0: prompt_len is the full length
     max_response_len: int = 0
-    # fsdp_config.grad_accumulation: "sharded", "unsharded" or "auto" (planner.py resolves it from memory)
-    actor_grad_accum: str = "unsharded"
-    critic_grad_accum: str = "unsharded"
-    # use_remove_padding: None (padded) or the packed kernel's attn_implementation (models/attention.py
-    # packed_kernel: "flash_attention_2" or "logicrl_packed_sdpa", neither with a mask)
-    packing: str | None = None  # the actor's and the reference's forwards
-    critic_packing: str | None = None
     # Responses one rank generates per round: responses_per_rank, or with dynamic sampling
     # (algorithm.filter_groups) data.gen_batch_size's share (0: responses_per_rank).
     gen_responses_per_rank: int = 0
     # Ulysses sequence parallelism (models/ulysses.py): (phase, S) for each phase whose model has S > 1
     sequence_parallel: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The policy's shape: the actor's, the reference's and the engine's."""
+        return self.models["actor"].spec
+
+    def holds(self, role: str) -> bool:
+        """Whether the ranks hold `role`'s model, sharded, beside the others: its shape is known and a phase
+        of it runs, unless it is the reference under LoRA (the actor with its adapter off)."""
+        if self.models[role].spec is None or (role == "ref" and self.lora_rank):
+            return False
+        return any(p.skipped is None for p in self.phases if phase_row(p.name).model == role)
+
+    def with_model(self, role: str, **changes) -> "PlanInputs":
+        """The same inputs with `role`'s ModelInputs fields changed."""
+        return replace(self, models={**self.models, role: replace(self.models[role], **changes)})
+
+    def switch(self, key: str, value: bool) -> "PlanInputs":
+        """The same inputs with every model whose row has `key` as a switch (SWITCHES) set to `value`."""
+        changed = {role.name: replace(self.models[role.name], **{field: value})
+                   for role in MODELS for field, key_field in SWITCHES.items() if getattr(role, key_field) == key}
+        if not changed:
+            raise KeyError(f"{key} is no model's switch (config/models.py)")
+        return replace(self, models={**self.models, **changed})
 
     def sp_of(self, name: str) -> int:
         """Ranks that split `name`'s rows (1 without sequence parallelism)."""
@@ -156,9 +183,9 @@ class PlanInputs:
 
     @property
     def packed(self) -> bool:
-        """use_remove_padding: micro-batches hold their rows' real tokens only, so a token budget
-        bounds their memory whatever the lengths (models/packing.py)."""
-        return self.packing is not None
+        """The policy's use_remove_padding: micro-batches hold their rows' real tokens only, so a token
+        budget bounds their memory whatever the lengths (models/packing.py)."""
+        return self.models["actor"].packing is not None
 
     @property
     def width(self) -> int:
@@ -183,58 +210,42 @@ class PlanInputs:
         narrower compute dtype (models/loading.py master_dtype)."""
         return max(self.dtype_bytes, 4)
 
-    @property
-    def uses_ref(self) -> bool:
-        return self.skipped("ref") is None
-
-    @property
-    def uses_reward_model(self) -> bool:
-        return self.reward_spec is not None and self.skipped("reward_model") is None
-
     @classmethod
     def from_plan(cls, plan: StepPlan, cfg: DictConfig, spec: ModelSpec, device: str,
-                  critic_spec: ModelSpec | None = None, **what_if) -> "PlanInputs":
-        arr, critic = cfg[ARR], cfg.critic
+                  critic_spec: ModelSpec | None = None, reward_spec: ModelSpec | None = None,
+                  **what_if) -> "PlanInputs":
+        """The inputs of a validated config and its step plan. `critic_spec` (the actor's shape unless
+        given) and `reward_spec` are what-ifs: a reward_spec plans the reward model's phase even where the
+        config has none, split as reward_model's keys say; `what_if` sets other fields."""
+        arr = cfg[ARR]
         dtype = arr.model.dtype
         dtype_bytes = DTYPE_BYTES[dtype] if dtype != "auto" else (2 if device == "cuda" else 4)
         rm = cfg.reward_model
-        # A reward_spec what-if plans the phase even where the config has no reward model.
-        skip_rm = None if what_if.get("reward_spec") is not None else plan.phase("reward_model").skipped
-        if skip_rm is None and what_if.get("reward_spec") is None:
+        skip_rm = None if reward_spec is not None else plan.phase("reward_model").skipped
+        if skip_rm is None and reward_spec is None:
             # Its shape from its checkpoint's config.json (validate.py checked it is there).
-            what_if["reward_spec"] = load_model_spec(rm.model.path)
+            reward_spec = load_model_spec(rm.model.path)
         if "base_weight_bits" not in what_if:
             what_if.update(quantized_base(cfg, spec, dtype_bytes))
         if "reward_rerender_len" not in what_if and skip_rm is None and rerenders(cfg):
             what_if["reward_rerender_len"] = rm.max_length or cfg.data.max_prompt_length + cfg.data.max_response_length
+        specs = {"actor": spec, "ref": spec, "critic": (critic_spec or spec) if plan.critic else None,
+                 "reward_model": reward_spec}
         return cls(
-            spec=spec, critic_spec=(critic_spec or spec) if plan.critic else None, device=device,
-            dtype_bytes=dtype_bytes, world=plan.ranks,
+            models={m.name: model_inputs(m, cfg, plan, specs[m.name], device, dtype_bytes) for m in MODELS},
+            device=device, dtype_bytes=dtype_bytes, world=plan.ranks,
             prompt_len=cfg.data.max_prompt_length, response_len=cfg.data.max_response_length,
             responses_per_rank=plan.per_rank_responses, gen_responses_per_rank=plan.gen_per_rank_responses,
             phases=tuple(replace(p, skipped=skip_rm) if p.name == "reward_model" else p for p in plan.phases),
-            actor_per_rank_mini=plan.actor.per_rank_mini,
-            actor_ckpt=arr.model.enable_gradient_checkpointing, actor_offload=arr.actor.fsdp_config.param_offload,
             lora_rank=arr.model.lora_rank, lora_sync=arr.rollout.lora_sync,
             lora_targets=lora_targets(arr.model.target_modules, spec.num_layers) if arr.model.lora_rank else (),
-            ref_offload=arr.ref.fsdp_config.param_offload,
-            critic_per_rank_mini=plan.critic.per_rank_mini if plan.critic else 1,
-            critic_ckpt=critic.model.enable_gradient_checkpointing, critic_offload=critic.fsdp_config.param_offload,
             engine=arr.rollout.name,
             gpu_memory_utilization=arr.rollout.gpu_memory_utilization, kv_cache_gb=arr.rollout.kv_cache_gb,
             free_cache_engine=arr.rollout.free_cache_engine,
             max_num_batched_tokens=arr.rollout.max_num_batched_tokens,
             update_weights_bucket_mb=arr.rollout.update_weights_bucket_mb,
-            actor_optim_offload=arr.actor.fsdp_config.optimizer_offload,
-            critic_optim_offload=critic.fsdp_config.optimizer_offload,
             rollout_tp=arr.rollout.tensor_model_parallel_size,
             max_prompt_len=cfg.data.max_prompt_length, max_response_len=cfg.data.max_response_length,
-            actor_grad_accum=plan.actor.grad_accumulation,
-            critic_grad_accum=plan.critic.grad_accumulation if plan.critic else "unsharded",
-            packing=packed_kernel(arr.model.use_remove_padding, device, dtype_bytes),
-            critic_packing=packed_kernel(critic.model.use_remove_padding, device, dtype_bytes),
-            reward_offload=rm.model.fsdp_config.param_offload,
-            reward_packing=packed_kernel(rm.model.use_remove_padding, device, dtype_bytes),
             sequence_parallel=tuple((p.name, s) for p in plan.phases
                                     if p.skipped is None and (s := phase_sp_size(cfg, p.name)) > 1),
             **what_if)

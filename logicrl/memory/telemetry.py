@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-GB = 1024**3
+from logicrl.memory.phases import GB
+
 SAMPLE_S = 0.005
 
 

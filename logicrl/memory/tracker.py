@@ -55,7 +55,7 @@ class PeakTracker:
         self.start_bytes = self.peak_bytes = 0
         self._profiler = None
 
-    def __enter__(self) -> "PeakTracker":
+    def __enter__(self) -> PeakTracker:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)

@@ -3,26 +3,13 @@
     name = packed_attention(remove_padding, device, compute_dtype)   # attn_implementation to load with
     kernel = packed_kernel(remove_padding, device.type, dtype_bytes)  # what the planner and the header say
 
-A packed row ([1, L], models/packing.py) holds several sequences whose positions restart at 0. Its
-attention must stay inside each sequence, and its memory must grow with the tokens, never with L^2:
-
-- "flash_attention_2": flash-attn's varlen kernel over cu_seqlens, on CUDA in bf16/fp16 where the
-  flash-attn distribution is installed (no wheel on PyPI: a user installs it).
-- "logicrl_packed_sdpa" (PACKED_SDPA) everywhere else: torch's scaled_dot_product_attention run on
-  each sequence of the packed row on its own (is_causal, no mask tensor at all), registered with
-  transformers' AttentionInterface. Each call costs the sequence's own n^2 attention, as padded rows
-  do, without the padding; torch picks its fused (flash) kernel per call on CPU and CUDA alike.
-
-Why not torch's flex_attention (attn_implementation="flex_attention", a document BlockMask): on this
-CPU build (torch 2.13) it has no backward at all ("FlexAttention does not support backward on CPU"),
-and its forward compiles through inductor at the first packed lengths (docs/memory.md, "Packed
-attention"). The per-sequence SDPA needs no compiler, keeps nothing quadratic and is exact.
-
-A Ulysses sequence-parallel wrapper (all-to-all from sequence shards to head shards) calls the chosen
-kernel, `transformers.AttentionInterface()[packed_kernel(...)]`, on the full-length, head-sharded
-q/k/v with `cu_seq_lens_q=cu_seq_lens_k=packed_cu_seqlens(full_position_ids)` (and max_length_q/k, the
-longest sequence, which flash-attn reads): each rank's shard of position_ids alone does not say
-where sequences start.
+A packed row ([1, L], models/packing.py) holds several sequences whose positions restart at 0; its
+attention stays inside each sequence and its memory grows with the tokens, never with L^2:
+"flash_attention_2" (flash-attn's varlen kernel, CUDA in bf16/fp16, where installed), else
+"logicrl_packed_sdpa" (PACKED_SDPA): torch's SDPA on each sequence on its own, no mask tensor.
+Not flex_attention: on this CPU build it has no backward (docs/memory.md, "Packed attention").
+The Ulysses wrapper (models/ulysses.py) calls the chosen kernel on the full-length, head-sharded q/k/v
+with cu_seq_lens from the full position_ids: one rank's shard alone does not say where sequences start.
 """
 
 from __future__ import annotations

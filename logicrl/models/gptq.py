@@ -3,18 +3,13 @@
     gptq_load_kwargs()                # what from_pretrained needs to load one (models/loading.py)
     eager_dequantize(model)           # undo gptqmodel's torch.compile of each Linear's dequantize
 
-transformers loads it through its own quantizer (quantizers/quantizer_gptq.py): optimum swaps each
-decoder Linear for a gptqmodel QuantLinear holding the packed int4 codes, fp16 scales and packed zeros
-as *buffers* (not parameters), so nothing of the base can train, FSDP2 never shards it (it shards
-parameters only: the base is whole on every rank, as the plan counts it) and checkpoints never hold
-it. peft wraps those modules as it does an nn.Linear (its gptq dispatcher), so only the adapters train.
-
-The kernel is gptqmodel's `gptq_torch` (TorchLinear): plain torch ops that dequantize one layer's
-weight and multiply, on CPU ranks (the tests) and CUDA alike, and the one gptqmodel marks trainable
-on both; its `auto` choice on CPU is an AVX512 inference kernel whose first load took 249 s here.
-TorchLinear wraps its dequantize in torch.compile (inductor): on CPU that is a C++ build of ~35 s in
-each process's first forward, for a dequantize that is a few elementwise ops on a tiny model, so
-`eager_dequantize` puts the plain method back.
+transformers loads it through its own quantizer: optimum swaps each decoder Linear for a gptqmodel
+QuantLinear holding the int4 codes, scales and zeros as *buffers*, so nothing of the base trains, FSDP2
+never shards it (the base is whole on every rank, as the plan counts it) and checkpoints never hold it;
+peft wraps those modules as an nn.Linear, so only the adapters train. The kernel is `gptq_torch` (plain
+torch on CPU and CUDA, the one gptqmodel marks trainable on both); its dequantize is put back to eager,
+since torch.compile's C++ build costs each process far more than the few ops it compiles
+(docs/quantization.md, "Kernel").
 """
 
 from __future__ import annotations

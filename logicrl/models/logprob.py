@@ -181,7 +181,8 @@ def causal_lm_logprobs(
     result: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
     packed = pack(input_ids, attention_mask, position_ids, response_len) if remove_padding else None
     if sp is not None and packed is None:
-        raise ValueError("sequence parallelism runs on packed rows: set actor_rollout_ref.model.use_remove_padding=true")
+        raise ValueError("sequence parallelism runs on packed rows: set "
+                         "actor_rollout_ref.model.use_remove_padding=true")
     shard: dict[str, int] = {}  # with sp: this rank's token range [start, stop) of the padded packed row
 
     def score_response(module, args, output):

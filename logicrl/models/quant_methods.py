@@ -46,7 +46,8 @@ def pre_quantized_missing(method: str) -> str | None:
     """Why a `method` checkpoint cannot load here (its packages are not installed), in one line; None when it can."""
     missing = [m for m in PRE_QUANTIZED[method] if importlib.util.find_spec(m) is None]
     if missing:
-        return (f"a {method} checkpoint loads through transformers' quantizer with {' and '.join(PRE_QUANTIZED[method])}; "
+        return (f"a {method} checkpoint loads through transformers' quantizer with "
+                f"{' and '.join(PRE_QUANTIZED[method])}; "
                 f"not installed: {', '.join(missing)}; {GPTQ_INSTALL} (docs/quantization.md)")
     return None
 

@@ -4,23 +4,12 @@
     is_quantized(param)        # an NF4 weight: FSDP2 leaves it replicated (workers/fsdp.py shard_model)
     dequantized(tensor)        # the weight in its compute dtype, for the merged sync and export
 
-Why torchao and not bitsandbytes: torchao's NF4Tensor is plain torch (its dequantize is a table look-up
-and a multiply), so the same code runs on CPU ranks and on CUDA, under FSDP2 (torchtune's QLoRA uses it
-there); its wheel is 3.4 MB. bitsandbytes' wheel is 43 MB and its 4-bit path is CUDA-first.
-
-What is quantized: every Linear inside the decoder layers (q/k/v/o, gate/up/down), as QLoRA does;
-embeddings, norms, lm_head and biases stay in the compute dtype. Each weight is cut into blocks of
-`block_size` values (one NF4 code of 4 bits each, one absmax scale per block); the scales are quantized
-again to int8 in blocks of `scaler_block_size` (double quantization: torchao always does it), which is
-0.5 + 1/64 bytes per parameter at the defaults (models/quant_methods.py nf4_bits).
-
-The base is kept whole on every rank: FSDP2 can shard an NF4Tensor only along rows that split every
-block and scaler block evenly, and its mixed-precision cast does not apply to it, so shard_model passes
-these weights as ignored_params (replicated, frozen, never reduced). The adapters, norms and
-embeddings are sharded as usual. The plan counts the 4-bit base per rank (memory/footprint.py).
-
-The forward dequantizes one layer's weight at a time (LinearNF4: F.linear on weight.to(x.dtype)), in
-backward again: the transient is one full-precision weight (memory/phases.py).
+torchao, not bitsandbytes: plain torch, so the same code runs on CPU ranks and CUDA under FSDP2. Every
+Linear inside the decoder layers is quantized in blocks of `block_size`, its scales again to int8 in
+blocks of `scaler_block_size` (0.5 + 1/64 bytes per parameter at the defaults, quant_methods.py). The
+base is kept whole on every rank (FSDP2's ignored_params: it cannot shard an NF4 weight along any row),
+and the forward dequantizes one layer's weight at a time, in backward again. Why and what it costs:
+docs/quantization.md, "What happens".
 """
 
 from __future__ import annotations

@@ -93,10 +93,11 @@ def score_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, pos
     return torch.cat(parts)
 
 
-def token_level_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """[B] sequence scores -> [B, R] with each score on its response's last real token, zeros elsewhere:
-    the token_level_scores a rule reward also fills (as verl's reward-model worker returns them)."""
-    out = torch.zeros(response_mask.shape, dtype=scores.dtype, device=scores.device)
+def token_level_scores(scores: torch.Tensor, response_attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B] sequence scores -> [B, R] with each score on its response's last attended token, zeros elsewhere:
+    the token_level_scores a rule reward also fills (as verl's reward-model worker returns them). The
+    attention mask, not the loss mask: the response ends where the model stopped, trained or not."""
+    out = torch.zeros(response_attention_mask.shape, dtype=scores.dtype, device=scores.device)
     rows = torch.arange(scores.shape[0], device=scores.device)
-    out[rows, last_token_index(response_mask)] = scores
+    out[rows, last_token_index(response_attention_mask)] = scores
     return out

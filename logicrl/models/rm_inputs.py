@@ -1,7 +1,7 @@
 """Rows for a reward model whose tokenizer is not the actor's: decoded, re-rendered, re-tokenised.
 
     if not same_tokenizer(actor_tokenizer, rm_tokenizer):
-        rows = retokenize(prompts, responses, response_mask, actor_tokenizer, rm_tokenizer, max_length)
+        rows = retokenize(prompts, responses, response_attention_mask, actor_tokenizer, rm_tokenizer, max_length)
         scores = score_rows(model, rows.input_ids, rows.attention_mask, rows.position_ids, micro)
 
 As verl's RewardModelWorker._switch_chat_template: each response's real tokens are decoded with the
@@ -36,9 +36,11 @@ def same_tokenizer(a: Any, b: Any) -> bool:
             and a.eos_token == b.eos_token)
 
 
-def response_text(response: torch.Tensor, response_mask: torch.Tensor, tokenizer: Any) -> str:
-    """One response's real tokens [R] decoded, its eos text removed (it ends the actor's turn, not the text)."""
-    text = tokenizer.decode(response[response_mask.bool()].tolist(), skip_special_tokens=False)
+def response_text(response: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Any) -> str:
+    """One response's tokens [R] decoded, its eos text removed (it ends the actor's turn, not the text).
+    `attention_mask` [R] is the response's attention mask: the reward model reads the whole response,
+    tool output included, not only the tokens that train."""
+    text = tokenizer.decode(response[attention_mask.bool()].tolist(), skip_special_tokens=False)
     return text.replace(tokenizer.eos_token, "") if tokenizer.eos_token else text
 
 
@@ -56,12 +58,13 @@ def render(prompt: str | list[dict], response: str, tokenizer: Any) -> tuple[str
     return "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in chat), True
 
 
-def retokenize(prompts: list[str | list[dict]], responses: torch.Tensor, response_mask: torch.Tensor,
+def retokenize(prompts: list[str | list[dict]], responses: torch.Tensor, response_attention_mask: torch.Tensor,
                actor_tokenizer: Any, rm_tokenizer: Any, max_length: int) -> RewardInputs:
     """Each row's prompt (the dataset's chat list or string) and response [B, R] (the actor's tokens,
-    right-padded; response_mask marks the real ones) as reward-model rows of at most max_length tokens."""
+    right-padded; response_attention_mask [B, R] marks the real ones) as reward-model rows of at most max_length
+    tokens."""
     rows, truncated = [], 0
-    for prompt, response, mask in zip(prompts, responses, response_mask):
+    for prompt, response, mask in zip(prompts, responses, response_attention_mask):
         text, add_special = render(prompt, response_text(response, mask, actor_tokenizer), rm_tokenizer)
         ids = rm_tokenizer(text, add_special_tokens=add_special)["input_ids"]
         truncated += len(ids) > max_length

@@ -44,7 +44,7 @@ class ModelSpec:
     quant_group_size: int | None = None
 
     @classmethod
-    def from_dict(cls, cfg: dict, name: str) -> "ModelSpec":
+    def from_dict(cls, cfg: dict, name: str) -> ModelSpec:
         quant = cfg.get("quantization_config") or {}
         cfg = cfg.get("text_config", cfg)
         try:

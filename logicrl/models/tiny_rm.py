@@ -4,20 +4,12 @@
     # reward_model.model.path=embedded:tiny_rm resolves to it (models/loading.py checkpoint_dir)
 
 It scores the embedded default's task (data/role_task.py) as reward/role.py does, so PPO with a learned
-reward runs and is tested on CPU with nothing downloaded. A one-label Qwen2ForSequenceClassification
-(TINY_RM_CONFIG, models/tiny.py) on the tiny actor's tokenizer, so it reads the actor's tokens as they are.
-Trained on the task's own prompts, each with RESPONSES_PER_PROMPT responses of 1 to 4 tokens drawn as
-the actor writes them (the stated role, the other role, or another first word, then random tokens and
-sometimes the eos), against the rule score less 0.5 (+0.5, -0.5, -1.5: the sign says right or not)
-at every response token. The build repeats byte for byte on one machine, not across machines: float sums
-in torch's and the BLAS's kernels follow the CPU's instruction set, and 1000 steps of training amplify the
-last bit into another model (held-out agreement 96.9% built with AVX-512 kernels, 99.75% with AVX2's).
-Training in float64 on one thread does not make it the same bytes either: the AVX2 and AVX-512 builds
-differ by 7e-16 after 20 steps (their fp32 casts still equal) and in nearly every fp32 weight, by up to 0.05,
-after 200 (benchmarks/tiny_rm_bytes.py). Its
-agreement with the rule reward on the test split, and the CPU capability that built it, are written to
-tiny_rm_build.json; +recipe=tiny_rm_ppo is checked against other builds (benchmarks/tiny_rm_seeds.py builds
-with other seeds, and with AVX2 kernels). Build time and measured agreement: docs/testing.md.
+reward runs and is tested on CPU with nothing downloaded: a one-label Qwen2ForSequenceClassification
+(TINY_RM_CONFIG, models/tiny.py) on the tiny actor's tokenizer, trained on the task's prompts with
+RESPONSES_PER_PROMPT short responses drawn as the actor writes them, against the rule score less 0.5 at
+every response token. The build repeats byte for byte on one machine, not across CPU instruction sets;
+tiny_rm_build.json records its agreement on the test split and the CPU capability that built it. Build
+time, agreement per instruction set and what +recipe=tiny_rm_ppo was checked against: docs/testing.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ tokens (not special, so decoding keeps them), which lets a tiny model learn the 
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 PAD_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_end|>"

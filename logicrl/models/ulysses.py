@@ -5,29 +5,12 @@
     out, start, stop = sp_forward(model, packed_ids, packed_positions, sp)   # [1, L/S, ...] of this rank
     full = gather_tokens(local_values, packed_index, start, stop, sp)        # [M, ...], same on every rank
 
-Within an SP group of size S every rank holds the same rows. The packed row ([1, L], models/packing.py)
-is padded to a multiple of S and each rank runs the model on its own L/S tokens: embeddings, MLPs, norms
-and the log-prob/value heads see only those. Attention needs every token, so around it an all-to-all
-trades the sequence shard for a head shard: [1, H, L/S, D] on each rank becomes [1, H/S, L, D], the
-inner attention (whatever the model was loaded with: sdpa, flex, flash; called by name) runs on whole
-sequences for H/S heads, and a second all-to-all trades back. Rotary embeddings are applied before the
-first all-to-all, from each token's own position, so they need nothing from the other ranks.
-
-The model is switched to the attention implementation "ulysses:<inner>" (transformers' AttentionInterface).
-That name has no mask function, so the model builds no mask for its local shard (it would be the wrong
-size); the wrapper builds the inner implementation's mask once per forward for the whole padded row,
-from every rank's positions (restarts at 0 are sequence bounds, as in the packed path without SP).
-
-Key/value heads: the all-to-all splits them too, so KV heads must be divisible by S, or S by them: then
-each KV head is replicated S / KV times before the split (rank r gets the copy of KV head r * KV // S, the
-one its query heads use), which costs (S / KV) times the K/V bytes in flight and nothing else.
-
-Gradients: the all-to-all is its own adjoint, and `gather_tokens` sums the ranks' disjoint pieces in
-forward and sums the incoming gradients in backward. Every rank of a group computes the same loss from
-the same gathered values, so each rank's parameter gradient is S times its own tokens' share; FSDP's
-mean over all W ranks then equals the mean over the W / S data-parallel groups of their full gradients,
-which is what SP = 1 on W / S ranks computes. Equivalently: the mean over an SP group's ranks of their
-gradients equals the SP = 1 gradient of the same rows (tests/models/test_ulysses.py).
+Each rank of an SP group of size S runs the model on its L/S tokens of the same packed row; around
+attention an all-to-all trades the sequence shard for a head shard ([1, H, L/S, D] -> [1, H/S, L, D]),
+the inner attention ("ulysses:<inner>" in transformers' AttentionInterface) runs on whole sequences and a
+second all-to-all trades back. That name has no mask function, so the wrapper builds the inner mask once
+for the whole padded row. KV heads not divisible by S are replicated S / KV times before the split.
+Why the gradients equal SP = 1's: docs/engines.md, "Sequence parallelism (Ulysses)".
 """
 
 from __future__ import annotations

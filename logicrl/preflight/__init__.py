@@ -14,8 +14,8 @@ disk. Each stage is planned once; its StagePlan carries the numbers the later ch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from omegaconf import DictConfig
 

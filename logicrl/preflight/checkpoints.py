@@ -23,7 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from logicrl.checkpoint_layout import SHAPE_FILE, complete_checkpoints
 from logicrl.config.errors import ConfigError
-from logicrl.config.plan import ARR, uses_critic
+from logicrl.config.models import MODELS, in_use
+from logicrl.config.plan import ARR
 from logicrl.models.spec import ModelSpecError, load_model_spec
 
 log = logging.getLogger("logicrl.preflight")
@@ -49,13 +50,12 @@ def _targets(value):
 def run_shape(cfg: DictConfig) -> dict:
     """What a checkpoint of this run holds and what it can be loaded into (shape.json's content)."""
     model = cfg[ARR].model
-    models = {f"{ARR}.model.path": {"path": str(model.path), "shape": _model_shape(model.path)}}
-    roles = ["actor"]
-    if uses_critic(cfg):
-        roles.append("critic")
-        models["critic.model.path"] = {"path": str(cfg.critic.model.path), "shape": _model_shape(cfg.critic.model.path)}
+    roles = [m for m in MODELS if m.trains and m.in_use(cfg)]  # the models a checkpoint holds
+    models = {m.path_key: {"path": str(m.get(cfg, "path_key")), "shape": _model_shape(m.get(cfg, "path_key"))}
+              for m in roles}
     lora = {f"{ARR}.model.{key}": _targets(model[key]) for key in LORA_KEYS}
-    return {"format": SHAPE_FORMAT, "roles": roles, "algorithm.adv_estimator": str(cfg.algorithm.adv_estimator),
+    return {"format": SHAPE_FORMAT, "roles": [m.name for m in roles],
+            "algorithm.adv_estimator": str(cfg.algorithm.adv_estimator),
             "models": models, "lora": lora}
 
 
@@ -101,7 +101,7 @@ def check_checkpoint(cfg: DictConfig) -> None:
 def _difference(cfg: DictConfig, path: Path, saved: dict | None) -> tuple[str, str | None] | None:
     """(what differs, the setting that would resume it or None), or None when the checkpoint fits."""
     estimator = cfg.algorithm.adv_estimator
-    if uses_critic(cfg) and not (path / "critic").is_dir():
+    if in_use(cfg)["critic"] and not (path / "critic").is_dir():
         old = saved.get("algorithm.adv_estimator") if saved else None
         how = f"it was saved with algorithm.adv_estimator={old}" if old else "it was saved by a run without one"
         return (f"holds no critic ({how}) and this run's algorithm.adv_estimator={estimator} trains one",

@@ -25,7 +25,8 @@ from logicrl.memory.footprint import FP32, ModelBytes
 from logicrl.memory.planner_inputs import PlanInputs
 
 log = logging.getLogger("logicrl.preflight")
-GB = 1e9
+# Decimal, as df -H and disk vendors count free space; the memory plan's GB (memory/phases.py) is 1024**3.
+DISK_GB = 1e9
 MARGIN = 1.1  # a real tiny checkpoint is 9% above the bare bytes (tests/bad_inputs/test_directories.py)
 
 
@@ -39,8 +40,8 @@ def checkpoint_bytes(x: PlanInputs, save_hf: bool) -> int:
                              lora_targets_=x.lora_targets)
     trained_params = actor.trainable_full // (FP32 if x.lora_rank else x.dtype_bytes)
     total = (actor.trainable_full if x.lora_rank else actor.total_full) + 2 * FP32 * trained_params
-    if x.critic_spec is not None:
-        critic = ModelBytes.build(x.critic_spec, dtype_bytes=x.dtype_bytes, world=1, head="value")
+    if (critic_spec := x.models["critic"].spec) is not None:
+        critic = ModelBytes.build(critic_spec, dtype_bytes=x.dtype_bytes, world=1, head="value")
         total += critic.total_full + 2 * FP32 * (critic.trainable_full // x.dtype_bytes)
     if save_hf:
         total += actor.total_full if x.lora_rank == 0 else (
@@ -105,8 +106,8 @@ def check_directories(cfg: DictConfig, plan: StepPlan, need: int) -> None:
 def size(nbytes: float) -> str:
     """Bytes for a person: GB from one GB up, MB below (a tiny run's checkpoint is a few MB, and
     "0.0 GB free, needs 0.0 GB" says nothing), kB below one MB."""
-    if nbytes >= GB:
-        return f"{nbytes / GB:.1f} GB"
+    if nbytes >= DISK_GB:
+        return f"{nbytes / DISK_GB:.1f} GB"
     if nbytes >= 1e6:
         return f"{nbytes / 1e6:.1f} MB"
     return f"{nbytes / 1e3:.0f} kB"

@@ -10,11 +10,13 @@ grad_accumulation), the checkpoint size the disk check needs, and the peaks a sw
 
 from __future__ import annotations
 
-import importlib.util
+import logging
 from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
+from logicrl.config.engines import resolve_engine
+from logicrl.config.errors import ConfigError
 from logicrl.config.plan import ARR, StepPlan, token_key
 from logicrl.memory.fit import auto_micro_batch, check_fit, stop_lengths, worst_phase
 from logicrl.memory.lengths import EXPECTED, plan_lengths
@@ -23,6 +25,8 @@ from logicrl.memory.planner import HEADROOM_GB, MemoryPlan, format_table, plan_i
 from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.spec import ModelSpec, load_model_spec
 from logicrl.preflight.device import capacity, check_gpus_usable
+
+log = logging.getLogger("logicrl.preflight")
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,17 @@ def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
     lengths = plan_lengths(cfg, x.packed)
     x = replace(x, prompt_len=min(lengths.prompt, x.prompt_len), response_len=lengths.response,
                 plan_mode=cfg.trainer.memory_plan, lengths_note=lengths.note)
-    if x.engine == "vllm" and importlib.util.find_spec("vllm") is None:
-        x = replace(x, engine="hf")  # engines.build_engine falls back the same way
+    # The engine each rank will build (workers/rollout/engines.py asks the same function). A dry run plans
+    # for wherever the run will go: it only looks for the package, and plans an engine without a fallback
+    # even where its package is missing. A launch imports the package here, as every rank will next
+    # (vLLM: seconds, and half a GB this process keeps).
+    dry = cfg.trainer.dry_run
+    engine = resolve_engine(x.engine, x.rollout_tp, "installed" if dry else "import")
+    if not engine.runs and not dry:
+        raise ConfigError(engine.line)
+    if engine.runs and engine.reason:
+        log.warning(engine.line)
+        x = replace(x, engine=engine.name)
     return x, int(cap_gb * GB), source
 
 
@@ -79,7 +92,8 @@ def check_memory(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> StagePlan:
     check_fit(memory, auto=cfg.trainer.auto_micro_batch)
     # The workers run the grad_accumulation the plan resolved ("auto": unsharded unless it does not fit).
     chosen = memory.inputs
-    step_plan = plan.with_micro(picked).with_grad_accumulation(chosen.actor_grad_accum, chosen.critic_grad_accum)
+    modes = {role: inputs.grad_accum for role, inputs in chosen.models.items()}
+    step_plan = plan.with_micro(picked).with_grad_accumulation(modes)
     return StagePlan(table, step_plan, memory)
 
 

@@ -25,7 +25,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from logicrl.config.errors import ConfigError
-from logicrl.config.plan import ARR, uses_critic
+from logicrl.config.models import MODELS, in_use
+from logicrl.config.plan import ARR
 from logicrl.models.eos import end_of_turn, eos_ids
 from logicrl.models.spec import ModelSpec, load_model_spec
 from logicrl.models.tiny import EMBEDDED_CONFIGS
@@ -39,7 +40,7 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 def model_paths(cfg: DictConfig) -> list[tuple[str, str]]:
     """(key, path) of each model whose tokenizer the run loads."""
     paths = [(f"{ARR}.model.path", cfg[ARR].model.path)]
-    if uses_critic(cfg) and cfg.critic.model.path != cfg[ARR].model.path:
+    if in_use(cfg)["critic"] and cfg.critic.model.path != cfg[ARR].model.path:
         paths.append(("critic.model.path", cfg.critic.model.path))
     rm = cfg.reward_model
     # Its tokenizer is read only to re-render rows (reward_model.model.input_tokenizer set): then it must load.
@@ -51,11 +52,7 @@ def model_paths(cfg: DictConfig) -> list[tuple[str, str]]:
 def weight_paths(cfg: DictConfig) -> list[tuple[str, str]]:
     """(key, path) of each model whose weights the run loads: the actor (and the reference, which
     shares its path), the critic, the reward model; the embedded models are built by logicrl itself."""
-    paths = [(f"{ARR}.model.path", cfg[ARR].model.path)]
-    if uses_critic(cfg):
-        paths.append(("critic.model.path", cfg.critic.model.path))
-    if cfg.reward_model.enable:
-        paths.append(("reward_model.model.path", cfg.reward_model.model.path))
+    paths = [(m.path_key, m.get(cfg, "path_key")) for m in MODELS if m.in_use(cfg)]
     seen: set[str] = set()
     return [(key, path) for key, path in paths
             if path not in EMBEDDED_CONFIGS and not (path in seen or seen.add(path))]

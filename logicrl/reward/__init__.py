@@ -20,9 +20,8 @@ import math as _math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from logicrl.reward import kk
+from logicrl.reward import kk, role, symbolic
 from logicrl.reward import math as math_reward
-from logicrl.reward import role, symbolic
 
 # Takes (data_source, solution_str, ground_truth, extra_info) by keyword; returns a float or a
 # dict with "score".

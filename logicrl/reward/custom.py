@@ -116,7 +116,8 @@ def wrap_custom_reward(fn: Callable[..., Any], name: str | None = None) -> Calla
     def compute_score(
         data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
     ) -> dict[str, Any]:
-        result = fn(data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info)
+        result = fn(data_source=data_source, solution_str=solution_str, ground_truth=ground_truth,
+                    extra_info=extra_info)
         return normalize_score(result, source)
 
     return compute_score

@@ -38,7 +38,7 @@ _NOISE = re.compile(r"\{,\}|\\[$,!; ]|[$,\s]")
 def _last_boxed(text: str) -> tuple[int, str | None]:
     """(position, contents) of the last \\boxed{...}; (-1, None) if none, (pos, None) if unclosed."""
     last = None
-    for last in _BOXED.finditer(text):
+    for last in _BOXED.finditer(text):  # noqa: B007 (the loop only leaves the last match behind)
         pass
     if last is None:
         return -1, None

@@ -21,7 +21,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> d
     role = ground_truth.get("role") if isinstance(ground_truth, dict) else None
     if role not in ROLES:
         # A ground truth no response can match would train on -1 and 0 forever: a data bug.
-        raise ValueError(f"kk_role ground truth must be {{'role': one of {list(ROLES)}, ...}}, got {ground_truth!r:.80}")
+        raise ValueError(f"kk_role ground truth must be {{'role': one of {list(ROLES)}, ...}}, "
+                         f"got {ground_truth!r:.80}")
     first = answer_word(solution_str)
     score = 1.0 if first == role else 0.0 if first in ROLES else -1.0
     return {"score": score, "acc": float(first == role)}

@@ -13,8 +13,7 @@ seconds (a nested power such as `9^{9^{9^{9}}}` would otherwise run sympy for ho
 at most two parses and four comparisons, about 6 s. SIGALRM works in the main thread only: the trainer
 scores rewards in the driver's main thread; elsewhere math-verify refuses and this reward raises.
 
-Components as reward/math.py: `format` 1.0 when an answer was extracted, `acc` 1.0 when it is equivalent;
-score = acc.
+Components as reward/math.py: `format` (an answer was extracted), `acc` (it is equivalent); score = acc.
 """
 
 from __future__ import annotations

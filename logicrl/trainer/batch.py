@@ -7,6 +7,12 @@ repeated n times here, the only place the n samples of a prompt are made; genera
 responses and masks, balancing permutes the rows, rewards read data_source and ground_truth
 from it, and advantages group by its `uid`.
 
+Two masks over the response: `response_attention_mask` [N, R] (what the model sees; the response
+part of `attention_mask` [N, P+R]) gives its length, the reward's token and every forward's input;
+`response_mask` [N, R] is the loss mask (verl's name and meaning): what trains, read by every
+estimator, loss, KL term and loss metric. A single turn has them equal; tool output, attended but
+not trained, would be 1 in the first and 0 in the second.
+
 Shards are contiguous and equal: rank r owns rows [r*S, (r+1)*S), S = B*n / W, in every phase.
 With trainer.balance_batch the rows are first reordered so that every rank's shard holds about
 the same number of tokens (`balanced_order`): the ranks wait on each other at every collective,
@@ -32,13 +38,14 @@ def prompt_batch(rows: list, n: int, pad_id: int, first_uid: int = 0) -> TensorD
 # After generation: [N, P+R] tensors (the left-padded prompt, then the right-padded response), and
 # [N, R] ones; what cat_rounds pads to a common P and R. Their padding values: 0 but for the ids.
 SEQUENCE_FIELDS = ("input_ids", "attention_mask", "position_ids")
-RESPONSE_FIELDS = ("responses", "response_mask", "rollout_log_probs", "token_level_scores")
+RESPONSE_FIELDS = ("responses", "response_attention_mask", "response_mask", "rollout_log_probs",
+                   "token_level_scores")
 
 
 def cat_rounds(parts: list[TensorDict], pad_id: int) -> TensorDict:
     """Generated batches of different widths (each round pads its prompts to its longest and its
     responses to its longest) as one: prompts left-padded and responses right-padded to the widest.
-    Padding is masked everywhere (attention_mask 0, response_mask 0, position 0), so no result changes."""
+    Padding is masked everywhere (both masks 0, position 0), so no result changes."""
     if len(parts) == 1:
         return parts[0]
     resp = max(p["responses"].shape[1] for p in parts)

@@ -51,7 +51,8 @@ class TrainerState:
     """What the controller needs to continue exactly where it stopped (the ranks save the rest)."""
 
     step: int  # global steps completed; the next step to run is `step`
-    sampler_position: int  # generation rounds drawn: `step`, or more with dynamic sampling (trainer/dynamic_sampling.py)
+    # Generation rounds drawn: `step`, or more with dynamic sampling (trainer/dynamic_sampling.py).
+    sampler_position: int
     kl_coef: float | None = None  # the KL controller's `.value` (adaptive controllers move it)
     curriculum_stage: int | None = None
     rng: dict = field(default_factory=dict)  # logicrl.rng.capture_rng_state()
@@ -264,7 +265,8 @@ def set_aside(path: Path, problem: str) -> Path:
     aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
     os.rename(path, aside)
     _fsync_dir(path.parent)
-    log.warning(f"checkpoint {path} is damaged ({problem}): set aside as {aside.name}; the newest intact one before it is used")
+    log.warning(f"checkpoint {path} is damaged ({problem}): set aside as {aside.name}; the newest intact one "
+                "before it is used")
     return aside
 
 

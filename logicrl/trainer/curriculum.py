@@ -20,8 +20,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.config.plan import ARR
 from logicrl.config.errors import ConfigError
+from logicrl.config.plan import ARR
 from logicrl.config.stages import Stage
 from logicrl.faults import Faults
 from logicrl.trainer.checkpoint import complete_checkpoints, damage, write_durably
@@ -145,12 +145,19 @@ def reopen_lengthened(stages: list[Stage], done: dict) -> None:
         del done[stage.name]
 
 
-def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimizer: bool, resume: bool,
-                   faults: Faults | None = None) -> dict:
-    """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage."""
+def finished_stages(stages: list[Stage], root: Path, resume: bool) -> dict:
+    """{stage name: its row} of the finished stages this launch skips, from the record under `root`; raises
+    ConfigError for a finished stage lengthened under a later one, or edited, before any stage starts."""
     done = read_record(root, stages) if resume else {}
     reopen_lengthened(stages, done)
     refuse_edited(stages, done)
+    return done
+
+
+def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimizer: bool, resume: bool,
+                   faults: Faults | None = None) -> dict:
+    """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage."""
+    done = finished_stages(stages, root, resume)
     previous_final: Path | None = None
     from_earlier_run = False  # previous_final was written by an earlier launch, not just now by this one
     for stage in stages:

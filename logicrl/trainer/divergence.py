@@ -16,9 +16,18 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-ROLES = ("actor", "critic")
+from omegaconf import DictConfig
+
+from logicrl.config.models import MODELS, TRAINED
+
+ROLES = TRAINED
 # The key a user lowers for each role: a too-large learning rate is what diverges a run nearly always.
-LR_KEYS = {"actor": "actor_rollout_ref.actor.optim.lr", "critic": "critic.optim.lr"}
+LR_KEYS = {m.name: m.lr_key for m in MODELS if m.trains}
+
+
+def learning_rates(cfg: DictConfig) -> dict[str, float]:
+    """Each trained role's learning rate, by role: what diverged_line names beside its key."""
+    return {m.name: m.get(cfg, "lr_key") for m in MODELS if m.trains}
 
 
 class Diverged(RuntimeError):

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
+from logicrl.algos.masked import response_lengths
 from logicrl.config.rewards import combine_rule, reward_check
 from logicrl.config.plan import ARR, StepPlan
 from logicrl.config.sequence_parallel import phase_sp_size
@@ -51,13 +52,14 @@ from logicrl.trainer.divergence import (
     DivergenceGuard,
     Diverged,
     diverged_line,
+    learning_rates,
     nonfinite_roles,
     nonfinite_state_reason,
 )
 from logicrl.trainer.micro_sizes import apply_saved, ended_by_oom
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
-from logicrl.trainer.step_perf import FlopModel, peak_bf16_flops, phase_shares, step_metrics
+from logicrl.trainer.step_perf import FlopModel, generation_round, peak_bf16_flops, phase_shares, step_metrics
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
 from logicrl.trainer.validation import validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
@@ -234,7 +236,7 @@ class PPOTrainer:
 
     def diverged(self, reason: str, roles: list[str]) -> Diverged:
         """The error that ends a diverged run: the reason, the lr to lower, the checkpoint to go back to."""
-        lrs = {"actor": self.cfg[ARR].actor.optim.lr, "critic": self.cfg.critic.optim.lr}
+        lrs = learning_rates(self.cfg)
         saved = complete_checkpoints(self.ckpt_root)
         return Diverged(diverged_line(reason, roles, lrs, saved[-1] if saved else None))
 
@@ -330,7 +332,7 @@ class PPOTrainer:
             metrics.update(reward_metrics)
         if batch is not None:
             self._train(step, batch, token_scores, metrics)
-            metrics.update(length_metrics(batch["response_mask"], cfg.data.max_response_length))
+            metrics.update(length_metrics(batch["response_attention_mask"], cfg.data.max_response_length))
         metrics.update(merge_rank_metrics(self.rank_metrics))
         # What this step really ran (a curriculum stage's batch size and rollout.n show here).
         metrics["batch/prompts"] = float(prompts)
@@ -350,8 +352,7 @@ class PPOTrainer:
         plan = self.plan
         batch = prompt_batch(rows, plan.n, self.tokenizer.pad_token_id, first_uid)
         self.run_phase("generate", batch, metrics, step, params=params)
-        lengths = batch["response_mask"].sum(-1)
-        self.generated.append(([int(part.sum()) for part in lengths.chunk(plan.ranks)], lengths.tolist()))
+        self.generated.append(generation_round(batch["response_attention_mask"], plan.ranks))
         if balance and self.cfg.trainer.balance_batch and plan.ranks > 1:
             batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.ranks))]
         if plan.runs("reward_model"):
@@ -416,6 +417,7 @@ class PPOTrainer:
                 rewards, kl_metrics = self._kl_in_reward(batch, token_scores)
                 metrics.update(kl_metrics)
             a = cfg.algorithm
+            # Estimators, their metrics and the KL in the reward read the loss mask (response_mask).
             advantages, returns = compute_advantage(
                 a.adv_estimator, rewards, batch["response_mask"], index=batch["uid"],
                 values=batch.get("values", None), gamma=a.gamma, lam=a.lam,
@@ -481,8 +483,10 @@ def history_row(step: int, metrics: dict) -> dict:
     return row
 
 
-def length_metrics(response_mask: torch.Tensor, max_len: int) -> dict[str, float]:
-    lengths = response_mask.sum(-1).float()
+def length_metrics(response_attention_mask: torch.Tensor, max_len: int) -> dict[str, float]:
+    """response_length/*: where each response ends (its attention mask, as verl's), tool output included;
+    clip_ratio is the share that reached data.max_response_length, the budget the whole response counts in."""
+    lengths = response_lengths(response_attention_mask).float()
     return {"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
             "response_length/min": float(lengths.min()),
             "response_length/clip_ratio": float((lengths >= max_len).float().mean())}

@@ -1,6 +1,7 @@
 """Scoring a step's responses: decode, rule reward per response, token-level scores.
 
-The score goes on the last valid token of each response (verl's convention), and each reward
+The score goes on the last attended token of each response (verl's convention: the response's end is
+read from its attention mask, so attended but untrained tokens are decoded and scored), and each reward
 component (format, answer, acc, ...) is averaged into `reward/<name>/mean`. With a learned reward
 model the batch holds its scores (`rm_scores` [N], the worker's reward_model phase) and reward.combine
 (reward/combine.py) makes each row's sequence reward from it and the rule reward, per data_source;
@@ -17,6 +18,7 @@ import torch
 from tensordict import TensorDict
 
 from logicrl.algos import overlong_penalty
+from logicrl.algos.masked import response_lengths
 from logicrl.reward import REWARD_FNS, compute_score
 from logicrl.reward.combine import CombineRule
 
@@ -39,13 +41,13 @@ class RewardManager:
         return self.custom_fn is not None or data_source in REWARD_FNS
 
     def __call__(self, batch: TensorDict) -> tuple[torch.Tensor, dict, list[str], list[dict]]:
-        """Score a step's batch: its responses / response_mask [B*n, R] against each row's
+        """Score a step's batch: its responses / response_attention_mask [B*n, R] against each row's
         data_source, ground_truth and extra_info.
 
         Returns token_level_scores [B*n, R], batch metrics, the decoded texts and per-response results.
         """
-        responses, response_mask = batch["responses"], batch["response_mask"]
-        lengths = response_mask.sum(-1)  # [B*n]
+        responses = batch["responses"]
+        lengths = response_lengths(batch["response_attention_mask"])  # [B*n] where each response ends
         texts = [self.tokenizer.decode(r[:n].tolist(), skip_special_tokens=True)
                  for r, n in zip(responses, lengths.tolist())]
         rows = list(zip(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"], strict=True))
@@ -61,11 +63,11 @@ class RewardManager:
                             "reward_model/score/min": float(learned.min())})
         scores = torch.tensor([r["score"] for r in results], dtype=torch.float32)
         if self.overlong is not None:
-            penalty = overlong_penalty(lengths, response_mask.shape[1], self.overlong["len"],
+            penalty = overlong_penalty(lengths, responses.shape[1], self.overlong["len"],
                                        self.overlong["penalty_factor"])
             scores = scores + penalty
             metrics["reward/overlong_penalty/mean"] = float(penalty.mean())
-        token_scores = torch.zeros(response_mask.shape, dtype=torch.float32)
+        token_scores = torch.zeros(responses.shape, dtype=torch.float32)
         last = (lengths - 1).clamp(min=0)
         token_scores[torch.arange(len(scores)), last] = scores * (lengths > 0)
         metrics.update(score_metrics(scores, results))

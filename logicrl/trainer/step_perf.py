@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from logicrl.algos.masked import response_lengths
+from logicrl.config.phases import FORWARD_PHASES, UPDATE_PHASES
 from logicrl.memory.footprint import linear_shapes, lora_targets
 from logicrl.models.spec import ModelSpec
 
@@ -27,9 +29,6 @@ PEAK_BF16_TFLOPS = (
     ("H20", 148.0), ("B200", 2250.0), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.1), ("L40", 181.0),
     ("L4", 121.0),
 )
-# The trainer's forward passes over the step's rows, and the phase whose time each one takes.
-FORWARD_PHASES = ("old_log_prob", "ref", "values")
-UPDATE_PHASES = ("update_actor", "update_critic")
 
 
 def peak_bf16_flops(device_name: str | None) -> float | None:
@@ -104,6 +103,14 @@ def mfu_metrics(flops: FlopModel, lengths: list[int], epochs: int, checkpointing
     budget = seconds * ranks * peak
     return {"perf/update_actor/mfu": epochs * model / budget, "perf/update_actor/hfu": epochs * hardware / budget,
             "perf/update_actor/tflops_per_rank": epochs * model / seconds / ranks / 1e12}
+
+
+def generation_round(response_attention_mask, ranks: int) -> tuple[list[int], list[int]]:
+    """One generation round as `step_metrics` reads it, from its rows' response attention mask [N, R]
+    (rank r generated the r-th contiguous shard): each rank's tokens and every response's length, where
+    each response ends (algos/masked.py), not how many of its tokens train."""
+    lengths = response_lengths(response_attention_mask)  # [N]
+    return [int(part.sum()) for part in lengths.chunk(ranks)], lengths.tolist()
 
 
 def step_metrics(generated: list[tuple[list[int], list[int]]], rank_seconds: list[float], metrics: dict,

@@ -1,8 +1,11 @@
 """The FSDP2 policy: log-probs of given responses, and the PPO-style loss its update minimises.
 
 A batch is a TensorDict of one rank's responses:
-    input_ids, attention_mask, position_ids  [N, P+R]  left-padded prompt, right-padded response
-    responses, response_mask                 [N, R]
+    input_ids, attention_mask, position_ids  [N, P+R]  left-padded prompt, right-padded response: what
+                                                        the model attends to, every forward's input
+    responses                                [N, R]
+    response_mask                            [N, R]    the loss mask: what the loss, entropy, KL and
+                                                        metrics count (trainer/batch.py)
     rollout_log_probs                        [N, R]    the engine's: rollout/logprob_diff, rollout correction
     advantages                               [N, R]    (update only)
     old_log_probs                            [N, R]    (update; absent when the step is on-policy; the
@@ -27,14 +30,13 @@ from logicrl.algos import (
     kl_penalty,
     masked_mean,
     mismatch_metrics,
-    policy_clip_metrics,
 )
+from logicrl.config.loss_module import import_loss_module
 from logicrl.models.logprob import causal_lm_logprobs
 from logicrl.models.spec import LOGPROB_CHUNK_TOKENS
 from logicrl.models.ulysses import SequenceParallel
 from logicrl.workers.oom import MicroSize
 from logicrl.workers.update import Trained, run_update
-
 
 
 def response_logprobs(model, batch: TensorDict, temperature: float, with_entropy: bool = False,
@@ -75,6 +77,13 @@ def logprob_diff_metrics(log_probs: torch.Tensor, batch: TensorDict) -> dict[str
     return dict(zip(["rollout/logprob_diff", "rollout/logprob_diff_max", *stats], values))
 
 
+def loss_mode(configured: str, corr: RolloutCorrection) -> str:
+    """The loss the update minimises: rollout correction's bypass with loss_type=reinforce replaces the
+    configured one by -w A log pi, which is gpg's loss with the IS weights on it (verl's rule; docs/losses.md)."""
+    # Config validation says so once when it applies (config/validate.py, check_rollout_correction).
+    return "gpg" if corr.bypass_mode and corr.loss_type == "reinforce" else configured
+
+
 class Actor:
     """Owns the sharded policy, its optimizer and scheduler; `update` runs one training step."""
 
@@ -84,6 +93,10 @@ class Actor:
         self.correction = correction or RolloutCorrection()  # algorithm.rollout_correction
         self.remove_padding = remove_padding  # packed micro-batches (actor_rollout_ref.model.use_remove_padding)
         self.model, self.optimizer, self.scheduler = role.model, role.optimizer, role.scheduler  # for checkpoints
+        # A user's losses register on this rank too before the first update (the driver imported them to validate).
+        import_loss_module(cfg.policy_loss.get("module"))
+        self.loss_mode = loss_mode(cfg.policy_loss.loss_mode, self.correction)
+        self.loss_params = {k: v for k, v in cfg.policy_loss.items() if k not in ("loss_mode", "module")}
 
     def update(self, batch: TensorDict, retry) -> dict[str, float]:
         """ppo_epochs passes over `batch` in mini-batches, one optimizer step each (workers/update.py)."""
@@ -108,26 +121,23 @@ class Actor:
                 trainer = log_probs.detach() if corr.bypass_mode else old
                 out = apply_correction(trainer, micro["rollout_log_probs"], mask, corr)
                 weights, keep, stats = out.weights, out.keep, out.metrics
-            loss_mode = "gpg" if corr.bypass_mode and corr.loss_type == "reinforce" else cfg.policy_loss.loss_mode
-            pl = cfg.policy_loss
-            out = compute_policy_loss(loss_mode, log_probs, old, micro["advantages"], mask,
+            # The policy_loss group reaches the loss whole (a user's loss adds keys to it); each loss takes the
+            # parameters it declares. SAPO's tau_pos/tau_neg sit on the actor, as in verl.
+            out = compute_policy_loss(self.loss_mode, log_probs, old, micro["advantages"], mask,
                                       clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-                                      clip_ratio_c=cfg.clip_ratio_c, rollout_is_weights=weights,
-                                      tau_pos=cfg.tau_pos, tau_neg=cfg.tau_neg, clip_cov_ratio=pl.clip_cov_ratio,
-                                      clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub,
-                                      kl_cov_ratio=pl.kl_cov_ratio, ppo_kl_coef=pl.ppo_kl_coef)
+                                      clip_ratio_c=cfg.clip_ratio_c, rollout_is_weights=weights, keep=keep,
+                                      tau_pos=cfg.tau_pos, tau_neg=cfg.tau_neg, **self.loss_params)
             token_loss = out.token_loss + entropy_bonus(entropy, mask, cfg.entropy_coeff)
             stats.update({"actor/pg_loss": masked_mean(out.token_loss.detach(), mask),
                           **entropy_metrics(entropy.detach(), mask),
-                          **policy_clip_metrics(out.ratio.detach(), micro["advantages"], mask, cfg.clip_ratio_low,
-                                                cfg.clip_ratio_high, cfg.clip_ratio_c),
-                          **approx_kl_metrics(log_probs.detach(), old, mask)})
+                          **out.metrics, **approx_kl_metrics(log_probs.detach(), old, mask)})
             if cfg.use_kl_loss:
                 kl = kl_penalty(log_probs, micro["ref_log_probs"], mask, cfg.kl_loss_type)
                 token_loss = token_loss + cfg.kl_loss_coef * kl
                 stats["actor/kl_loss"] = masked_mean(kl.detach(), mask)
             # A rejected token trains nothing (policy, entropy or KL term) but stays in the normaliser
-            # (algos/rollout_correction.py); with nothing rejected `keep` is the mask and this changes nothing.
+            # (algos/rollout_correction.py); the policy loss already left it out of its ratios (`keep`), and
+            # puts nothing there (geo_mean spreads a response's loss over its kept tokens).
             token_loss = torch.where(keep, token_loss, token_loss.new_zeros(()))
             loss = agg_loss(token_loss, mask, cfg.loss_agg_mode, normalizer=normalizer,
                             max_response_length=mask.shape[1])

@@ -7,10 +7,11 @@ load may use another world size (DCP reshards). Scheduler and RNG states are JSO
 Nothing loaded here unpickles code: DCP's `.metadata` pickle goes through `_SafeFileSystemReader`, whose
 unpickler resolves only DCP's metadata dataclasses and torch's plain value types, and the non-tensor items
 in its shards (param_groups) through torch's weights-only unpickler (`_SafeLoadPlanner`); anything else is
-refused in one line naming the file and the item. `export_hf` gathers one parameter at a time (weight_sync, LoRA merged) into
-safetensors on rank 0; with LoRA also the adapter alone, in peft's format. The sharded state holds the
-fp32 masters and AdamW states, so a resume continues from exactly the trained values; the export is in
-the compute dtype (what the engine serves, at half the size), and nothing resumes from it.
+refused in one line naming the file and the item. `export_hf` gathers one parameter at a time
+(weight_sync, LoRA merged) into safetensors on rank 0; with LoRA also the adapter alone, in peft's
+format. The sharded state holds the fp32 masters and AdamW states, so a resume continues from exactly
+the trained values; the export is in the compute dtype (what the engine serves, at half the size), and
+nothing resumes from it.
 Every file goes through logicrl/checksums.py as it is written (DCP through `_SummingWriter`, the
 export through its own streaming safetensors writer), so the manifest needs no second read of them.
 """

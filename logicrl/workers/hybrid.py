@@ -251,7 +251,7 @@ class HybridWorker:
             update = replace(update, per_rank_mini=update.per_rank_mini * sp.size)
         o = role_cfg.optim
         optimizer, scheduler = build_optimizer(model, o.lr, o.weight_decay, self.plan.total_steps,
-                                               o.lr_warmup_steps_ratio, o.lr_scheduler_type)
+                                               o.lr_warmup_steps_ratio, o.lr_scheduler_type, o.lr_warmup_steps)
         return Trained(name=name, model=model, optimizer=optimizer, scheduler=scheduler, plan=update,
                        loss_agg_mode=loss_agg_mode, grad_clip=role_cfg.grad_clip, world_size=self.world_size,
                        device=self.device, optimizer_offload=role_cfg.fsdp_config.optimizer_offload,
@@ -324,15 +324,18 @@ class HybridWorker:
             # Training gets the engine's memory back until the next generate (vLLM sleep mode on
             # CUDA; on CPU only the prefix cache is dropped, see rollout/vllm.py).
             self.engine.sleep()
-        responses, response_mask = out.responses.to(self.device), out.response_mask.to(self.device)
-        attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)  # [N, P+R]
+        responses, attended = out.responses.to(self.device), out.response_attention_mask.to(self.device).long()
+        # What every forward sees comes from the attention mask, never the loss mask: a span attended but
+        # not trained (tool output) stays in the sequence and keeps its positions.
+        attention_mask = torch.cat([prompt_mask, attended], dim=1)  # [N, P+R]
         return TensorDict({
             "input_ids": torch.cat([prompts, responses], dim=1),
             "attention_mask": attention_mask,
             # Positions count real tokens only, as the engine saw them.
             "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
             "responses": responses,
-            "response_mask": response_mask.long(),
+            "response_attention_mask": attended,
+            "response_mask": out.response_mask.to(self.device).long(),  # the loss mask
             "rollout_log_probs": out.log_probs.to(self.device),
         }, batch_size=[len(responses)]), {}
 
@@ -367,8 +370,8 @@ class HybridWorker:
         rows, metrics = batch, {}
         if self.rm_tokenizers is not None:
             actor, own = self.rm_tokenizers
-            inputs = retokenize(list(batch["raw_prompt"]), batch["responses"], batch["response_mask"], actor, own,
-                                self.rm_max_length)
+            inputs = retokenize(list(batch["raw_prompt"]), batch["responses"], batch["response_attention_mask"], actor,
+                                own, self.rm_max_length)
             rows = TensorDict({"input_ids": inputs.input_ids, "attention_mask": inputs.attention_mask,
                                "position_ids": inputs.position_ids}, batch_size=batch.batch_size)
             metrics["reward_model/truncated"] = float(inputs.truncated)

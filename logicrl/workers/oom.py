@@ -162,9 +162,9 @@ def phase_retry(size: MicroSize, device: torch.device, faults=None, step: int | 
                 rank: int | None = None, sharded: torch.nn.Module | None = None):
     """The retry a phase is handed by the worker's phase wrapper: `retry(attempt, reset=None)` runs
     retry_on_oom on the phase's size, handing `attempt` that size. `sharded` is the FSDP2 model the
-    phase runs, None for a phase without collectives. A test-injected OOM (logicrl/faults.py) fires at the end of a successful
-    attempt on every rank, so the retry must undo everything the attempt did; or, aimed at one
-    rank, inside `sharded`'s forward on that rank."""
+    phase runs, None for a phase without collectives. A test-injected OOM (logicrl/faults.py) fires at the
+    end of a successful attempt on every rank, so the retry must undo everything the attempt did; or, aimed
+    at one rank, inside `sharded`'s forward on that rank."""
 
     def retry(attempt: Callable[[MicroSize], T], reset: Callable[[], None] | None = None) -> T:
         fault = faults.oom_due(size.phase, step, rank) if faults is not None else None

@@ -1,22 +1,16 @@
 """Build a model sharded from the start: no rank holds the whole model on its device, and only rank
-0 holds it in host RAM.
+0 holds it in host RAM (every rank's `from_pretrained` would cost a full host copy per rank).
+As verl's `fsdp2_load_full_state_dict`:
 
-The naive way (every rank `from_pretrained`, then shard) costs every rank a full host copy (8 x 30
-GB for a 7B in fp32), and moving it to the device before sharding a full device copy too.
-Here, as verl's `fsdp2_load_full_state_dict`:
-
-  1. rank 0 reads the checkpoint into host RAM as before (from_pretrained: its key renames, tied
-     embeddings, a fresh critic head or LoRA adapter initialised from the seed);
-  2. every rank, rank 0 included, builds the same model on the meta device and shards it, then
-     allocates only its own shards (`to_empty`);
-  3. `set_model_state_dict(broadcast_from_rank0=True)` broadcasts rank 0's tensors one at a time,
-     and each rank keeps its slice: the transient is one full tensor per rank, on the device;
+  1. rank 0 reads the checkpoint into host RAM (from_pretrained: its key renames, tied embeddings,
+     a fresh critic head or LoRA adapter initialised from the seed);
+  2. every rank builds the same model on the meta device, shards it and allocates its own shards;
+  3. `set_model_state_dict(broadcast_from_rank0=True)` broadcasts rank 0's tensors one at a time and
+     each rank keeps its slice (the transient: one full tensor per rank, on the device);
   4. buffers (RoPE's inv_freq, not in the state dict) are broadcast from rank 0's model the same way.
 
-One rank gains nothing from this and skips it: the model loads and shards as it is. Nor does a
-quantized base (`every_rank_loads`): its 4-bit weights are quantized from real ones and kept whole
-on every rank (models/quantize.py), so each rank reads the checkpoint and quantizes it itself; the
-seeded LoRA initialisation is the same on every rank.
+One rank skips this, and so does a quantized base (`every_rank_loads`): its 4-bit weights are
+quantized from real ones and kept whole on every rank, so each rank reads and quantizes it itself.
 """
 
 from __future__ import annotations

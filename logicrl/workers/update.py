@@ -3,22 +3,13 @@
     metrics = run_update(role, batch, loss_fn, retry)
 
 ppo_epochs passes over a rank's batch in mini-batches of `per_rank_mini` rows, one optimizer step
-each; every mini-batch runs as micro-batches (a fixed count of rows, or packed to a token budget)
-whose gradients accumulate. The loss normaliser is fixed per mini-batch across ranks
-(algos/aggregation.py), so micro-batch losses add up to the mini-batch's loss however it was split,
-and FSDP2's gradient averaging over ranks is undone by the world-size factor. A mini-batch is the
-unit of OOM retry (workers/oom.py): a failed attempt's gradients are dropped and the mini-batch re-runs
-with the halved micro-batch it is handed; the optimizer has not stepped, so nothing counts twice.
-
-Metrics: within a mini-batch `<role>/loss` is the sum over its micro-batches (the mini-batch's loss)
-and every other value the mean over them; across mini-batches and epochs, each is the mean.
-
-A non-finite gradient norm skips its optimizer step (verl's dp_actor `_optimizer_step`): the
-gradients are dropped, the weights and AdamW's moments stay as they were, and the skip is counted
-in `<role>/nonfinite_steps` (a sum, not a mean), which the controller's divergence guard reads
-(trainer/divergence.py). The norm is global (clip_grad_norm all-reduces it), so every rank skips
-the same steps. The lr schedule still advances once per update, as in verl: it follows the
-training step, so a skipped step is lost, not postponed, and a resumed run's lr is the same.
+each, as micro-batches whose gradients accumulate. The loss normaliser is fixed per mini-batch across
+ranks (algos/aggregation.py), so however a mini-batch is split its loss is the same, and FSDP2's
+averaging over ranks is undone by the world-size factor. A mini-batch is the unit of OOM retry
+(workers/oom.py): the optimizer has not stepped, so a re-run counts nothing twice. Metrics: `<role>/loss`
+sums a mini-batch's micro-batches, every other value is their mean; across mini-batches, the mean.
+A non-finite (global) gradient norm skips its optimizer step on every rank, as verl does, counted in
+`<role>/nonfinite_steps`; the lr schedule still advances (docs/faults.md, "Divergence").
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ M = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
         ("token-mean", (1 + 2 + 4) / 3),
         ("seq-mean-token-sum", (3 + 4) / 2),
         ("seq-mean-token-mean", (1.5 + 4) / 2),
-        ("seq-mean-token-sum-norm", (3 / 4 + 4 / 4) / 2),  # max_response_length = 4
+        ("seq-mean-token-sum-norm", (3 / 4 + 4 / 4) / 2),  # max_response_length = 4; verl's formula too
     ],
 )
 def test_each_mode_by_hand(mode, expected):

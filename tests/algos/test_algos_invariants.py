@@ -20,7 +20,6 @@ from logicrl.algos import (
     compute_policy_loss,
     kl_penalty,
     masked_stats,
-    policy_clip_metrics,
     value_loss,
 )
 
@@ -73,7 +72,7 @@ def everything(mask, index, d):
         pg = compute_policy_loss(loss_mode, log_probs, d["old_log_probs"], d["advantages"], mask,
                                  clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
         out[f"pg/{loss_mode}"] = pg
-        out[f"metrics/{loss_mode}"] = policy_clip_metrics(pg.ratio, d["advantages"], mask, 0.2, 0.28, 3.0)
+        out[f"metrics/{loss_mode}"] = pg.metrics
         for mode in sorted(AGG_MODES):
             loss = agg_loss(pg.token_loss, mask, mode, max_response_length=5)
             (grad,) = torch.autograd.grad(loss, log_probs, retain_graph=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import pytest
 import torch
 
+from logicrl import algo_names
 from logicrl.algos import (
     ADV_ESTIMATORS,
     AGG_MODES,
@@ -20,19 +22,35 @@ from logicrl.algos import (
 from logicrl.config import schema
 
 
-def test_registry_names_equal_the_choices_the_config_validates():
-    # The config rejects unknown names up front; a name it accepts must exist here, and a name
-    # registered here must be reachable from a config.
-    assert sorted(ADV_ESTIMATORS) == sorted(schema.ADV_ESTIMATORS)
-    assert sorted(KL_ESTIMATORS) == sorted(schema.KL_ESTIMATORS)
-    assert sorted(AGG_MODES) == sorted(schema.LOSS_AGG_MODES)
-    kl_ctrl_type = next(f for f in dataclasses.fields(schema.KLCtrlConfig) if f.name == "type")
-    assert sorted(KL_CONTROLLERS) == sorted(kl_ctrl_type.metadata["choices"])
+def test_each_name_list_is_what_its_registry_implements_and_what_the_config_validates():
+    # logicrl/algo_names.py holds the lists torch-free for config/; each registry adds what it registers
+    # to its list, so equal lists mean every listed name has an implementation.
+    assert sorted(ADV_ESTIMATORS) == sorted(algo_names.ADV_ESTIMATORS)
+    assert sorted(KL_ESTIMATORS) == sorted(algo_names.KL_ESTIMATORS)
+    assert sorted(KL_CONTROLLERS) == sorted(algo_names.KL_CONTROLLERS)
+    assert sorted(AGG_MODES) == sorted(algo_names.LOSS_AGG_MODES)
+    assert sorted(POLICY_LOSSES) == sorted(algo_names.POLICY_LOSS_MODES)
+    choices = {name: f.metadata.get("choices") for name, f in schema.iter_fields()}
+    assert choices["algorithm.adv_estimator"] is algo_names.ADV_ESTIMATORS
+    assert choices["algorithm.kl_ctrl.type"] is algo_names.KL_CONTROLLERS
+    assert choices["actor_rollout_ref.actor.policy_loss.loss_mode"] is algo_names.POLICY_LOSS_MODES
 
 
-def test_policy_loss_modes():
-    # No schema key for loss_mode yet; this pins the two modes the issue asks for.
-    assert sorted(POLICY_LOSSES) == sorted(schema.POLICY_LOSS_MODES)
+def test_a_registered_name_becomes_a_choice():
+    names = ["a"]
+    reg = Registry("test.switch", names=names)
+    reg.register("b")(lambda x: x)
+    assert names == ["a", "b"]
+
+
+def test_each_built_in_loss_parameter_is_passed_by_the_dispatcher_or_a_config_key():
+    # POLICY_LOSSES has no `inputs` list (a user's loss brings its own keys), so a misspelt parameter
+    # of a built-in loss would silently keep its default: each must be something the actor passes.
+    passed = set(inspect.signature(compute_policy_loss).parameters) - {"params", "loss_mode"}
+    config_keys = {f.name for f in dataclasses.fields(schema.PolicyLossConfig)} | {"tau_pos", "tau_neg"}
+    for mode in algo_names.POLICY_LOSS_MODES:
+        if mode in POLICY_LOSSES and POLICY_LOSSES[mode].__module__.startswith("logicrl."):
+            assert set(inspect.signature(POLICY_LOSSES[mode]).parameters) <= passed | config_keys, mode
 
 
 @pytest.mark.parametrize("registry", [ADV_ESTIMATORS, POLICY_LOSSES, AGG_MODES, KL_ESTIMATORS, KL_CONTROLLERS])

@@ -44,7 +44,8 @@ def test_token_weights_are_truncated_at_the_threshold():
     w, m = is_weights(logs([0.25, 3.0, 1.0, 7.0]), mask, "token", 2.0)
     close(w, [[0.25, 2.0, 1.0, 0.0]])  # 3 cut to 2; the padded 7 is 0
     m = values(m)
-    assert m["rollout_is_mean"] == pytest.approx(4.25 / 3) and m["rollout_is_max"] == pytest.approx(3.0)
+    # Mean and max of the weights applied, after truncation (verl's, since its PR 5722).
+    assert m["rollout_is_mean"] == pytest.approx(3.25 / 3) and m["rollout_is_max"] == pytest.approx(2.0)
     assert m["rollout_is_ratio_fraction_high"] == pytest.approx(1 / 3)  # truncated
     assert m["rollout_is_ratio_fraction_low"] == pytest.approx(1 / 3)  # 0.25 < 1 / 2
 
@@ -56,12 +57,46 @@ def test_token_weights_inside_the_threshold_are_the_ratios():
 
 
 def test_sequence_weights_are_the_product_per_response():
-    # Row 1: 2 x 1.5 = 3, cut to 2; row 2: 0.5 x 1.2 = 0.6, kept. Metrics count responses, not tokens.
+    # Row 1: 2 x 1.5 = 3, cut to 2; row 2: 0.5 x 1.2 = 0.6, kept. The mean is over tokens of the truncated
+    # weights, the max the untruncated product, the fractions count responses (verl's definitions).
     w, m = is_weights(logs([2.0, 1.5], [0.5, 1.2]), torch.ones(2, 2), "sequence", 2.0)
     close(w, [[2.0, 2.0], [0.6, 0.6]])
     m = values(m)
-    assert m["rollout_is_mean"] == pytest.approx(1.8) and m["rollout_is_max"] == pytest.approx(3.0)
+    assert m["rollout_is_mean"] == pytest.approx(1.3) and m["rollout_is_max"] == pytest.approx(3.0)
     assert m["rollout_is_ratio_fraction_high"] == pytest.approx(0.5)
+
+
+def test_token_metrics_are_of_the_truncated_weights():
+    # log r = (ln 5, 0), threshold 2: weights (2, 1); verl reports mean 1.5 and max 2.0 (not 3.0 and 5.0).
+    m = values(is_weights(logs([5.0, 1.0]), torch.ones(1, 2), "token", 2.0)[1])
+    assert m["rollout_is_mean"] == pytest.approx(1.5) and m["rollout_is_max"] == pytest.approx(2.0)
+    assert m["rollout_is_ratio_fraction_high"] == pytest.approx(0.5)
+
+
+def test_sequence_mean_counts_a_response_once_per_token():
+    # Rows of 4 and 1 tokens with log-ratio sums 1.0 and -0.2: weights min(e, 2) = 2 and e^-0.2;
+    # (4 x 2 + e^-0.2) / 5 = 1.7637 (verl), not the per-response mean of untruncated weights, 1.7685.
+    lr = torch.tensor([[0.25] * 4, [-0.2, 0, 0, 0]], dtype=F64)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]])
+    m = values(is_weights(lr, mask, "sequence", 2.0)[1])
+    assert m["rollout_is_mean"] == pytest.approx((8 + math.exp(-0.2)) / 5) == pytest.approx(1.7637, abs=1e-4)
+    assert m["rollout_is_max"] == pytest.approx(math.e)
+
+
+def test_sequence_weights_come_from_the_valid_tokens_wherever_they_sit():
+    # A hole at the start of row 1: mask [[0, 1, 1], [1, 1, 1]], log r = 0.1 a token (and junk where masked).
+    # Weights e^0.2 = 1.2214 and e^0.3 = 1.3499, normaliser their mean 1.2856: 0.950 and 1.050 (verl).
+    lr = torch.tensor([[9.0, 0.1, 0.1], [0.1, 0.1, 0.1]], dtype=F64)
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    w, m = is_weights(lr, mask, "sequence", 2.0, batch_normalize=True)
+    norm = (math.exp(0.2) + math.exp(0.3)) / 2
+    assert norm == pytest.approx(1.2856, abs=1e-4)
+    close(w, [[0.0, math.exp(0.2) / norm, math.exp(0.2) / norm], [math.exp(0.3) / norm] * 3])
+    assert w[0, 1].item() == pytest.approx(0.950, abs=1e-3) and w[1, 0].item() == pytest.approx(1.050, abs=1e-3)
+    m = values(m)
+    assert m["rollout_is_batch_norm_factor"] == pytest.approx(norm)
+    assert m["rollout_is_mean"] == pytest.approx((2 * math.exp(0.2) + 3 * math.exp(0.3)) / 5)  # before normalising
+    assert m["rollout_is_max"] == pytest.approx(math.exp(0.3))
 
 
 def test_batch_normalize_divides_by_the_mean_after_truncation():
@@ -148,6 +183,12 @@ def test_mismatch_metrics_by_hand():
     assert m["chi2_token"] == pytest.approx((4 + 1) / 2 - 1)
 
 
+def test_k3_kl_is_not_clamped():
+    # log r = 25: k3 = e^25 - 26 = 7.2e10 as verl reports it (a clamp at 20 would give 4.85e8).
+    m = values(mismatch_metrics(torch.tensor([[25.0]]), torch.zeros(1, 1), torch.ones(1, 1)))
+    assert m["k3_kl"] == pytest.approx(math.exp(25) - 26, rel=1e-6)
+
+
 def test_off_still_reports_the_weights_but_applies_nothing():
     out = apply_correction(logs([3.0, 1.0]), logs([1.0, 1.0]), torch.ones(1, 2), RolloutCorrection(rollout_is=None))
     assert out.weights is None and out.keep.all()
@@ -156,7 +197,8 @@ def test_off_still_reports_the_weights_but_applies_nothing():
 
 def test_bypass_with_ppo_clip_does_not_weight_twice():
     corr = RolloutCorrection(rollout_is="token", bypass_mode=True)
-    assert not corr.reweights and RolloutCorrection(rollout_is="token", bypass_mode=True, loss_type="reinforce").reweights
+    assert not corr.reweights
+    assert RolloutCorrection(rollout_is="token", bypass_mode=True, loss_type="reinforce").reweights
 
 
 # ---------------------------------------------------------------- what it does to the loss
@@ -198,7 +240,8 @@ def exact_gradients(mode, length, level, threshold, shift):
         mu = torch.log_softmax(sampler, -1)[positions, ys]  # [B, T]
         weights = None
         if correct:
-            c = apply_correction(lp.detach(), mu, mask, RolloutCorrection(rollout_is=level, rollout_is_threshold=threshold))
+            corr = RolloutCorrection(rollout_is=level, rollout_is_threshold=threshold)
+            c = apply_correction(lp.detach(), mu, mask, corr)
             weights = c.weights
             if correct == "cut":  # the mass truncation removed: (w - min(w, threshold))
                 weights = is_weights(lp.detach() - mu, mask, level, 1e9)[0] - c.weights

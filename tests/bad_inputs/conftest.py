@@ -13,15 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_RUN, need_data, run_main, tail
+from tests.conftest import TINY_RUN, need_data, row, run_main, tail
 
 PREFLIGHT_S = 30  # the real preflight takes ~1 s (no tokenizer needed) to ~7 s (transformers' import)
-
-
-def row(i: int = 0, **fields) -> dict:
-    base = {"prompt": [{"role": "user", "content": f"puzzle {i}"}], "data_source": "kk_role",
-            "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}}
-    return {**base, **fields}
 
 
 def jsonl(path: Path, rows: list) -> Path:

@@ -5,29 +5,32 @@ run resumes from the newest intact one, training as the first run did; one that 
 run is refused by the preflight before anything starts; a disk that fills up mid-save ends the run
 with one line, the previous checkpoint intact. One run of several launches, so the checkpoints are
 written once. Every file kind's same-size damage, in-process: tests/trainer/test_checkpoint_integrity.py.
+The misfits run main_ppo.py's checks in-process (`check_main`) on the real checkpoints: the
+preflight's refusal path through the entry point is tests/bad_inputs/test_data.py's.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
 
 from logicrl.config.phases import ARR
-from logicrl.trainer.checkpoint import MANIFEST_FILE, damage, manifest
-from tests.bad_inputs.conftest import refused, timed_main
-from tests.conftest import ROLE_DATA, TINY_RUN, tail
+from logicrl.trainer.checkpoint import MANIFEST_FILE, damage, find_resume_point, manifest
+from tests.bad_inputs.conftest import timed_main
+from tests.conftest import ROLE_DATA, TINY_RUN, assert_refused, check_main, read_metrics, tail
 
 RUN = [*ROLE_DATA, *TINY_RUN, "trainer.save_freq=1"]
 
 
 def metrics(run_dir) -> dict[int, dict]:
-    return {row["step"]: row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+    return {row["step"]: row for row in read_metrics(run_dir)}
 
 
 @pytest.mark.integration
-def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_disk_said(tmp_path):
+def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_disk_said(tmp_path, caplog):
     ckpt = tmp_path / "ckpt"
     first, _ = timed_main(*RUN, "trainer.total_training_steps=2", f"trainer.default_local_dir={ckpt}",
                           f"hydra.run.dir={tmp_path / 'run1'}")
@@ -45,10 +48,10 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
                                                            "algorithm.adv_estimator=grpo)"),
                            (f"{ARR}.model.lora_rank=8", f"global_step_2 was saved with {ARR}.model.lora_rank=0, "
                                                         "this run has 8")):
-        result, seconds = timed_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
-                                     f"hydra.run.dir={tmp_path / 'refused'}", override)
-        refused(result, seconds, f"trainer.default_local_dir={ckpt}: ", says, "trainer.resume_mode=disable",
-                "another trainer.default_local_dir")
+        result = check_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
+                            f"hydra.run.dir={tmp_path / 'refused'}", override)
+        assert_refused(result, f"trainer.default_local_dir={ckpt}: ", says, "trainer.resume_mode=disable",
+                       "another trainer.default_local_dir")
     assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_1", "global_step_2",
                                                       "latest_checkpointed_iteration.txt"]
 
@@ -75,24 +78,24 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
     assert not (ckpt / "global_step_4").exists() and not [p for p in ckpt.iterdir() if ".tmp-" in p.name]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     # Not garbage: the re-run step 2 is the first run's step 2 (same data, RNG and weights), loss and
-    # grad norm included (resuming the damaged one gave reward -1 and no loss: issue 24).
+    # grad norm included (resuming a damaged one would give reward -1 and no loss).
     before, after = metrics(tmp_path / "run1")[2], metrics(tmp_path / "run2")[2]
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
         assert after[key] == pytest.approx(before[key], rel=1e-5, abs=1e-6), key
 
-    # The set-aside one is never picked again: a third run finds step 3 and has nothing to do.
-    third, _ = timed_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
-                          f"hydra.run.dir={tmp_path / 'run3'}")
-    assert third.returncode == 0 and "is damaged" not in third.stdout + third.stderr
-    assert "already holds step 3 of 3" in third.stdout
+    # The set-aside one is never picked again: the resume a third run would make, in-process, finds step 3
+    # without a warning (a run that then has nothing to do: tests/trainer/test_train_integration.py's sweep).
+    with caplog.at_level(logging.WARNING, logger="logicrl"):
+        assert find_resume_point(ckpt, "auto") == ckpt / "global_step_3"
+    assert [p.name for p in ckpt.iterdir() if ".corrupt-" in p.name] == aside and "is damaged" not in caplog.text
 
     # The disk estimate the preflight refuses by is close to what a real checkpoint takes. The
     # spec is the saved model's own config: the embedded model's built-in spec counts its config's
     # 2048-token vocabulary, the built model the tokenizer's 763.
     from logicrl.config import compose, validate
+    from logicrl.models.spec import load_model_spec
     from logicrl.preflight.disk import checkpoint_bytes
     from logicrl.preflight.memory import plan_for
-    from logicrl.models.spec import load_model_spec
 
     cfg, _, plan = validate(compose(RUN))
     saved = load_model_spec(str(ckpt / "global_step_3" / "huggingface"))

@@ -1,4 +1,8 @@
-"""Bad data: every kind is one line naming the file and row, before Ray or a model starts."""
+"""Bad data: every kind is one line naming the file and row, before Ray or a model starts.
+
+One bad row runs the real entry point (exit code, stderr, seconds to fail); the others run its checks
+in-process (`check_main`), the same code without a launch.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,7 @@ import json
 import pytest
 
 from tests.bad_inputs.conftest import jsonl, refused, row, small_run, timed_main
-
-pytestmark = pytest.mark.integration
+from tests.conftest import assert_refused, check_main
 
 BAD_ROWS = {
     # name: (the bad row, what the line must say)
@@ -31,6 +34,14 @@ BAD_ROWS = {
 def test_a_bad_row_is_one_line_naming_file_and_row(tmp_path, case):
     bad, says = BAD_ROWS[case]
     train = jsonl(tmp_path / "train.jsonl", [row(i) for i in range(12)] + [bad])
+    assert_refused(check_main(*small_run(tmp_path), f"data.train_files={train}"),
+                   "data.train_files", f"{train} row 12", says)
+
+
+@pytest.mark.integration
+def test_a_bad_row_through_the_entry_point_fails_in_seconds(tmp_path):
+    bad, says = BAD_ROWS["unknown data_source"]
+    train = jsonl(tmp_path / "train.jsonl", [row(i) for i in range(12)] + [bad])
     result, seconds = timed_main(*small_run(tmp_path), f"data.train_files={train}")
     refused(result, seconds, "data.train_files", f"{train} row 12", says)
     # The rows' shape is checked before the tokenizer's import: about a second.
@@ -40,15 +51,15 @@ def test_a_bad_row_is_one_line_naming_file_and_row(tmp_path, case):
 def test_a_corrupt_parquet_file_is_one_line(tmp_path):
     broken = tmp_path / "train.parquet"
     broken.write_bytes(b"PAR1" + bytes(range(256)) * 2 + b"PAR1")
-    result, seconds = timed_main(*small_run(tmp_path), f"data.train_files={broken}")
-    refused(result, seconds, str(broken), "cannot be read as parquet")
+    result = check_main(*small_run(tmp_path), f"data.train_files={broken}")
+    assert_refused(result, str(broken), "cannot be read as parquet")
 
 
 def test_a_file_that_is_not_utf8_is_one_line(tmp_path):
     latin = tmp_path / "train.jsonl"
     latin.write_bytes(b'{"prompt": "caf\xe9"}\n' * 20)
-    result, seconds = timed_main(*small_run(tmp_path), f"data.train_files={latin}")
-    refused(result, seconds, str(latin), "is not UTF-8 text")
+    result = check_main(*small_run(tmp_path), f"data.train_files={latin}")
+    assert_refused(result, str(latin), "is not UTF-8 text")
 
 
 LONG = [row(i, prompt=[{"role": "user", "content": "Zoey says Oliver is a knave. " * 40}]) for i in range(20)]
@@ -56,13 +67,13 @@ LONG = [row(i, prompt=[{"role": "user", "content": "Zoey says Oliver is a knave.
 
 def test_over_long_prompts_under_truncation_error_are_refused_in_the_preflight(tmp_path):
     train = jsonl(tmp_path / "long.jsonl", LONG)
-    result, seconds = timed_main(*small_run(tmp_path), f"data.train_files={train}")
-    refused(result, seconds, f"{train} row 0: prompt is", "more than data.max_prompt_length=",
-            "data.truncation=filter")
+    result = check_main(*small_run(tmp_path), f"data.train_files={train}")
+    assert_refused(result, f"{train} row 0: prompt is", "more than data.max_prompt_length=",
+                   "data.truncation=filter")
 
 
 def test_truncation_right_is_refused_where_it_would_cut_the_assistant_turn(tmp_path):
     train = jsonl(tmp_path / "long.jsonl", LONG)
-    result, seconds = timed_main(*small_run(tmp_path), f"data.train_files={train}", "data.truncation=right")
-    refused(result, seconds, f"{train} row 0", "data.truncation=right would cut the end",
-            "where the assistant's turn opens", "data.truncation=left")
+    result = check_main(*small_run(tmp_path), f"data.train_files={train}", "data.truncation=right")
+    assert_refused(result, f"{train} row 0", "data.truncation=right would cut the end",
+                   "where the assistant's turn opens", "data.truncation=left")

@@ -1,4 +1,8 @@
-"""The device asked for must be here: one line before Ray, not a plan and then a dead worker."""
+"""The device asked for must be here: one line before Ray, not a plan and then a dead worker.
+
+CUDA asked for on this CPU machine runs the real entry point (exit code, stderr, seconds); the others
+run its checks in-process (`check_main`), with the environment a launch would get set by monkeypatch.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import pytest
 
 from logicrl.preflight.device import device_problem, unusable_gpus_problem
 from tests.bad_inputs.conftest import refused, small_run, timed_main
-from tests.conftest import tail
+from tests.conftest import assert_refused, check_main
 
 # What an H100 box on a driver too old for PyPI's CUDA 13 torch shows: nvidia-smi lists the GPUs,
 # torch.cuda.is_available() is False (as it is for this machine's CPU torch).
@@ -23,14 +27,14 @@ esac
 """
 
 
-def fake_gpu_path(tmp_path: Path) -> dict:
+def fake_gpu_path(tmp_path: Path, monkeypatch) -> None:
     """PATH with a fake nvidia-smi first: two GPUs on driver 550."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
     smi.write_text(FAKE_NVIDIA_SMI)
     smi.chmod(0o755)
-    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")
@@ -40,11 +44,9 @@ def test_cuda_asked_for_on_a_machine_without_it_is_one_line(tmp_path):
     refused(result, seconds, "trainer.device=cuda", "no usable CUDA GPU", "trainer.device=cpu", bound=10)
 
 
-@pytest.mark.integration
 def test_a_dry_run_may_plan_for_gpus_this_machine_lacks(tmp_path):
-    result, _ = timed_main(*small_run(tmp_path), "trainer.device=cuda", "trainer.gpu_memory_gb=80",
-                           "trainer.dry_run=true")
-    assert result.returncode == 0, tail(result)
+    result = check_main(*small_run(tmp_path), "trainer.device=cuda", "trainer.gpu_memory_gb=80", "trainer.dry_run=true")
+    assert result.code == 0, result.line
 
 
 @pytest.mark.parametrize("device, ranks, nnodes, gpus, says", [
@@ -68,30 +70,27 @@ def test_what_fits_passes(device, ranks, nnodes, gpus):
     assert device_problem(device, ranks, nnodes, gpus) is None
 
 
-@pytest.mark.integration
 def test_several_nodes_without_a_cluster_to_join_is_one_line(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    result, seconds = timed_main(*small_run(tmp_path), "trainer.nnodes=2", "trainer.n_gpus_per_node=1")
-    refused(result, seconds, "trainer.nnodes=2 needs a Ray cluster of that many nodes", "trainer.ray_address")
+    result = check_main(*small_run(tmp_path), "trainer.nnodes=2", "trainer.n_gpus_per_node=1")
+    assert_refused(result, "trainer.nnodes=2 needs a Ray cluster of that many nodes", "trainer.ray_address")
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")
 @pytest.mark.parametrize("device", ["auto", "cuda"])
-@pytest.mark.integration
-def test_gpus_torch_cannot_use_stop_the_run_with_one_line(tmp_path, device):
+def test_gpus_torch_cannot_use_stop_the_run_with_one_line(tmp_path, monkeypatch, device):
     """The silent fallback this replaces: trainer.device=auto trained on the CPU beside idle GPUs."""
-    result, seconds = timed_main(*small_run(tmp_path), f"trainer.device={device}", "trainer.dry_run=true",
-                                 env=fake_gpu_path(tmp_path))
-    refused(result, seconds, f"trainer.device={device}", "cannot use the 2 GPU(s) nvidia-smi lists",
+    fake_gpu_path(tmp_path, monkeypatch)
+    result = check_main(*small_run(tmp_path), f"trainer.device={device}", "trainer.dry_run=true")
+    assert_refused(result, f"trainer.device={device}", "cannot use the 2 GPU(s) nvidia-smi lists",
             "driver 550.54.15", "torch.version.cuda=None", "CPU build", "trainer.device=cpu")
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")
-@pytest.mark.integration
-def test_the_cpu_on_purpose_is_not_refused(tmp_path):
-    result, _ = timed_main(*small_run(tmp_path), "trainer.device=cpu", "trainer.dry_run=true",
-                           env=fake_gpu_path(tmp_path))
-    assert result.returncode == 0, tail(result)
+def test_the_cpu_on_purpose_is_not_refused(tmp_path, monkeypatch):
+    fake_gpu_path(tmp_path, monkeypatch)
+    result = check_main(*small_run(tmp_path), "trainer.device=cpu", "trainer.dry_run=true")
+    assert result.code == 0, result.line
 
 
 @pytest.mark.parametrize("driver, cuda, visible, says", [

@@ -1,4 +1,4 @@
-"""A diverged run is never hidden nor saved (issue 24 part 2), through the real entry point.
+"""A diverged run is never hidden nor saved, through the real entry point.
 
 lr=1e8 drives the tiny model to NaN by step 3 (its first update throws the weights to ~1e8, and the
 logits overflow from then on): the run stops within trainer.max_nonfinite_steps + 1 steps with one
@@ -18,7 +18,7 @@ import pytest
 from logicrl.config.phases import ARR
 from logicrl.trainer.checkpoint import complete_checkpoints
 from tests.bad_inputs.conftest import timed_main
-from tests.conftest import ROLE_DATA, TINY_RUN, run_main, tail
+from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, run_main, tail
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def test_a_run_driven_to_nan_stops_shows_the_nan_and_keeps_a_finite_checkpoint(t
                                  f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}")
     line = the_line(result)
     assert seconds < BOUND_S, f"{seconds:.0f} s: {line}"
-    rows = [json.loads(r) for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path / "run")
     first_nan = next(r["step"] for r in rows if math.isnan(r["actor/pg_loss"]))
     last = rows[-1]["step"]
     assert last - first_nan + 1 <= LIMIT + 1 and last < 10, (first_nan, last)  # stopped, and soon

@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from tests.bad_inputs.test_signals import assert_gone, finish, intact, one_error_line, start, wait_for
 from tests.conftest import tail
+from tests.helpers.signals import assert_gone, finish, intact, one_error_line, start, wait_for
 
 pytestmark = pytest.mark.integration
 

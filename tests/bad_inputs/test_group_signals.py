@@ -150,11 +150,11 @@ def test_a_run_under_gnu_timeout_saves_the_step_when_timeout_signals(tmp_path):
     if timeout is None:
         pytest.skip("no GNU timeout here")
     argv = [timeout, "900", sys.executable, str(ROOT / "main_ppo.py"), *RUN, "trainer.total_training_steps=200",
-            "trainer.save_freq=100", f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"]
+            "trainer.save_freq=100", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            f"hydra.run.dir={tmp_path / 'run'}"]
+    env = {k: v for k, v in os.environ.items() if k != "LOGICRL_INJECT_FAULT"}
     proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**{k: v for k, v in os.environ.items() if k != "LOGICRL_INJECT_FAULT"}, "HYDRA_FULL_ERROR": "0",
-                                 "OMP_NUM_THREADS": "1"},
-                            start_new_session=True)
+                            env={**env, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}, start_new_session=True)
     wait_for(lambda: steps_logged(tmp_path) >= 1)
     driver = psutil.Process(proc.pid).children()[0].pid
     pids, sessions = cluster_of(driver)

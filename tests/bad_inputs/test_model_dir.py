@@ -1,4 +1,7 @@
-"""Bad model directories: one line naming the directory and the fix, not 50-80 lines from a Ray actor."""
+"""Bad model directories: one line naming the directory and the fix, not 50-80 lines from a Ray actor.
+
+In-process (`check_main`): the preflight's refusal through the real entry point is test_data.py's.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,8 @@ import shutil
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.bad_inputs.conftest import refused, small_run, timed_main
-
-pytestmark = pytest.mark.integration
+from tests.bad_inputs.conftest import small_run
+from tests.conftest import assert_refused, check_main
 
 
 def no_weights(d):
@@ -63,8 +65,7 @@ def test_a_broken_model_directory_is_one_line(tmp_path, tiny_dir, case):
     model = tmp_path / "model"
     shutil.copytree(tiny_dir, model)
     breaker(model)
-    result, seconds = timed_main(*small_run(tmp_path), f"{ARR}.model.path={model}")
-    refused(result, seconds, f"{ARR}.model.path", str(model), says)
+    assert_refused(check_main(*small_run(tmp_path), f"{ARR}.model.path={model}"), f"{ARR}.model.path", str(model), says)
 
 
 @pytest.mark.parametrize("targets, says", [
@@ -73,6 +74,5 @@ def test_a_broken_model_directory_is_one_line(tmp_path, tiny_dir, case):
 ])
 def test_lora_target_modules_that_match_nothing_are_one_line(tmp_path, targets, says):
     # Before: a planner traceback (none matching) or adapters silently missing (some not matching).
-    result, seconds = timed_main(*small_run(tmp_path), f"{ARR}.model.lora_rank=4",
-                                 f"{ARR}.model.target_modules={targets}")
-    refused(result, seconds, f"{ARR}.model.target_modules", says)
+    result = check_main(*small_run(tmp_path), f"{ARR}.model.lora_rank=4", f"{ARR}.model.target_modules={targets}")
+    assert_refused(result, f"{ARR}.model.target_modules", says)

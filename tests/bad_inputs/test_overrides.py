@@ -1,5 +1,9 @@
 """Override mistakes that only composing (Hydra) or the curriculum's record can find: each is one
-`error:` line naming the override and the fix, exit 2, in seconds, before any model or Ray starts."""
+`error:` line naming the override and the fix, exit 2, in seconds, before any model or Ray starts.
+
+One override Hydra refuses runs the real entry point (its exception made one line there); the others
+run its checks in-process (`check_main`), the same code without a launch. The curriculum's record is
+read after the preflight (trainer/curriculum.py, before Ray starts): that case launches."""
 
 from __future__ import annotations
 
@@ -7,9 +11,8 @@ import pytest
 
 from logicrl.config.phases import ARR
 from tests.bad_inputs.conftest import refused, timed_main
-from tests.conftest import need_data
+from tests.conftest import assert_refused, check_main, need_data
 
-pytestmark = pytest.mark.integration
 CURRICULUM = "+recipe=tiny_curriculum"
 
 
@@ -25,11 +28,20 @@ CURRICULUM = "+recipe=tiny_curriculum"
     (["data=no_such_option"], "data=no_such_option: there is no such config (available for data: default)"),
 ])
 def test_an_override_hydra_refuses_is_one_line(tmp_path, overrides, says):
-    result, seconds = timed_main(*overrides, "trainer.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}")
-    refused(result, seconds, says, bound=15)
+    result = check_main(*overrides, "trainer.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_refused(result, says)
     assert not (tmp_path / "run").exists()  # refused before Hydra made the run's directory
 
 
+@pytest.mark.integration
+def test_an_override_hydra_refuses_through_the_entry_point(tmp_path):
+    result, seconds = timed_main("+data.train_batch_size=4", "trainer.dry_run=true",
+                                 f"hydra.run.dir={tmp_path / 'run'}")
+    refused(result, seconds, "+data.train_batch_size=4: data.train_batch_size is already set", bound=15)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.integration
 def test_a_finished_stage_edited_before_a_rerun_is_refused_naming_the_change(tmp_path):
     """The record of a curriculum whose stage 1 finished (written as run_curriculum writes it), then
     the same command with stage 1's rollout.n changed: refused before any model or Ray starts."""

@@ -1,12 +1,13 @@
-"""The dry-run summary's numbers, checked against hand-computed values."""
+"""The dry-run summary's numbers, checked against hand-computed values.
+
+The summaries come from main_ppo.py's dry run in-process (`check_main`); the multirun case at the end
+runs the real entry point, which prints them the same way.
+"""
 
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.conftest import BASE_BATCH, run_main, write_jsonl
-
-pytestmark = pytest.mark.integration
-
+from tests.conftest import BASE_BATCH, check_main, run_main, write_jsonl
 
 
 @pytest.fixture
@@ -15,10 +16,10 @@ def dry_run(tmp_path):
     val = write_jsonl(tmp_path / "val.jsonl", 4)
 
     def run(*overrides):
-        result = run_main(f"data.train_files={train}", f"data.val_files={val}", *BASE_BATCH, "trainer.dry_run=true",
-                          *overrides, cwd=tmp_path)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
+        result = check_main(f"data.train_files={train}", f"data.val_files={val}", *BASE_BATCH, "trainer.dry_run=true",
+                            *overrides, cwd=tmp_path)
+        assert result.code == 0 and not result.err, (result.line, result.err)
+        return result.out
 
     return run
 
@@ -44,7 +45,8 @@ def test_summary_numbers(dry_run):
 def test_summary_with_reference_and_critic(dry_run):
     # gae brings the critic; the KL loss brings the reference. 8 x 2 = 16 responses on 1 rank;
     # critic mini 2 prompts -> 4 mini-batches of 4 responses, micro 2 -> accumulation 2; ref micro 5 -> 4 forwards.
-    out = dry_run("algorithm.adv_estimator=gae", "data.train_batch_size=8", f"{ARR}.rollout.n=2", f"{ARR}.actor.use_kl_loss=true",
+    out = dry_run("algorithm.adv_estimator=gae", "data.train_batch_size=8", f"{ARR}.rollout.n=2",
+                  f"{ARR}.actor.use_kl_loss=true",
                   "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
                   f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=5", "trainer.total_training_steps=7")
     assert "critic yes, reference yes" in out
@@ -64,7 +66,7 @@ def test_dry_run_prints_resolved_config_and_model_and_describes_dynamic_batching
 
 
 def test_a_real_model_recipe_on_the_stand_in_says_so_in_one_line_and_goes_on(dry_run):
-    # The design card's command with no model path (issue 28): the note is one line, after the plan, and
+    # The design card's command with no model path: the note is one line, after the plan, and
     # the run goes on (exit 0 here; a real launch trains on as asked: the note stops nothing).
     out = dry_run("+recipe=stage1", "trainer.n_gpus=4")
     lines = [line for line in out.splitlines() if "sized for a real model" in line]
@@ -73,6 +75,7 @@ def test_a_real_model_recipe_on_the_stand_in_says_so_in_one_line_and_goes_on(dry
     assert out.index("update_actor") < out.index(lines[0])  # after the memory plan, before training
 
 
+@pytest.mark.integration
 def test_multirun_dry_run_runs_each_combination(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", 20)
     result = run_main("-m", f"data.train_files={train}", f"data.val_files={train}", *BASE_BATCH, "trainer.dry_run=true",

@@ -69,7 +69,8 @@ def test_logic_rl_script_composes_and_converts(paths, caplog):
     # 8 prompts x 16 = 128 responses, 32 per rank, 2 micro-batches of 16
     assert (plan.responses, plan.per_rank_responses, plan.actor.grad_accum) == (128, 32, 2)
     warned = " ".join(r.getMessage() for r in caplog.records)
-    for key in ("ppo_micro_batch_size=64", "rollout.log_prob_micro_batch_size=160", "grad_offload", "ppo_mini_batch_size=256"):
+    for key in ("ppo_micro_batch_size=64", "rollout.log_prob_micro_batch_size=160", "grad_offload",
+                "ppo_mini_batch_size=256"):
         assert key in warned
 
 
@@ -78,7 +79,7 @@ def test_every_warning_is_one_line(paths, caplog):
         validate(compose(logic_rl_overrides(*paths) + ["trainer.default_hdfs_dir=hdfs://x"]))
     assert caplog.records and all("\n" not in r.getMessage() for r in caplog.records)
     assert any("default_hdfs_dir=hdfs://x is ignored" in r.getMessage() for r in caplog.records)
-    
+
 
 def test_logger_as_bare_string_becomes_a_list(data_files):
     cfg, _, _ = validate(compose([*data_files, "trainer.logger=console"]))
@@ -93,7 +94,8 @@ def test_grad_offload_false_changes_nothing(data_files):
 def test_verl_custom_reward_function_maps_to_reward_custom(data_files, tmp_path):
     fn = tmp_path / "my_reward.py"
     fn.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
-    cfg, _, _ = validate(compose([*data_files, f"custom_reward_function.path={fn}", "custom_reward_function.name=score"]))
+    cfg, _, _ = validate(compose([*data_files, f"custom_reward_function.path={fn}",
+                                  "custom_reward_function.name=score"]))
     assert (cfg.reward.custom.path, cfg.reward.custom.name) == (str(fn), "score")
 
 

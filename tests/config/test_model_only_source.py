@@ -5,25 +5,14 @@ config.json only; the training run through the real entry point is tests/trainer
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from logicrl.config import compose, validate
 from logicrl.config.rewards import reward_check
 from logicrl.data.dataset import DatasetError
 from logicrl.preflight.data import check_data
-from tests.config.test_reward_model_config import write_checkpoint
-
-KK_ROLE = {"prompt": [{"role": "user", "content": "Zoey is a knight. What is Zoey?"}], "data_source": "kk_role",
-           "reward_model": {"style": "rule", "ground_truth": {"name": "Zoey", "role": "knight"}}}
-CHAT = {"prompt": [{"role": "user", "content": "Say something kind."}], "data_source": "chat",
-        "reward_model": {"style": "model", "ground_truth": "a kind reply"}}
-
-
-def write_rows(path, rows):
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+from tests.config.conftest import write_checkpoint
+from tests.conftest import CHAT, KK_ROLE, write_rows
 
 
 @pytest.fixture
@@ -33,7 +22,8 @@ def mixed(tmp_path):
     val = write_rows(tmp_path / "val.jsonl", [KK_ROLE, CHAT])
     rm = write_checkpoint(tmp_path / "rm")
     return [f"data.train_files={train}", f"data.val_files={val}", "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "reward_model.enable=true", f"reward_model.model.path={rm}"]
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "reward_model.enable=true",
+            f"reward_model.model.path={rm}"]
 
 
 def checked(overrides):

@@ -8,13 +8,7 @@ import pytest
 from logicrl.config import ConfigError, compose, validate
 from logicrl.config.phases import ARR
 from logicrl.config.plan import PHASES, WORKER_PHASES, count_steps
-from tests.conftest import BASE_BATCH, write_jsonl
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    path = write_jsonl(tmp_path_factory.mktemp("plan") / "train.jsonl", 20)
-    return [f"data.train_files={path}", f"data.val_files={path}"]
+from tests.conftest import BASE_BATCH
 
 
 def plan_of(data, *overrides):
@@ -64,7 +58,8 @@ def test_reference_and_critic_phases_run_only_when_needed(data):
 def test_each_phase_names_the_key_that_sets_its_split(data):
     # The forward passes follow the actor's use_dynamic_bsz unless told otherwise (conf/).
     plan = plan_of(data, f"{ARR}.actor.use_dynamic_bsz=true", f"{ARR}.actor.ppo_max_token_len_per_gpu=3000",
-                   f"{ARR}.rollout.log_prob_use_dynamic_bsz=false", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=3")
+                   f"{ARR}.rollout.log_prob_use_dynamic_bsz=false",
+                   f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=3")
     actor = plan.micro("update_actor")
     assert (actor.key, actor.value, actor.by_tokens) == (f"{ARR}.actor.ppo_max_token_len_per_gpu", 3000, True)
     assert plan.actor.grad_accum is None  # packed: the count varies
@@ -105,7 +100,8 @@ def test_dynamic_sampling_rounds_in_the_plan_and_the_sampler(data):
 
     plan = plan_of(data, DYNAMIC, "data.gen_batch_size=12", "algorithm.filter_groups.max_num_gen_batches=5")
     # Steps still count train batches (20 rows // 8); rounds draw 12 prompts x n=4 = 48 responses on 1 rank.
-    assert (plan.filter_groups, plan.round_prompts, plan.max_gen_rounds, plan.gen_per_rank_responses) == (True, 12, 5, 48)
+    rounds = (plan.filter_groups, plan.round_prompts, plan.max_gen_rounds, plan.gen_per_rank_responses)
+    assert rounds == (True, 12, 5, 48)
     assert (plan.prompts, plan.steps_per_epoch) == (8, 2)
     # The sampler draws rounds of 12: one per epoch of 20 rows, each epoch's order its own shuffle.
     sampler = EpochSampler(plan, shuffle=True, seed=1)

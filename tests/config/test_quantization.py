@@ -6,20 +6,14 @@ import pytest
 
 from logicrl.config import ConfigError, compose, validate
 from logicrl.config.phases import ARR
-from tests.conftest import BASE_BATCH, write_jsonl
+from tests.conftest import BASE_BATCH
 
 NF4 = f"{ARR}.model.quantization=nf4"
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    path = write_jsonl(tmp_path_factory.mktemp("q") / "train.jsonl", 20)
-    return [f"data.train_files={path}", f"data.val_files={path}", *BASE_BATCH]
-
-
 def refusal(data, *overrides) -> str:
     with pytest.raises(ConfigError) as e:
-        validate(compose([*data, *overrides]))
+        validate(compose([*data, *BASE_BATCH, *overrides]))
     assert "\n" not in str(e.value)
     return str(e.value)
 
@@ -35,7 +29,7 @@ def test_the_missing_package_is_named_with_its_extra(data, monkeypatch):
     line = refusal(data, NF4, f"{ARR}.model.lora_rank=4")
     assert "needs torchao" in line and "logicrl[quant]" in line
     # A dry run loads nothing: it plans the run without the package.
-    validate(compose([*data, NF4, f"{ARR}.model.lora_rank=4", "trainer.dry_run=true"]))
+    validate(compose([*data, *BASE_BATCH, NF4, f"{ARR}.model.lora_rank=4", "trainer.dry_run=true"]))
 
 
 def test_a_block_that_does_not_divide_a_linear_is_refused(data):
@@ -53,7 +47,8 @@ def test_the_adapter_sync_is_kept_over_a_quantized_base(data):
     # Not derived merged any more: the engine is sent the dequantized base once, then adapters
     # (docs/quantization.md); merged stays selectable.
     pytest.importorskip("torchao")
-    typed, _, _ = validate(compose([*data, NF4, f"{ARR}.model.lora_rank=4"]))
+    typed, _, _ = validate(compose([*data, *BASE_BATCH, NF4, f"{ARR}.model.lora_rank=4"]))
     assert typed[ARR].rollout.lora_sync == "adapters"
-    typed, _, _ = validate(compose([*data, NF4, f"{ARR}.model.lora_rank=4", f"{ARR}.rollout.lora_sync=merged"]))
+    typed, _, _ = validate(compose([*data, *BASE_BATCH, NF4, f"{ARR}.model.lora_rank=4",
+                                    f"{ARR}.rollout.lora_sync=merged"]))
     assert typed[ARR].rollout.lora_sync == "merged"

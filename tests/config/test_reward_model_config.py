@@ -4,7 +4,6 @@ checks read no weights for a sequence classifier."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
@@ -12,19 +11,10 @@ import pytest
 from logicrl.config import ConfigError, check_overrides, compose, validate
 from logicrl.config.phases import ARR
 from logicrl.config.summary import summarize
+from tests.config.conftest import write_checkpoint
 from tests.conftest import ROOT
 
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
-
-
-def write_checkpoint(path, architecture="Qwen2ForSequenceClassification", labels=1, max_positions=4096):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({
-        "architectures": [architecture], "model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 64, "intermediate_size": 128,
-        "vocab_size": 300, "max_position_embeddings": max_positions,
-        "id2label": {str(i): f"LABEL_{i}" for i in range(labels)}}))
-    return str(path)
 
 
 @pytest.fixture
@@ -65,10 +55,13 @@ def test_a_reward_model_validates_with_its_lengths_and_rule(data_files, rm_path)
     (["reward_model.model.input_tokenizer=/no/such/tok"], ["reward_model.model.input_tokenizer=/no/such/tok",
                                                            "null to score the actor's tokens"]),
     (["reward.combine.mode=weightd"], ["reward.combine.mode=weightd is not one of: model, rule, weighted"]),
-    (["reward.combine.weights.modle=1"], ["`reward.combine.weights.modle`", "did you mean `reward.combine.weights.model`"]),
-    (["reward.combine.by_data_source={kk_rol: rule}"], ["reward.combine.by_data_source.kk_rol", "did you mean kk_role?"]),
+    (["reward.combine.weights.modle=1"],
+     ["`reward.combine.weights.modle`", "did you mean `reward.combine.weights.model`"]),
+    (["reward.combine.by_data_source={kk_rol: rule}"],
+     ["reward.combine.by_data_source.kk_rol", "did you mean kk_role?"]),
     (["reward.combine.by_data_source={kk_role: {modle: 1}}"],
-     ["reward.combine.by_data_source.kk_role.modle is not a weight", "did you mean reward.combine.by_data_source.kk_role.model?"]),
+     ["reward.combine.by_data_source.kk_role.modle is not a weight",
+      "did you mean reward.combine.by_data_source.kk_role.model?"]),
     (["reward.combine.by_data_source={kk_role: rules}"], ["reward.combine.by_data_source.kk_role=rules is not one of",
                                                           "did you mean rule?"]),
     (["reward.combine.by_data_source=kk_role"], ["reward.combine.by_data_source must map data_source names"]),
@@ -118,7 +111,8 @@ def test_a_combine_rule_without_a_reward_model_is_refused(data_files):
 @pytest.mark.parametrize("architecture, labels, needle", [
     ("Qwen2ForCausalLM", 1, "Qwen2ForCausalLM is neither a sequence classifier with one label "
                             "(*ForSequenceClassification) nor a decoder with a trained value head"),
-    ("Qwen2ForSequenceClassification", 2, "Qwen2ForSequenceClassification has 2 labels; a reward model scores with one"),
+    ("Qwen2ForSequenceClassification", 2,
+     "Qwen2ForSequenceClassification has 2 labels; a reward model scores with one"),
 ])
 def test_a_checkpoint_that_cannot_score_is_refused(data_files, tmp_path, architecture, labels, needle):
     path = write_checkpoint(tmp_path / "not_rm", architecture, labels)

@@ -6,7 +6,6 @@ import pytest
 
 from logicrl.config import ConfigError, compose, validate
 from logicrl.config.phases import ARR
-from logicrl.config.schema import POLICY_LOSS_MODES
 
 CORR = "algorithm.rollout_correction"
 
@@ -40,8 +39,16 @@ def test_the_default_is_token_tis_at_two_and_keeps_the_old_log_prob_plan(data_fi
 
 
 def test_a_verl_loss_name_and_rejection_rules_validate(data_files):
-    # Every name in POLICY_LOSS_MODES is a registered loss (tests/algos/test_algos_registry.py).
-    assert "geo_mean" in POLICY_LOSS_MODES
     cfg, _, _ = validate(compose([*data_files, f"{ARR}.actor.policy_loss.loss_mode=geo_mean",
-                                  f"{CORR}.rollout_rs='token,geometric'", f"{CORR}.rollout_rs_threshold='0.5_2.0,0.99_1.01'"]))
-    assert cfg[ARR].actor.policy_loss.loss_mode == "geo_mean" and cfg.algorithm.rollout_correction.rollout_rs == "token,geometric"
+                                  f"{CORR}.rollout_rs='token,geometric'",
+                                  f"{CORR}.rollout_rs_threshold='0.5_2.0,0.99_1.01'"]))
+    assert cfg[ARR].actor.policy_loss.loss_mode == "geo_mean"
+    assert cfg.algorithm.rollout_correction.rollout_rs == "token,geometric"
+
+
+def test_bypass_reinforce_says_once_that_it_replaces_the_configured_loss(data_files, caplog):
+    bypass = [f"{CORR}.bypass_mode=true", f"{CORR}.loss_type=reinforce"]
+    with caplog.at_level("INFO", logger="logicrl.config"):
+        validate(compose([*data_files, *bypass, f"{ARR}.actor.policy_loss.loss_mode=cispo"]))
+    said = [r.message for r in caplog.records if "in place of" in r.message]
+    assert len(said) == 1 and "loss_mode gpg" in said[0] and "loss_mode=cispo" in said[0]

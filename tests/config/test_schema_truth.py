@@ -2,8 +2,8 @@
 
 "Read" is found by an AST scan of logicrl/ and main_ppo.py (schema.py left out): a key's leaf name
 used as an attribute (`cfg.data.shuffle`), as a subscript or as a string argument of getattr,
-OmegaConf.select/update, .get or .pop, or the whole dotted key as a string (migrate.py's tables;
-not the table of ignored keys itself, nor a verl key's rename target).
+OmegaConf.select/update, .get or .pop, as a parameter of a registered policy loss, or the whole dotted
+key as a string (migrate.py's tables; not the table of ignored keys itself, nor a verl key's rename target).
 Words in error messages do not count. A leaf name shared by several keys (`path`, `n`) is found
 through any of them, so the scan proves little for those; it is exact for the distinctive ones.
 """
@@ -63,6 +63,10 @@ def names_read() -> tuple[set[str], set[str]]:
                         leaves.update(string_parts(arg))
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in written:
                 whole.add(node.value)
+            elif isinstance(node, ast.FunctionDef) and any(
+                    getattr(getattr(d, "func", None), "id", "") == "register_policy_loss" for d in node.decorator_list):
+                # The actor passes the policy_loss group whole: a loss reads a key by naming its parameter.
+                leaves.update(a.arg for a in node.args.args + node.args.kwonlyargs)
     return leaves, whole
 
 
@@ -70,7 +74,8 @@ def test_every_schema_key_is_read_or_listed_as_ignored():
     leaves, whole = names_read()
     unread = {k for k in leaf_keys() if k.rsplit(".", 1)[-1] not in leaves and k not in whole}
     # Both ways: nothing unread is missing from the table, and nothing in it is secretly read.
-    assert unread == IGNORED, (f"read by no code, add to migrate.IGNORED_KEYS or read them: {sorted(unread - IGNORED)}; "
+    assert unread == IGNORED, (f"read by no code, add to migrate.IGNORED_KEYS or read them: "
+                               f"{sorted(unread - IGNORED)}; "
                                f"listed as ignored but read: {sorted(IGNORED - unread)}")
 
 

@@ -2,28 +2,10 @@
 
 import pytest
 
-from logicrl.config import ConfigError, compose
+from logicrl.config import ConfigError
 from logicrl.config.phases import ARR
-from logicrl.config.stages import build_stages, has_stages
-from tests.conftest import run_main
-
-
-def two_stages(files: dict[str, str], *extra: str) -> list[str]:
-    """A base config and its curriculum as overrides (what a recipe holds), then `extra`."""
-    return [f"data.train_files={files['a']}", f"data.val_files={files['val']}",
-            "data.train_batch_size=8", f"{ARR}.actor.ppo_mini_batch_size=8", "trainer.default_local_dir=/ck/run",
-            f"curriculum.stages=[{{name: s1, overrides: {{trainer: {{total_training_steps: 3}}}}}},"
-            f"{{name: s2, overrides: {{data: {{train_files: {files['b']}, train_batch_size: 4}},"
-            f" {ARR}: {{rollout: {{n: 4, temperature: 0.5}}, actor: {{optim: {{lr: 1.0e-6}}}}}}}}}}]",
-            *extra]
-
-
-def stages_of(overrides: list[str], n_base: int = 6):
-    """Stages as main_ppo builds them: the first `n_base` overrides stand for a recipe, the rest
-    for what the user typed (only those are re-applied over each stage)."""
-    cfg = compose(overrides)
-    assert has_stages(cfg)
-    return build_stages(cfg, overrides[n_base:])
+from logicrl.config.stages import has_stages
+from tests.conftest import run_main, stages_of, two_stages
 
 
 def test_each_stage_is_base_plus_its_overlay(stage_files):

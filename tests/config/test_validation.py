@@ -1,7 +1,9 @@
 """Each validation error: exit code 2, one line on stderr naming the key, no traceback.
 
-These run the real entry point, since the exit code and the absence of Hydra's multi-line
-report are part of the contract.
+The cases run main_ppo.py's checks in-process (`check_main`: the same override check, composition,
+validation and preflight); two run the real entry point, since the exit code and the absence of
+Hydra's multi-line report are part of the contract: an unknown key (refused before Hydra composes)
+and a bad value (refused by validation inside the Hydra run).
 """
 
 import json
@@ -9,12 +11,11 @@ import json
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.conftest import run_main, write_jsonl
-
-pytestmark = pytest.mark.integration
+from tests.conftest import assert_refused, check_main, run_main, write_jsonl
 
 
 def assert_config_error(result, *needles):
+    """A real launch's refusal: exit 2, one stderr line naming each of needles, no traceback."""
     assert result.returncode == 2, result.stdout + result.stderr
     err = result.stderr.strip()
     assert len(err.splitlines()) == 1, err
@@ -41,12 +42,14 @@ CASES = [
     (["trainer.save_freq=0"], ["trainer.save_freq"]),
     ([f"{ARR}.actor.clip_ratio_low=1.2"], ["clip_ratio_low"]),
     # batch arithmetic
-    (["data.train_batch_size=6", f"{ARR}.rollout.n=3", "trainer.n_gpus=4"], ["data.train_batch_size=6", "trainer.n_gpus=4"]),
+    (["data.train_batch_size=6", f"{ARR}.rollout.n=3", "trainer.n_gpus=4"],
+     ["data.train_batch_size=6", "trainer.n_gpus=4"]),
     ([f"{ARR}.actor.ppo_mini_batch_size=3"], [f"{ARR}.actor.ppo_mini_batch_size=3", "data.train_batch_size=8"]),
     (["data.train_batch_size=8", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=1", "trainer.n_gpus=4"],
      [f"{ARR}.actor.ppo_mini_batch_size=1", "trainer.n_gpus=4"]),
     ([f"{ARR}.actor.ppo_micro_batch_size_per_gpu=5"], [f"{ARR}.actor.ppo_micro_batch_size_per_gpu=5", "16"]),
-    (["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=3"], ["critic.ppo_micro_batch_size_per_gpu=3"]),
+    (["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=3"],
+     ["critic.ppo_micro_batch_size_per_gpu=3"]),
     # deprecated global micro-batch that cannot split across ranks
     ([f"{ARR}.actor.ppo_micro_batch_size=6", "trainer.n_gpus=4"], [f"{ARR}.actor.ppo_micro_batch_size=6", "per rank"]),
     # group estimators need several responses per prompt
@@ -56,7 +59,8 @@ CASES = [
     (["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"], ["trainer.n_gpus=4", "trainer.n_gpus_per_node=2"]),
     # a verl-only key that would change results (tensor_model_parallel_size: test_migration.py)
     ([f"{ARR}.rollout.mode=agent"], [f"{ARR}.rollout.mode=agent", "sync or async"]),
-    # rollout correction: an option verl does not have (the other refusals: tests/config/test_rollout_correction_config.py)
+    # rollout correction: an option verl does not have (the other refusals:
+    # tests/config/test_rollout_correction_config.py)
     (["algorithm.rollout_correction.rollout_rs=token_k9", "algorithm.rollout_correction.rollout_rs_threshold=2"],
      ["algorithm.rollout_correction.rollout_rs=token_k9", "token_k1"]),
     ([f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct"], [f"{ARR}.model.path=Qwen/Qwen2.5-7B-Instruct", "local"]),
@@ -68,23 +72,29 @@ CASES = [
 
 @pytest.mark.parametrize("overrides,needles", CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_config_error(overrides, needles, data_files, tmp_path):
+    assert_refused(check_main(*data_files, *overrides, "trainer.dry_run=true", cwd=tmp_path), *needles)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("overrides,needles", [CASES[0], CASES[5]], ids=["unknown key", "bad value"])
+def test_config_error_through_the_entry_point(overrides, needles, data_files, tmp_path):
     assert_config_error(run_main(*data_files, *overrides, "trainer.dry_run=true", cwd=tmp_path), *needles)
 
 
 def test_missing_data_file_names_key_and_fix(tmp_path):
-    result = run_main("data.train_files=nowhere/train.parquet", cwd=tmp_path)
-    assert_config_error(result, "data.train_files", "nowhere/train.parquet", "make data")
+    result = check_main("data.train_files=nowhere/train.parquet", cwd=tmp_path)
+    assert_refused(result, "data.train_files", "nowhere/train.parquet", "make data")
 
 
 def test_data_file_with_wrong_format(data_files, tmp_path):
     csv = tmp_path / "train.csv"
     csv.write_text("prompt\nx\n")
-    assert_config_error(run_main(*data_files, f"data.val_files={csv}", cwd=tmp_path), "data.val_files", ".parquet")
+    assert_refused(check_main(*data_files, f"data.val_files={csv}", cwd=tmp_path), "data.val_files", ".parquet")
 
 
 def test_too_few_training_prompts(data_files, tmp_path):
     small = write_jsonl(tmp_path / "small.jsonl", 3)
-    assert_config_error(run_main(*data_files, f"data.train_files={small}", cwd=tmp_path),
+    assert_refused(check_main(*data_files, f"data.train_files={small}", cwd=tmp_path),
                         "data.train_files", "data.train_batch_size=8")
 
 
@@ -94,25 +104,27 @@ def test_prompt_plus_response_beyond_model_positions(data_files, tmp_path):
     (ckpt / "config.json").write_text(json.dumps({
         "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
         "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 1024}))
-    result = run_main(*data_files, f"{ARR}.model.path={ckpt}", "data.max_prompt_length=400",
-                      "data.max_response_length=1000", cwd=tmp_path)
-    assert_config_error(result, "data.max_response_length=1000", "1400", "max_position_embeddings=1024")
+    result = check_main(*data_files, f"{ARR}.model.path={ckpt}", "data.max_prompt_length=400",
+                        "data.max_response_length=1000", cwd=tmp_path)
+    assert_refused(result, "data.max_response_length=1000", "1400", "max_position_embeddings=1024")
 
 
 def test_model_dir_without_config_json(data_files, tmp_path):
     (tmp_path / "empty").mkdir()
-    assert_config_error(run_main(*data_files, f"{ARR}.model.path={tmp_path / 'empty'}", cwd=tmp_path),
-                        f"{ARR}.model.path", "config.json")
+    assert_refused(check_main(*data_files, f"{ARR}.model.path={tmp_path / 'empty'}", cwd=tmp_path),
+                   f"{ARR}.model.path", "config.json")
 
 
 def test_knobs_that_only_split_work_are_clamped_not_errors(data_files, tmp_path):
-    result = run_main(*data_files, f"{ARR}.actor.ppo_mini_batch_size=256", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64",
-                      f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=7", f"{ARR}.actor.ppo_epochs=2",
-                      "trainer.dry_run=true", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
+    result = check_main(*data_files, f"{ARR}.actor.ppo_mini_batch_size=256",
+                        f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64",
+                        f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=7", f"{ARR}.actor.ppo_epochs=2",
+                        "trainer.dry_run=true", cwd=tmp_path)
+    assert result.code == 0, result.line
+    out = result.out
     assert f"{ARR}.actor.ppo_mini_batch_size=256 > data.train_batch_size=8: clamped to 8" in out
-    assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64 > the 32 responses of a per-rank mini-batch: clamped to 32" in out
+    clamped = "> the 32 responses of a per-rank mini-batch: clamped to 32"
+    assert f"{ARR}.actor.ppo_micro_batch_size_per_gpu=64 {clamped}" in out
     # a forward-only micro-batch need not divide anything: 32 responses in forwards of <= 7 -> 5 forwards
     # (two epochs: the update is off-policy after the first, so the old-log-prob pass runs)
     assert "old log-prob 5 forwards of <= 7" in out
@@ -120,14 +132,14 @@ def test_knobs_that_only_split_work_are_clamped_not_errors(data_files, tmp_path)
 
 def test_summary_and_memory_table_agree_on_skipped_phases(data_files, tmp_path):
     # One epoch of one mini-batch: on-policy, so neither the summary nor the memory table plans the pass.
-    result = run_main(*data_files, f"{ARR}.actor.ppo_mini_batch_size=8", "trainer.dry_run=true", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "old log-prob skipped (on-policy" in result.stdout
-    assert "old_log_prob     skipped: on-policy" in result.stdout
+    result = check_main(*data_files, f"{ARR}.actor.ppo_mini_batch_size=8", "trainer.dry_run=true", cwd=tmp_path)
+    assert result.code == 0, result.line
+    assert "old log-prob skipped (on-policy" in result.out
+    assert "old_log_prob     skipped: on-policy" in result.out
 
 
 def test_custom_reward_without_the_named_function(data_files, tmp_path):
     fn = tmp_path / "my_reward.py"
     fn.write_text("def other(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
-    result = run_main(*data_files, f"reward.custom.path={fn}", "reward.custom.name=compute_score", cwd=tmp_path)
-    assert_config_error(result, "reward.custom.name", "compute_score")
+    result = check_main(*data_files, f"reward.custom.path={fn}", "reward.custom.name=compute_score", cwd=tmp_path)
+    assert_refused(result, "reward.custom.name", "compute_score")

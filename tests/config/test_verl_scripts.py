@@ -21,7 +21,7 @@ from logicrl.config.cli import for_hydra
 from logicrl.config.phases import ARR
 from logicrl.config.schema import all_keys
 from logicrl.config.verl_keys import VERL_KEYS, take_verl_keys, verl_rule_key
-from tests.conftest import ROOT, need_data, run_main, tail
+from tests.conftest import ROOT, check_main, need_data, run_main, tail
 
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 
@@ -224,23 +224,22 @@ def test_verl_sp2_script_plans_with_sequence_parallelism_honoured(kk_role):
 
 
 # ---------------------------------------------------------------- the entry point
-@pytest.mark.integration
+# The two dry runs are main_ppo.py's in-process (check_main); the sweep launches it.
 def test_entry_point_dry_runs_a_current_verl_script(kk_role, tmp_path):
-    result = run_main(*grpo_script(), *VERL_INTERNALS, "trainer.dry_run=true", "trainer.gpu_memory_gb=80",
-                      cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout + result.stderr
+    result = check_main(*grpo_script(), *VERL_INTERNALS, "trainer.dry_run=true", "trainer.gpu_memory_gb=80",
+                        cwd=tmp_path)
+    assert result.code == 0, result.line
+    out = result.out + result.err
     assert "data.return_raw_chat=True is ignored" in out
     assert "data.filter_overlong_prompts=True is verl's spelling: using data.truncation=filter" in out
     assert "1024 prompts x n=5 = 5120 responses" in out
 
 
-@pytest.mark.integration
 def test_entry_point_dry_runs_verls_rollout_correction_script_with_async_rollout(kk_role, tmp_path):
-    result = run_main(*rollout_corr_script(), f"{ARR}.rollout.mode=async", "trainer.dry_run=true",
-                      "trainer.gpu_memory_gb=80", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout + result.stderr
+    result = check_main(*rollout_corr_script(), f"{ARR}.rollout.mode=async", "trainer.dry_run=true",
+                        "trainer.gpu_memory_gb=80", cwd=tmp_path)
+    assert result.code == 0, result.line
+    out = result.out + result.err
     assert f"{ARR}.rollout.mode=async: single-turn rollout samples the same distribution" in out
     assert "bypass_mode: the engine's log-probs are the old log-probs" in out  # the plan skips old_log_prob
 
@@ -403,3 +402,106 @@ def test_rollout_n_of_1_from_anywhere_is_verls_batch_already(caplog):
     with caplog.at_level(logging.WARNING, logger="logicrl.config"):
         warn_unset_rollout_n(compose([f"{ARR}.rollout.n=1"]), ["++reward_model.use_reward_loop=True"])
     assert not warnings_of(caplog)
+
+
+# ---------------------------------------------------------------- keys verl's current scripts set
+def cispo_script() -> list[str]:
+    """verl's examples/cispo_trainer/run_qwen3_8b_fsdp.sh at verl-project/verl 1dda039b, its defaults substituted
+    and the paths changed (kk_role's data, the embedded tiny model); its last array, RAY, included."""
+    return [
+        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
+        f"data.train_files={TRAIN}", f"data.val_files={VAL}",
+        "data.train_batch_size=1024", "data.max_prompt_length=1024", "data.max_response_length=2048",
+        "data.filter_overlong_prompts=True", "data.truncation='error'",
+        f"{ARR}.model.path=embedded:tiny", f"{ARR}.model.use_remove_padding=True",
+        f"{ARR}.model.enable_gradient_checkpointing=True",
+        f"{ARR}.actor.policy_loss.loss_mode=cispo", f"{ARR}.actor.clip_ratio_low=10",
+        f"{ARR}.actor.clip_ratio_high=0.2", f"{ARR}.actor.optim.lr=1e-6", f"{ARR}.actor.ppo_mini_batch_size=256",
+        f"{ARR}.actor.use_dynamic_bsz=True", f"{ARR}.actor.ppo_max_token_len_per_gpu=24576",
+        f"{ARR}.actor.use_kl_loss=True", f"{ARR}.actor.kl_loss_coef=0.001", f"{ARR}.actor.kl_loss_type=low_var_kl",
+        f"{ARR}.actor.entropy_coeff=0", f"{ARR}.actor.fsdp_config.param_offload=False",
+        f"{ARR}.actor.fsdp_config.optimizer_offload=False",
+        f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2",
+        f"{ARR}.rollout.gpu_memory_utilization=0.6", f"{ARR}.rollout.n=5",
+        f"{ARR}.rollout.log_prob_use_dynamic_bsz=True",
+        f"{ARR}.rollout.log_prob_max_token_len_per_gpu=24576",
+        f"{ARR}.ref.log_prob_use_dynamic_bsz=True", f"{ARR}.ref.log_prob_max_token_len_per_gpu=24576",
+        f"{ARR}.ref.fsdp_config.param_offload=True",
+        "trainer.balance_batch=True", "trainer.critic_warmup=0", """trainer.logger=["console","wandb"]""",
+        "trainer.project_name=verl_cispo_gsm8k_math", "trainer.experiment_name=qwen3_8b_vllm_fsdp",
+        "trainer.n_gpus_per_node=8", "trainer.nnodes=1", "trainer.save_freq=20", "trainer.test_freq=5",
+        "trainer.total_epochs=15",
+        "ray_kwargs.ray_init.runtime_env.py_executable=uv -v run --frozen --all-packages --extra vllm --extra fsdp",
+    ]
+
+
+def test_verls_cispo_script_validates_with_no_lower_clip(kk_role, caplog):
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        check_overrides(cispo_script())
+        cfg, _, _ = validate(compose(cispo_script()))
+    actor = cfg[ARR].actor
+    assert (actor.policy_loss.loss_mode, actor.clip_ratio_low, actor.clip_ratio_high) == ("cispo", 10, 0.2)
+    said = [w for w in warnings_of(caplog) if w.startswith("ray_kwargs.")]
+    assert said == ["ray_kwargs.ray_init.runtime_env.py_executable=uv -v run --frozen --all-packages --extra vllm "
+                    "--extra fsdp is ignored: how verl's launcher starts Ray (runtime env, interpreter, CPUs, GPUs); "
+                    "logicrl starts its own Ray for trainer.n_gpus ranks, or joins trainer.ray_address"]
+
+
+def test_a_lower_clip_of_one_or_more_is_refused_outside_cispo(data_files):
+    with pytest.raises(ConfigError, match=r"clip_ratio_low=10.0 must be below 1 .*only policy_loss.loss_mode=cispo"):
+        validate(compose([*data_files, f"{ARR}.actor.clip_ratio_low=10"]))
+
+
+@pytest.mark.parametrize("override", [
+    "ray_kwargs.ray_init.runtime_env.py_executable=null",
+    "+ray_kwargs.ray_init.num_gpus=4",
+    "+ray_kwargs.ray_init.runtime_env.env_vars.TRANSFER_QUEUE_ENABLE=1",
+])
+def test_ray_kwargs_are_ignored_in_one_line(data_files, override, caplog):
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        check_overrides([*data_files, override])
+        cfg = validate(compose([*data_files, override]))[0]
+    assert "ray_kwargs" not in cfg
+    said = [w for w in warnings_of(caplog) if w.startswith("ray_kwargs.")]
+    assert len(said) == 1 and said[0].startswith(override.lstrip("+").replace("=null", "=None") + " is ignored: ")
+
+
+@pytest.mark.parametrize("verl, logicrl_key, value", [
+    ("critic.fsdp.param_offload=True", "critic.fsdp_config.param_offload", True),
+    ("critic.fsdp.optimizer_offload=True", "critic.fsdp_config.optimizer_offload", True),
+    (f"{ARR}.actor.fsdp_config.ulysses_sequence_parallel_size=2", f"{ARR}.actor.ulysses_sequence_parallel_size", 2),
+    (f"{ARR}.ref.fsdp_config.ulysses_sequence_parallel_size=2", f"{ARR}.ref.ulysses_sequence_parallel_size", 2),
+    ("critic.fsdp.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size", 2),
+    (f"+{ARR}.actor.policy_loss.tau_pos=1.5", f"{ARR}.actor.tau_pos", 1.5),
+    (f"+{ARR}.actor.policy_loss.tau_neg=2.0", f"{ARR}.actor.tau_neg", 2.0),
+])
+def test_verls_current_spellings_land_on_logicrl_keys(data_files, verl, logicrl_key, value, caplog):
+    from omegaconf import OmegaConf
+
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        check_overrides([*data_files, verl])
+        cfg = take_verl_keys(compose([*data_files, verl]))
+    assert OmegaConf.select(cfg, logicrl_key) == value
+    assert any("is verl's spelling: using " + logicrl_key in w for w in warnings_of(caplog))
+
+
+def test_the_sp2_script_in_verls_current_spelling_plans_as_before(kk_role):
+    # run_qwen3_8b_fsdp.sh's NPU branch spells the group size under fsdp_config (the role-level key is deprecated).
+    current = [o.replace(f"{ARR}.actor.ulysses_sequence_parallel_size",
+                         f"{ARR}.actor.fsdp_config.ulysses_sequence_parallel_size")
+               .replace("critic.ulysses_sequence_parallel_size", "critic.fsdp.ulysses_sequence_parallel_size")
+               .replace("critic.model.fsdp_config.", "critic.fsdp.") for o in deepseek_sp2_script()]
+    assert current != deepseek_sp2_script()
+    check_overrides(current)
+    cfg, _, _ = validate(compose(current))
+    assert cfg[ARR].actor.ulysses_sequence_parallel_size == cfg.critic.ulysses_sequence_parallel_size == 2
+    assert not cfg.critic.fsdp_config.param_offload
+
+
+def test_an_absolute_warm_up_is_verls_key_and_overrides_the_ratio(data_files):
+    cfg = validate(compose([*data_files, f"{ARR}.actor.optim.lr_warmup_steps=10",
+                            f"{ARR}.actor.optim.lr_warmup_steps_ratio=0.5", "critic.optim.lr_warmup_steps=0"]))[0]
+    assert cfg[ARR].actor.optim.lr_warmup_steps == 10 and cfg.critic.optim.lr_warmup_steps == 0
+    assert compose(data_files)[ARR].actor.optim.lr_warmup_steps == -1  # verl's default: the ratio decides
+    with pytest.raises(ConfigError, match="lr_warmup_steps"):
+        validate(compose([*data_files, f"{ARR}.actor.optim.lr_warmup_steps=-2"]))

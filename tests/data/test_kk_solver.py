@@ -7,7 +7,19 @@ from hypothesis import strategies as st
 
 from logicrl.data.kk.solver import solve, unique_solution
 from logicrl.data.kk.statements import (
-    AND, IFF, IMPLIES, KNAVE, KNIGHT, NOT, OR, depth, evaluate, from_json, max_width, render, to_json,
+    AND,
+    IFF,
+    IMPLIES,
+    KNAVE,
+    KNIGHT,
+    NOT,
+    OR,
+    depth,
+    evaluate,
+    from_json,
+    max_width,
+    render,
+    to_json,
 )  # fmt: skip
 
 A, B, C = 0, 1, 2
@@ -78,7 +90,8 @@ def test_solver_agrees_with_brute_force(statements):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 8).flatmap(lambda n: st.tuples(statement_trees(n), st.lists(st.booleans(), min_size=n, max_size=n))))
+@given(st.integers(1, 8).flatmap(
+    lambda n: st.tuples(statement_trees(n), st.lists(st.booleans(), min_size=n, max_size=n))))
 def test_evaluate_agrees_with_reference(case):
     statement, assignment = case
     assert evaluate(statement, assignment) == ref_eval(statement, assignment)
@@ -161,7 +174,8 @@ def test_render_depth_two_matches_paper_wording():
     assert render(knight(A), NAMES) == "Zoey is a knight"
     assert render((NOT, knave(B)), NAMES) == "Oliver is not a knave"
     assert render((AND, knight(A), knave(C)), NAMES) == "Zoey is a knight and Emma is a knave"
-    assert render((OR, knave(A), knave(B), knight(C)), NAMES) == "Zoey is a knave or Oliver is a knave or Emma is a knight"
+    assert render((OR, knave(A), knave(B), knight(C)), NAMES) == \
+        "Zoey is a knave or Oliver is a knave or Emma is a knight"
     assert render((IMPLIES, knight(B), knave(C)), NAMES) == "if Oliver is a knight then Emma is a knave"
     assert render((IFF, knave(A), knight(B)), NAMES) == "Zoey is a knave if and only if Oliver is a knight"
 

@@ -10,7 +10,6 @@ a rank's exception propagates.
 from __future__ import annotations
 
 import sys
-
 from typing import Any
 
 from logicrl.controller.ports import free_port

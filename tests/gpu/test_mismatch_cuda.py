@@ -49,7 +49,7 @@ def build_models():
 def trainer_logprobs(model, prompts, out):
     from logicrl.models.logprob import causal_lm_logprobs
 
-    attention_mask = torch.cat([torch.ones_like(prompts), out.response_mask.to(prompts.device)], dim=1)
+    attention_mask = torch.cat([torch.ones_like(prompts), out.response_attention_mask.to(prompts.device)], dim=1)
     ids = torch.cat([prompts, out.responses.to(prompts.device)], dim=1)
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
@@ -68,8 +68,8 @@ def gap(trainer, engine, mask):
 
 
 def test_bf16_engine_against_fp32_and_bf16_trainers(models):
-    from logicrl.workers.rollout.hf import HFRolloutEngine
     from logicrl.workers.rollout.base import SamplingParams
+    from logicrl.workers.rollout.hf import HFRolloutEngine
 
     fp32, bf16 = models
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 control must be fp32

@@ -89,7 +89,7 @@ def _optimizer_offload(rank: int, port: int, out: str):
     x = torch.randn(64, 512, device=device)
     state_bytes = 2 * sum(p.numel() * p.element_size() for p in nets[0].parameters())
     drops = []
-    for step in range(3):
+    for _ in range(3):
         for i, (net, opt) in enumerate(zip(nets, optimizers)):
             offloaded = i == 0
             if offloaded:
@@ -141,7 +141,10 @@ def _update_path(rank: int, port: int, out: str):
         batch = TensorDict({"x": torch.randn(16, 512, device=device),
                             "response_mask": torch.ones(16, 1, device=device)}, batch_size=[16])
         size = MicroSize("update_actor", micro.key, 8)
-        run_update(role, batch, lambda mb, n: (net(mb["x"]).pow(2).sum() / n, {}), lambda fn, reset=None: fn(size))
+        def loss_fn(mb, n, net=net):  # this pass's net, bound before the `del` below
+            return net(mb["x"]).pow(2).sum() / n, {}
+
+        run_update(role, batch, loss_fn, lambda fn, reset=None, size=size: fn(size))
         torch.cuda.synchronize()
         after[offload] = torch.cuda.memory_allocated(device)
         del net, optimizer, scheduler, role

@@ -13,9 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from logicrl.config.phases import ARR
+
 pytestmark = pytest.mark.gpu
 pytest.importorskip("torchao", reason="needs torchao (pip install -e '.[quant]')")
-ARR = "actor_rollout_ref"
 QLORA = [f"{ARR}.model.quantization=nf4", f"{ARR}.model.lora_rank=16", f"{ARR}.model.lora_alpha=32"]
 # The same numbers as tests/gpu/test_train_cuda.py (imported from there where Hydra is installed).
 MEAN_GAP, PLAN_TOLERANCE = 0.02, 0.15
@@ -71,8 +72,7 @@ def test_qlora_two_steps_in_bf16_keep_the_engine_on_the_4bit_policy(tmp_path):
     """The engine holds bf16 dequant(W) + BA, the trainer dequantizes W per Linear in bf16: the same
     function, so the gap is the bf16 run's (MEAN_GAP), not the NF4 rounding's (order 0.1 and more)."""
     pytest.importorskip("hydra", reason="the step loop composes its config with Hydra")
-    from tests.gpu.runs import train
-    from tests.gpu.test_train_cuda import TWO_STEPS
+    from tests.gpu.runs import TWO_STEPS, train
 
     rows = train([*TWO_STEPS, *QLORA], tmp_path)
     assert [r["step"] for r in rows] == [1, 2]
@@ -88,8 +88,7 @@ def test_qlora_plan_matches_max_memory_allocated_per_phase(tmp_path):
     from logicrl.models.tiny import cache_root
     from logicrl.preflight.memory import check_memory
     from tests.conftest import BASE_BATCH
-    from tests.gpu.runs import train, write_random_model
-    from tests.gpu.test_train_cuda import TWO_STEPS
+    from tests.gpu.runs import TWO_STEPS, train, write_random_model
 
     model = write_random_model(QWEN25_05B, cache_root() / "qwen2.5-0.5b-random")
     run = [*TWO_STEPS, *QLORA, f"{ARR}.model.path={model}", "data.max_response_length=256"]

@@ -11,12 +11,10 @@ from __future__ import annotations
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.gpu.runs import QWEN25_05B, train, write_random_model
+from tests.gpu.runs import QWEN25_05B, TWO_STEPS, train, write_random_model
 
 pytestmark = pytest.mark.gpu
 
-TWO_STEPS = ["trainer.total_training_steps=2", "trainer.device=cuda", f"{ARR}.rollout.name=hf",
-             "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=2"]
 # The planner's target against measurement (benchmarks/memory_plan.py): every phase within 15%. On a
 # model of a few MB the CUDA side's fixed costs (cuBLAS workspaces, ~tens of MB, which the plan leaves
 # to its headroom) dominate every phase, so the check runs on a real model's shape.
@@ -45,8 +43,8 @@ def test_two_grpo_steps_in_bf16_train_and_report_their_memory(tmp_path):
 
 def test_the_plan_matches_max_memory_allocated_per_phase(tmp_path):
     from logicrl.config import compose, validate
-    from logicrl.preflight.memory import check_memory
     from logicrl.models.tiny import cache_root
+    from logicrl.preflight.memory import check_memory
     from tests.conftest import BASE_BATCH
 
     model = write_random_model(QWEN25_05B, cache_root() / "qwen2.5-0.5b-random")

@@ -11,48 +11,21 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from logicrl.config.phases import ARR
+from tests.gpu.vllm_worker import MAX_GAP, MEAN_GAP, spawn_one, vllm_worker
 
 pytest.importorskip("vllm", reason="needs vLLM's CUDA build (make setup on a CUDA machine)")
 pytestmark = pytest.mark.gpu
 
 GB = 2**30
-# bf16 trainer (HF SDPA) against bf16 vLLM (its own attention and fused kernels) on the same weights:
-# per-token gaps of ~1e-3..1e-2 are the known training-inference mismatch; a stale or missing layer
-# after a sync gives gaps of order 1. The bounds sit between the two.
-MEAN_GAP, MAX_GAP = 0.02, 1.0
-
-
-def _worker(tmp: str, *overrides: str):
-    from omegaconf import OmegaConf
-
-    from logicrl.config import compose, validate
-    from logicrl.controller.ports import free_port
-    from logicrl.data.dataset import load_prompts
-    from logicrl.models.loading import load_tokenizer
-    from logicrl.trainer.batch import prompt_batch
-    from logicrl.workers.hybrid import HybridWorker
-    from tests.conftest import write_jsonl
-
-    data = write_jsonl(Path(tmp) / "train.jsonl", 8)
-    cfg, _, plan = validate(compose([f"data.train_files={data}", f"data.val_files={data}", "trainer.device=cuda",
-                                     "data.train_batch_size=4", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4",
-                                     f"{ARR}.rollout.name=vllm", "data.max_response_length=16", *overrides]))
-    worker = HybridWorker(OmegaConf.to_container(cfg, resolve=True), plan, 0, 1, "127.0.0.1", free_port())
-    tokenizer = load_tokenizer(cfg[ARR].model.path)
-    rows = load_prompts(cfg.data.train_files, tokenizer, max_prompt_length=128)[:4]
-    return worker, prompt_batch(rows, 4, tokenizer.pad_token_id)
-
-
 def _used() -> float:
     free, total = torch.cuda.mem_get_info()
     return (total - free) / GB
 
 
 def _sleep_and_wake(rank: int, tmp: str, out: str):
-    worker, _ = _worker(tmp)
+    worker, _ = vllm_worker(tmp)
     awake = _used()
     worker.engine.sleep()
     asleep = _used()
@@ -63,7 +36,7 @@ def _sleep_and_wake(rank: int, tmp: str, out: str):
 def _sync_and_agree(rank: int, tmp: str, out: str, top_p: float):
     from logicrl.trainer.batch import tensors
 
-    worker, prompts = _worker(tmp, f"{ARR}.rollout.top_p={top_p}", f"{ARR}.actor.optim.lr=1e-4")
+    worker, prompts = vllm_worker(tmp, f"{ARR}.rollout.top_p={top_p}", f"{ARR}.actor.optim.lr=1e-4")
     gaps = []
     for step in (1, 2):
         batch = tensors(prompts)
@@ -79,14 +52,8 @@ def _sync_and_agree(rank: int, tmp: str, out: str, top_p: float):
     torch.save({"gaps": gaps}, out)
 
 
-def _spawn(fn, tmp_path, *args) -> dict:
-    out = str(tmp_path / f"{fn.__name__}.pt")
-    mp.spawn(fn, args=(str(tmp_path), out, *args), nprocs=1)
-    return torch.load(out)
-
-
 def test_sleep_frees_the_engines_memory_and_wake_restores_it(tmp_path):
-    m = _spawn(_sleep_and_wake, tmp_path)
+    m = spawn_one(_sleep_and_wake, tmp_path)
     # Level 2 discards the weights and the KV cache: the device gets back most of what the engine
     # took at gpu_memory_utilization; waking maps the KV cache again.
     # (rollout.gpu_memory_utilization's share of the card, tens of GB, mostly KV cache).
@@ -96,7 +63,7 @@ def test_sleep_frees_the_engines_memory_and_wake_restores_it(tmp_path):
 
 @pytest.mark.parametrize("top_p", [1.0, 0.9])
 def test_synced_vllm_log_probs_match_the_trainers_in_bf16(tmp_path, top_p):
-    gaps = _spawn(_sync_and_agree, tmp_path, top_p)["gaps"]
+    gaps = spawn_one(_sync_and_agree, tmp_path, top_p)["gaps"]
     print(gaps)
     for mean, largest in gaps:
         assert mean < MEAN_GAP and largest < MAX_GAP, gaps
@@ -111,6 +78,6 @@ def _train(rank: int, tmp: str, out: str):
 
 
 def test_two_grpo_steps_with_the_vllm_engine(tmp_path):
-    rows = _spawn(_train, tmp_path)["rows"]
+    rows = spawn_one(_train, tmp_path)["rows"]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["rollout/logprob_diff"] < MEAN_GAP for r in rows), [r["rollout/logprob_diff"] for r in rows]

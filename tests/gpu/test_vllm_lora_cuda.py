@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from logicrl.config.phases import ARR
+from tests.gpu.vllm_worker import MAX_GAP, MEAN_GAP, spawn_one, vllm_worker
 
 pytest.importorskip("vllm", reason="needs vLLM's CUDA build (make setup on a CUDA machine)")
 pytestmark = pytest.mark.gpu
-
-from tests.gpu.test_vllm_cuda import MAX_GAP, MEAN_GAP, _spawn, _worker  # noqa: E402
 
 LORA = [f"{ARR}.model.lora_rank=32", f"{ARR}.model.lora_alpha=64", f"{ARR}.actor.optim.lr=1e-3"]
 
@@ -21,7 +20,7 @@ LORA = [f"{ARR}.model.lora_rank=32", f"{ARR}.model.lora_alpha=64", f"{ARR}.actor
 def _steps(rank: int, tmp: str, out: str, sync: str):
     from logicrl.trainer.batch import tensors
 
-    worker, prompts = _worker(tmp, *LORA, f"{ARR}.rollout.lora_sync={sync}")
+    worker, prompts = vllm_worker(tmp, *LORA, f"{ARR}.rollout.lora_sync={sync}")
     rows = []
     for step in (1, 2, 3):
         batch = tensors(prompts)
@@ -39,8 +38,8 @@ def _steps(rank: int, tmp: str, out: str, sync: str):
 
 
 def test_adapter_sync_on_cuda_keeps_the_merged_sync_level(tmp_path):
-    adapters = _spawn(_steps, tmp_path, "adapters")["rows"]
-    merged = _spawn(_steps, tmp_path, "merged")["rows"]
+    adapters = spawn_one(_steps, tmp_path, "adapters")["rows"]
+    merged = spawn_one(_steps, tmp_path, "merged")["rows"]
     print("adapters", adapters, "\nmerged", merged)
     assert all(r["level"] == 1 for r in adapters) and all(r["level"] == 2 for r in merged)
     # Steps 2 and 3 sample from synced adapters after a level-1 sleep: within the bf16 bounds.

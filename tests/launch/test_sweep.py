@@ -10,9 +10,10 @@ import pytest
 
 from logicrl.config import check_overrides
 from logicrl.config.errors import ConfigError
-from logicrl.launch.sweep import job_name, short_names, swept_keys
 from logicrl.config.plan import ARR
+from logicrl.launch.sweep import job_name, short_names, swept_keys
 from tests.conftest import run_main, tail
+from tests.launch.conftest import summary_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SEVEN_B = ["actor_rollout_ref.model.path=logicrl/memory/shapes/qwen2.5-7b", "trainer.n_gpus=4",
@@ -59,13 +60,6 @@ def test_names_are_safe_and_bounded():
     name = job_name([f"data.train_files=/data/{'x' * 200}/train.parquet"], ["data.train_files"])
     assert "/" not in name and len(name) <= 100
     assert name != job_name([f"data.train_files=/data/{'x' * 201}/train.parquet"], ["data.train_files"])
-
-
-def summary_rows(sweep: Path) -> dict[str, str]:
-    """job -> its summary line."""
-    lines = (sweep / "sweep_summary.md").read_text().splitlines()
-    return {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and "---" not in line
-            and not line.startswith("| job ")}
 
 
 @pytest.mark.integration

@@ -5,39 +5,16 @@ from dataclasses import replace
 
 import pytest
 
-from logicrl.config import ConfigError, compose, validate
+from logicrl.config import ConfigError
 from logicrl.config.phases import ARR
 from logicrl.memory.fit import auto_micro_batch, check_fit
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import format_table, plan_inputs
-from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.preflight.memory import check_memory
-from tests.conftest import ROOT, run_main, write_jsonl
+from tests.conftest import run_main
+from tests.memory.conftest import GRPO_7B, inputs, step_plan
 
 MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
-QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"
-# GRPO with a KL loss on 4 GPUs: 8 prompts x 16 = 128 responses, 32 per rank; per-rank mini-batch 16.
-GRPO_7B = [f"{ARR}.model.path={QWEN7B}", "algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true",
-           "trainer.n_gpus=4", "trainer.device=cuda", "data.train_batch_size=8", f"{ARR}.rollout.n=16",
-           f"{ARR}.actor.ppo_mini_batch_size=4", "data.max_prompt_length=512", "data.max_response_length=2048",
-           f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.name=vllm",
-           f"{ARR}.model.use_remove_padding=false"]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", 16)
-
-
-def inputs(data, *overrides) -> tuple:
-    cfg, spec, plan = validate(compose([f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B, *overrides]))
-    return cfg, spec, PlanInputs.from_plan(plan, cfg, spec, "cuda")
-
-
-def step_plan(data, *overrides):
-    return validate(compose([f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B, *overrides]))
-
-
 def test_plan_has_every_phase_and_skips_what_does_not_run(data):
     _, _, x = inputs(data)
     plan = plan_inputs(x, 80 * GB)
@@ -82,7 +59,7 @@ def test_refusal_names_the_phase_the_need_and_the_largest_micro_batch_that_fits(
 def test_auto_micro_batch_picks_the_largest_that_fits(data):
     _, _, x = inputs(data)
     # Pinned: under "auto" a micro-batch of 4 that does not fit unsharded fits sharded.
-    x = replace(x, actor_grad_accum="unsharded")
+    x = x.with_model("actor", grad_accum="unsharded")
     totals = {m: plan_inputs(x.with_micro({MICRO: m}), 1000 * GB).phase("update_actor").total for m in (1, 2, 4)}
     assert totals[1] < totals[2] < totals[4]
     # A device between the micro-batch-2 and micro-batch-4 peaks: 2 is the answer, and it fits.
@@ -110,7 +87,7 @@ def test_preflight_applies_auto_micro_batch_and_refuses_what_cannot_fit(data):
 
 @pytest.mark.integration
 def test_entry_point_refuses_naming_the_knob_and_auto_micro_batch_fits(data, tmp_path):
-    args = [f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B, "trainer.dry_run=true"]
+    args = [*data, *GRPO_7B, "trainer.dry_run=true"]
     result = run_main(*args, "trainer.gpu_memory_gb=80", cwd=tmp_path)
     # main_ppo runs the preflight before anything loads: a refusal is one line and exit code 2.
     assert result.returncode == 2, result.stdout[-2000:]

@@ -5,10 +5,11 @@ from dataclasses import replace
 
 import pytest
 
+from logicrl.config.phases import ARR
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import plan_inputs
 from logicrl.preflight.memory import check_memory
-from tests.memory.test_memory_fit import ARR, data, inputs, step_plan  # noqa: F401 (data: the fixture)
+from tests.memory.conftest import inputs, step_plan
 
 # Qwen2.5-7B's parameters; the actor's fp32 gradients are 4 bytes each, sharded over 4 ranks.
 N = 7_615_616_512
@@ -16,7 +17,7 @@ ONE_PER_MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1"  # 16 micro-batche
 
 
 def _update(x, mode, capacity=1000 * GB):
-    return plan_inputs(replace(x, actor_grad_accum=mode), capacity).phase("update_actor")
+    return plan_inputs(x.with_model("actor", grad_accum=mode), capacity).phase("update_actor")
 
 
 def test_sharded_accumulation_keeps_a_quarter_of_the_gradients_on_4_ranks(data):
@@ -35,15 +36,15 @@ def test_one_micro_batch_accumulates_nothing_either_way(data):
 
 def test_auto_picks_unsharded_when_it_fits_and_sharded_when_it_does_not(data):
     _, _, x = inputs(data, ONE_PER_MICRO)
-    assert x.actor_grad_accum == "auto"  # the default
-    assert plan_inputs(x, 1000 * GB).inputs.actor_grad_accum == "unsharded"
+    assert x.models["actor"].grad_accum == "auto"  # the default
+    assert plan_inputs(x, 1000 * GB).inputs.models["actor"].grad_accum == "unsharded"
     # A device between the two plans' peaks (+ the 1 GB kept free): only sharded fits.
     capacity = (_update(x, "sharded").total + _update(x, "unsharded").total) // 2 + GB
     plan = plan_inputs(x, capacity)
-    assert plan.inputs.actor_grad_accum == "sharded"
+    assert plan.inputs.models["actor"].grad_accum == "sharded"
     assert plan.phase("update_actor").total == _update(x, "sharded", capacity).total
     # One rank has nothing to shard.
-    assert plan_inputs(replace(x, world=1), capacity).inputs.actor_grad_accum == "unsharded"
+    assert plan_inputs(replace(x, world=1), capacity).inputs.models["actor"].grad_accum == "unsharded"
 
 
 def test_preflight_hands_the_resolved_mode_to_the_workers(data):

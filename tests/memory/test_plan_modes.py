@@ -28,7 +28,8 @@ from logicrl.memory.planner import plan_inputs
 from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.attention import PACKED_SDPA
 from logicrl.models.tiny import tiny_checkpoint_dir
-from tests.conftest import ROOT, need_data, run_main, tail
+from tests.conftest import ROOT, assert_refused, check_main, need_data
+from tests.memory.conftest import planned
 
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
 CAP = 80 * GB
@@ -68,8 +69,7 @@ def qwen7b(tmp_path_factory):
 
 
 def inputs(qwen7b, args) -> PlanInputs:
-    cfg, spec, plan = validate(compose([*args, f"{ARR}.model.path={qwen7b}"]))
-    return PlanInputs.from_plan(plan, cfg, spec, "cuda")
+    return planned(*args, f"{ARR}.model.path={qwen7b}")[3]
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +104,15 @@ def test_worst_case_refuses_128_prompts_and_names_the_budget_beside_the_micro_ba
     assert message.endswith(f"{ARR}.model.use_remove_padding=true")
 
 
+def packed(x: PlanInputs, kernel: str | None) -> PlanInputs:
+    """`x` with the policy's use_remove_padding (the actor's and the reference's one key) on `kernel`."""
+    return x.with_model("actor", packing=kernel).with_model("ref", packing=kernel)
+
+
 def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
     # Packed micro-batches of 200 responses, GSM8K-sized prompts of 200 tokens and responses of 300.
-    x = replace(worst, packing=PACKED_SDPA, prompt_len=200, response_len=300, plan_mode="expected").with_micro({MICRO: 200})
+    x = replace(packed(worst, PACKED_SDPA), prompt_len=200, response_len=300, plan_mode="expected")
+    x = x.with_micro({MICRO: 200})
     plan = plan_inputs(x, CAP)
     check_fit(plan)  # fits: no error
     stops = stop_lengths(plan)
@@ -119,7 +125,7 @@ def test_expected_lengths_fit_and_name_where_each_phase_stops(worst):
 
 
 def test_packed_auto_micro_batch_picks_a_budget_that_fits_at_any_length(worst):
-    x = replace(worst, packing=PACKED_SDPA, prompt_len=44, response_len=300, plan_mode="expected")
+    x = replace(packed(worst, PACKED_SDPA), prompt_len=44, response_len=300, plan_mode="expected")
     picked = auto_micro_batch(x, CAP)
     budget = picked[BUDGET]
     assert budget == any_length_budget(x, CAP, "update_actor")
@@ -129,7 +135,7 @@ def test_packed_auto_micro_batch_picks_a_budget_that_fits_at_any_length(worst):
     full = plan_inputs(y.worst_case(), CAP)
     assert full.phase("update_actor").total <= full.usable
     # Padded, the same call keeps micro-batches by rows.
-    assert BUDGET not in auto_micro_batch(replace(x, packing=None), CAP)
+    assert BUDGET not in auto_micro_batch(packed(x, None), CAP)
 
 
 def test_a_budget_key_switches_the_step_plan_to_tokens(qwen7b):
@@ -171,35 +177,32 @@ def test_the_resumed_checkpoint_gives_the_response_length(tmp_path):
     assert last_run_response_length(str(tmp_path / "none"), "auto") is None
 
 
-@pytest.mark.integration
+# main_ppo.py's dry runs in-process (check_main); a memory refusal through the entry point:
+# tests/memory/test_memory_fit.py.
 def test_refused_at_worst_case_runs_at_expected_lengths(qwen7b, tmp_path):
     """Padded: the measured prompt lengths make the difference."""
     args = [*VERL_7B_LORA_128, f"{ARR}.model.path={qwen7b}", "trainer.dry_run=true"]
-    refused = run_main(*args, cwd=tmp_path)
-    assert refused.returncode == 2, refused.stdout[-2000:]
-    last = refused.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: update_actor needs 87.3 GB > 79.0 GB usable per device"), last
-    assert f"{ARR}.actor.use_dynamic_bsz=true {BUDGET}=" in last
-    fits = run_main(*args, "trainer.memory_plan=expected", cwd=tmp_path)
-    assert fits.returncode == 0, tail(fits)
-    lines = fits.stdout.splitlines()
+    line = assert_refused(check_main(*args, cwd=tmp_path), f"{ARR}.actor.use_dynamic_bsz=true {BUDGET}=")
+    assert line.startswith("error: update_actor needs 87.3 GB > 79.0 GB usable per device"), line
+    fits = check_main(*args, "trainer.memory_plan=expected", cwd=tmp_path)
+    assert fits.code == 0, fits.line
+    lines = fits.out.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("memory plan: "))
     assert lines[first].startswith("memory plan: trainer.memory_plan=expected, prompts 44 tokens, the longest")
     assert lines[first + 1].startswith("memory plan per device")
-    assert "no packing), so the plan holds at any response length" in fits.stdout
-    worst = run_main(*args, "trainer.gpu_memory_gb=160", cwd=tmp_path)
-    assert "memory plan: trainer.memory_plan=worst_case, full lengths" in worst.stdout
+    assert "no packing), so the plan holds at any response length" in fits.out
+    worst = check_main(*args, "trainer.gpu_memory_gb=160", cwd=tmp_path)
+    assert "memory plan: trainer.memory_plan=worst_case, full lengths" in worst.out
 
 
-@pytest.mark.integration
 def test_packed_expected_plan_names_the_response_length_it_stops_at(qwen7b, tmp_path):
     args = [*VERL_7B_LORA, f"{ARR}.model.path={qwen7b}", f"{ARR}.model.use_remove_padding=true",
             f"{ARR}.actor.ppo_micro_batch_size_per_gpu=250",
             "trainer.dry_run=true", "trainer.memory_plan=expected", "trainer.expected_response_length=300"]
-    fits = run_main(*args, cwd=tmp_path)
-    assert fits.returncode == 0, tail(fits)
-    assert "responses 300 tokens (trainer.expected_response_length)" in fits.stdout
-    assert "expected lengths: stops fitting at response length update_actor at " in fits.stdout
+    fits = check_main(*args, cwd=tmp_path)
+    assert fits.code == 0, fits.line
+    assert "responses 300 tokens (trainer.expected_response_length)" in fits.out
+    assert "expected lengths: stops fitting at response length update_actor at " in fits.out
 
 
 def test_expected_needs_a_tokenizer_to_measure_prompts():

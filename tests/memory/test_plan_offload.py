@@ -8,9 +8,9 @@ import pytest
 from logicrl.config import compose, validate
 from logicrl.config.phases import ARR
 from logicrl.memory.fit import _flag_knobs
-from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import build_models, plan_inputs
+from logicrl.memory.planner_inputs import PlanInputs
 from tests.conftest import ROOT, write_jsonl
 
 QWEN7B = ROOT / "logicrl/memory/shapes/qwen2.5-7b"
@@ -28,19 +28,24 @@ def plain(tmp_path_factory) -> PlanInputs:
     return PlanInputs.from_plan(plan, cfg, spec, "cuda", spec)
 
 
+def both_on(x: PlanInputs, switch: str) -> PlanInputs:
+    """`x` with the actor's and the critic's `switch` (a ModelInputs field) on."""
+    return x.with_model("actor", **{switch: True}).with_model("critic", **{switch: True})
+
+
 def test_the_config_keys_reach_the_plan(tmp_path):
     data = write_jsonl(tmp_path / "train.jsonl", 16)
     cfg, spec, plan = validate(compose([f"data.train_files={data}", f"data.val_files={data}", *GAE_7B,
                                         f"{ARR}.actor.fsdp_config.optimizer_offload=true"]))
     x = PlanInputs.from_plan(plan, cfg, spec, "cuda", spec)
-    assert x.actor_optim_offload and not x.critic_optim_offload
+    assert x.models["actor"].optim_offload and not x.models["critic"].optim_offload
 
 
 def test_states_leave_the_device_outside_their_update(plain):
     m = build_models(plain)
     actor_states, critic_states = 2 * m.actor.trainable_shard, 2 * m.critic.trainable_shard
     before = plan_inputs(plain, 80 * GB)
-    after = plan_inputs(replace(plain, actor_optim_offload=True, critic_optim_offload=True), 80 * GB)
+    after = plan_inputs(both_on(plain, "optim_offload"), 80 * GB)
     for name in ("generate", "old_log_prob", "values", "update_weights"):
         assert before.phase(name).parts["optimizer"] == actor_states + critic_states
         assert after.phase(name).parts["optimizer"] == 0
@@ -53,14 +58,18 @@ def test_states_leave_the_device_outside_their_update(plain):
 
 
 def test_with_param_offload_or_on_cpu_it_moves_nothing_more(plain):
-    params = replace(plain, actor_offload=True, critic_offload=True)
-    both = replace(params, actor_optim_offload=True, critic_optim_offload=True)
+    params = both_on(plain, "offload")
+    both = both_on(params, "optim_offload")
     cpu = replace(plain, device="cpu")
-    for a, b in ((params, both), (cpu, replace(cpu, actor_optim_offload=True, critic_optim_offload=True))):
+    for a, b in ((params, both), (cpu, both_on(cpu, "optim_offload"))):
         assert [p.total for p in plan_inputs(a, 80 * GB).phases] == [p.total for p in plan_inputs(b, 80 * GB).phases]
 
 
 def test_it_is_suggested_before_parameter_offload_where_it_can_help(plain):
-    assert [k for k, _ in _flag_knobs(plain, "generate")][:2] == ["actor_optim_offload", "critic_optim_offload"]
-    assert "actor_optim_offload" not in [k for k, _ in _flag_knobs(plain, "update_actor")]
-    assert "critic_optim_offload" not in [k for k, _ in _flag_knobs(plain, "update_critic")]
+    actor, critic = f"{ARR}.actor.fsdp_config.optimizer_offload", "critic.fsdp_config.optimizer_offload"
+    assert [k for k, _ in _flag_knobs(plain, "generate")][:2] == [actor, critic]
+    assert actor not in [k for k, _ in _flag_knobs(plain, "update_actor")]
+    assert critic not in [k for k, _ in _flag_knobs(plain, "update_critic")]
+    # Each suggestion's change is its key's: the switch of that model alone.
+    change = dict(_flag_knobs(plain, "generate"))[critic](plain)
+    assert change.models["critic"].optim_offload and not change.models["actor"].optim_offload

@@ -5,28 +5,24 @@ import importlib.metadata
 
 import pytest
 
-from logicrl.config import compose, validate
+from logicrl.config.phases import ARR
 from logicrl.memory.footprint import ModelBytes
-from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.memory.phases import backward_phase, batch_bytes
 from logicrl.models.attention import FLASH, PACKED_SDPA, packed_kernel
-from tests.conftest import write_jsonl
-from tests.memory.test_memory_fit import ARR, GRPO_7B
+from tests.memory.conftest import inputs
 
 
 @pytest.fixture(scope="module")
-def x(tmp_path_factory):
-    data = write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", 16)
-    cfg, spec, plan = validate(compose([f"data.train_files={data}", f"data.val_files={data}", *GRPO_7B,
-                                        f"{ARR}.model.use_remove_padding=true"]))
-    return PlanInputs.from_plan(plan, cfg, spec, "cuda")
+def x(data):
+    return inputs(data, f"{ARR}.model.use_remove_padding=true")[2]
 
 
 def test_packing_kernel_is_read_from_the_config(x):
     # bf16 on cuda: flash when installed; never in fp32 (flash-attn has no fp32 kernels) or on CPU.
     flash = "flash-attn" in {d.metadata["Name"] for d in importlib.metadata.distributions()}
     kernel = FLASH if flash and x.device == "cuda" else PACKED_SDPA
-    assert x.packing == kernel and x.critic_packing == kernel  # the critic follows the actor's key
+    # Every model's key follows the actor's by default.
+    assert {role: m.packing for role, m in x.models.items()} == dict.fromkeys(x.models, kernel)
     assert packed_kernel(True, "cpu", 4) == PACKED_SDPA and packed_kernel(True, "cuda", 4) == PACKED_SDPA
     assert packed_kernel(True, "cpu", 2) == PACKED_SDPA and packed_kernel(False, "cuda", 2) is None
 
@@ -39,10 +35,10 @@ def test_update_actor_activations_packed_keep_no_mask_and_unrepeated_kv(x):
     2 x 3584 + 2 x 512 values, and no mask. No term grows with the micro-batch's tokens."""
     m = ModelBytes.build(x.spec, dtype_bytes=2, world=x.world)
     tokens, width, layers = 16 * 2560, 2560, x.spec.num_layers
-    assert x.width == width and x.split("update_actor") == (16, None) and not x.actor_ckpt
+    assert x.width == width and x.split("update_actor") == (16, None) and not x.models["actor"].ckpt
 
     def top(packing, rows=16):
-        phase = backward_phase("update_actor", x, m, x.spec, {}, rows, None, x.actor_per_rank_mini,
+        phase = backward_phase("update_actor", x, m, x.spec, {}, rows, None, x.models["actor"].per_rank_mini,
                                ckpt=False, lm=True, packing=packing)
         assert phase.moment == "top"
         return phase.parts["activations"]
@@ -57,12 +53,11 @@ def test_update_actor_activations_packed_keep_no_mask_and_unrepeated_kv(x):
 
 
 def test_the_plan_header_names_each_models_attention(x):
-    from dataclasses import replace
-
     from logicrl.memory.planner import format_table, plan_inputs
 
-    kernel = x.packing
+    kernel = x.models["actor"].packing
     lines = format_table(plan_inputs(x, 80 * 2**30)).splitlines()
     assert lines[1].startswith(f"attention: actor/ref packed on {kernel} (")  # no critic, no reward model here
-    padded = format_table(plan_inputs(replace(x, packing=None), 80 * 2**30)).splitlines()[1]
+    padded = x.with_model("actor", packing=None).with_model("ref", packing=None)
+    padded = format_table(plan_inputs(padded, 80 * 2**30)).splitlines()[1]
     assert padded == "attention: actor/ref padded (sdpa, a [T, T] padding mask per row)"

@@ -1,5 +1,5 @@
 """The plan of a frozen 4-bit base under LoRA: its bytes by hand, NF4 from the config, a GPTQ
-checkpoint from its config.json, and seed 004 (GRPO, Qwen2.5-7B-GPTQ-int4, QLoRA, vLLM at 0.2 of
+checkpoint from its config.json, and TRL's GPTQ QLoRA run (GRPO, Qwen2.5-7B-GPTQ-int4, vLLM at 0.2 of
 2 x 40 GB) planned from logicrl/memory/shapes/qwen2.5-7b-gptq-int4 (docs/memory.md has the table)."""
 
 from dataclasses import replace
@@ -13,7 +13,8 @@ from logicrl.memory.phases import GB
 from logicrl.memory.planner import build_models, plan_inputs
 from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.spec import load_model_spec
-from tests.conftest import BASE_BATCH, write_jsonl
+from tests.conftest import BASE_BATCH
+from tests.memory.conftest import planned
 
 GPTQ = "logicrl/memory/shapes/qwen2.5-7b-gptq-int4"
 # Qwen2.5-7B's decoder Linears, one layer: q and o 3584 x 3584, k and v 512 x 3584, gate/up/down 18944 x 3584.
@@ -21,9 +22,9 @@ LINEAR_WEIGHTS = 2 * 3584 * 3584 + 2 * 512 * 3584 + 3 * 18944 * 3584
 assert LINEAR_WEIGHTS == 233_046_016
 # Embedding and untied lm_head (152064 x 3584 each), final norm; per layer 2 norms and q/k/v biases.
 BF16_REST = 2 * (2 * 152064 * 3584 + 3584 + 28 * (2 * 3584 + 3584 + 512 + 512))
-# The seed's settings (issue 26): GRPO, 2 GPUs, vLLM at gpu_memory_utilization 0.2 and max_model_len 2500
+# TRL's GPTQ QLoRA run's settings: GRPO, 2 GPUs, vLLM at gpu_memory_utilization 0.2 and max_model_len 2500
 # (prompt 512 + response 1988 here), per-device batch 2 and 2 generations per prompt, KL to the reference.
-SEED_004 = ["trainer.n_gpus=2", "trainer.gpu_memory_gb=40", "trainer.device=cuda", "algorithm.adv_estimator=grpo",
+TRL_GPTQ_RUN = ["trainer.n_gpus=2", "trainer.gpu_memory_gb=40", "trainer.device=cuda", "algorithm.adv_estimator=grpo",
             f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.gpu_memory_utilization=0.2", "data.max_prompt_length=512",
             "data.max_response_length=1988", f"{ARR}.rollout.n=2", "data.train_batch_size=2",
             f"{ARR}.actor.ppo_mini_batch_size=2", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2",
@@ -32,15 +33,8 @@ SEED_004 = ["trainer.n_gpus=2", "trainer.gpu_memory_gb=40", "trainer.device=cuda
             f"{ARR}.model.enable_gradient_checkpointing=true"]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    path = write_jsonl(tmp_path_factory.mktemp("q") / "train.jsonl", 20)
-    return [f"data.train_files={path}", f"data.val_files={path}"]
-
-
 def inputs(data, *overrides) -> PlanInputs:
-    typed, spec, plan = validate(compose([*data, *BASE_BATCH, *overrides]))
-    return PlanInputs.from_plan(plan, typed, spec, "cuda" if "trainer.device=cuda" in overrides else "cpu")
+    return planned(*data, *BASE_BATCH, *overrides, device="cuda" if "trainer.device=cuda" in overrides else "cpu")[3]
 
 
 def test_a_gptq_engine_copy_by_hand():
@@ -74,7 +68,7 @@ def test_nf4_from_the_config(data):
 
 
 def test_seed_004_fits_with_an_int4_engine_and_not_with_bf16_weights_sent(data):
-    x = inputs(data, f"{ARR}.model.path={GPTQ}", "trainer.dry_run=true", *SEED_004)
+    x = inputs(data, f"{ARR}.model.path={GPTQ}", "trainer.dry_run=true", *TRL_GPTQ_RUN)
     assert (x.base_weight_bits, x.base_replicated, x.engine_full_precision) == (4.15625, True, False)
     plan = plan_inputs(x, 40 * GB)
     assert max(p.total for p in plan.running()) <= plan.usable
@@ -94,7 +88,7 @@ def test_a_gptq_checkpoint_is_refused_at_launch_where_it_cannot_run_in_one_line(
     import shutil
 
     lora = [*data, *BASE_BATCH, f"{ARR}.model.path={GPTQ}", f"{ARR}.model.lora_rank=4"]
-    with pytest.raises(ConfigError, match="rollout.name=hf") as e:  # the seed's vLLM
+    with pytest.raises(ConfigError, match="rollout.name=hf") as e:  # that run's vLLM
         validate(compose([*lora, f"{ARR}.rollout.name=vllm"]))
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="lora_sync=adapters") as e:

@@ -2,16 +2,14 @@
 reward_model.model.path, held like the reference (resident unless param_offload), its forward split by
 reward_model.micro_batch_size_per_gpu."""
 
-from dataclasses import replace
-
 import pytest
 
 from logicrl.config import compose, validate
 from logicrl.config.phases import ARR
 from logicrl.memory.footprint import ModelBytes
 from logicrl.memory.planner import plan_inputs
-from logicrl.preflight.memory import plan_for
 from logicrl.models.spec import load_model_spec
+from logicrl.preflight.memory import plan_for
 from tests.conftest import ROOT, write_jsonl
 from tests.workers.conftest import write_tiny_reward_model
 
@@ -54,12 +52,12 @@ def auto_picked(files, *overrides):
 def test_the_phase_runs_with_its_own_micro_batch_and_shape(files):
     x, memory = planned(files, "reward_model.micro_batch_size_per_gpu=2")
     assert x.skipped("reward_model") is None and x.split("reward_model") == (2, None)
-    assert x.reward_spec == load_model_spec(str(files[1]))
+    assert x.models["reward_model"].spec == load_model_spec(str(files[1]))
     rm = memory.phase("reward_model")
     assert not rm.skipped and rm.total > 0
     # The reward model's bf16 shard (a value head, no lm_head) is resident in every phase, as the reference's.
-    shard = ModelBytes.build(x.reward_spec, dtype_bytes=2, world=4, head="value").total_shard
-    without = plan_inputs(replace(x, reward_spec=None), memory.capacity)
+    shard = ModelBytes.build(x.models["reward_model"].spec, dtype_bytes=2, world=4, head="value").total_shard
+    without = plan_inputs(x.with_model("reward_model", spec=None), memory.capacity)
     assert without.phase("reward_model").skipped
     for phase in ("generate", "update_actor", "update_weights"):
         assert memory.phase(phase).parts["params"] - without.phase(phase).parts["params"] == shard, phase
@@ -71,9 +69,9 @@ def test_the_phase_runs_with_its_own_micro_batch_and_shape(files):
 
 def test_param_offload_keeps_it_off_the_device_between_phases(files):
     x, memory = planned(files, "reward_model.model.fsdp_config.param_offload=true")
-    assert x.reward_offload
+    assert x.models["reward_model"].offload
     _, resident = planned(files)
-    shard = ModelBytes.build(x.reward_spec, dtype_bytes=2, world=4, head="value").total_shard
+    shard = ModelBytes.build(x.models["reward_model"].spec, dtype_bytes=2, world=4, head="value").total_shard
     assert resident.phase("generate").parts["params"] - memory.phase("generate").parts["params"] == shard
 
 
@@ -182,7 +180,8 @@ def test_plan_memory_reads_the_reward_models_shape_from_the_config(files):
 
     cfg, spec, plan = validated(files)
     memory = plan_memory(plan, cfg, spec, device="cuda", capacity_gb=80)
-    assert memory.inputs.reward_spec == load_model_spec(str(files[1])) and not memory.phase("reward_model").skipped
+    assert memory.inputs.models["reward_model"].spec == load_model_spec(str(files[1]))
+    assert not memory.phase("reward_model").skipped
 
 
 def test_packed_auto_micro_batch_gives_it_a_token_budget_under_its_own_key(files):

@@ -1,7 +1,7 @@
 """The memory plan under Ulysses sequence parallelism (memory/phases.py sequence_parallel, memory/fit.py
 sp_remedy): SP divides per-token activations, not weights or optimizer states, and a refusal names the
-size that fits. The seed-001 scenario: Qwen2.5-7B's shape on 4 x 80 GB, 16k-token responses, rollout.n=16,
-no gradient checkpointing (docs/memory.md has its table). And trainer.auto_micro_batch's path (preflight
+size that fits. docs/memory.md's sequence-parallel case (its table): Qwen2.5-7B's shape on 4 x 80 GB,
+16k-token responses, rollout.n=16, no gradient checkpointing. And trainer.auto_micro_batch's path (preflight
 check_memory) on a config only: when no micro-batch or token budget fits, its refusal names the SP size."""
 
 import pytest

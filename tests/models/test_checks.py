@@ -12,7 +12,6 @@ from logicrl.models.eos import end_of_turn, eos_ids
 from logicrl.models.spec import load_model_spec
 from logicrl.preflight.models import tokenizer_problem, weights_problem
 
-
 # The smallest whole files of each kind: a safetensors header holding no tensor, a zip archive.
 EMPTY_SAFETENSORS = struct.pack("<Q", 2) + b"{}"
 

@@ -49,7 +49,8 @@ def _policy_grads(model, remove_padding, weights):
                                    remove_padding=remove_padding)
     resp_mask = mask[:, P:].float()
     ((logp * weights + 0.3 * ent) * resp_mask).sum().backward()
-    return logp.detach(), ent.detach(), resp_mask.bool(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    return logp.detach(), ent.detach(), resp_mask.bool(), grads
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])

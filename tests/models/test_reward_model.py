@@ -132,8 +132,8 @@ def test_last_token_and_token_level_scores_by_hand():
     # Left-padded prompt + right-padded response; a right-padded re-tokenised row; a full row.
     mask = torch.tensor([[0, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]])
     assert last_token_index(mask).tolist() == [3, 1, 4]
-    response_mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
-    out = token_level_scores(torch.tensor([0.5, -1.0, 2.0]), response_mask)
+    response_attention_mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    out = token_level_scores(torch.tensor([0.5, -1.0, 2.0]), response_attention_mask)
     assert out.tolist() == [[0.0, 0.5, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, 2.0]]
 
 

@@ -73,7 +73,8 @@ def test_rows_are_re_rendered_with_the_reward_models_template(tokenizer, rm_toke
     ids, mask = actor_rows(tokenizer, ANSWERS)
     rows = retokenize(CHATS, ids, mask, tokenizer, rm_tokenizer, max_length=200)
     texts = expected_texts(rm_tokenizer)
-    assert texts[1].startswith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nIs Zoey a knave?<|eot_id|>")
+    assert texts[1].startswith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n"
+                               "Is Zoey a knave?<|eot_id|>")
     assert texts[1].endswith("<|start_header_id|>assistant<|end_header_id|>\n\n<think> reasoning </think> <answer> "
                              "(1) Zoey is a knave </answer><|eot_id|>")
     assert rows.truncated == 0

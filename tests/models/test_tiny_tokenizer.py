@@ -13,7 +13,6 @@ from logicrl.models.tiny import TINY_CONFIG, cache_root, tiny_checkpoint_dir
 from logicrl.models.tiny_tokenizer import SPECIAL_TOKENS, TAG_TOKENS, train_tiny_tokenizer
 
 
-
 def puzzle_texts(n_people, count, seed):
     """Puzzles and solutions from a seed the tokenizer's corpus does not use."""
     rng = np.random.default_rng(seed)

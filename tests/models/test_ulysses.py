@@ -29,7 +29,8 @@ ATOL = 1e-5
 def _config(**kw):
     return transformers.Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                     head_dim=16, intermediate_size=96, vocab_size=256, tie_word_embeddings=True,
-                                    attn_implementation=packed_attention(True, torch.device("cpu"), torch.float32), **kw)
+                                    attn_implementation=packed_attention(True, torch.device("cpu"), torch.float32),
+                                    **kw)
 
 
 def _causal_lm(lora: bool):

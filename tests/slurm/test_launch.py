@@ -28,7 +28,8 @@ from logicrl.launch.slurm import (
 )
 
 # sbatch --nodes=2 --cpus-per-task=16 (the wrapper's --ntasks-per-node=1), then one of:
-JOB = {"SLURM_NNODES": "2", "SLURM_JOB_CPUS_PER_NODE": "16(x2)", "SLURM_CPUS_ON_NODE": "16", "SLURM_NTASKS_PER_NODE": "1",
+JOB = {"SLURM_NNODES": "2", "SLURM_JOB_CPUS_PER_NODE": "16(x2)", "SLURM_CPUS_ON_NODE": "16",
+       "SLURM_NTASKS_PER_NODE": "1",
        "SLURM_JOB_ID": "41", "SLURM_SUBMIT_DIR": "/home/me/logicrl", "SLURMD_NODENAME": "n1"}
 GPUS_PER_NODE = {**JOB, "SLURM_GPUS_ON_NODE": "4", "SLURM_GPUS_PER_NODE": "4"}  # --gpus-per-node=4
 GRES = {**JOB, "SLURM_GPUS_ON_NODE": "4"}  # --gres=gpu:4: SLURM_GPUS_PER_NODE is not set
@@ -66,7 +67,8 @@ def test_cpus_per_node_is_the_fewest_on_any_node(text, cpus):
 
 
 def test_node_addr_from_scontrol():
-    line = ("NodeName=n2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=1 CPUEfctv=2 CPUTot=2 CPULoad=0.52 AvailableFeatures=(null) "
+    line = ("NodeName=n2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=1 CPUEfctv=2 CPUTot=2 CPULoad=0.52 "
+            "AvailableFeatures=(null) "
             "ActiveFeatures=(null) Gres=gpu:4 NodeAddr=127.0.0.3 NodeHostName=localhost Version=22.05.8 OS=Linux")
     assert node_addr(line) == "127.0.0.3"
     with pytest.raises(LaunchError, match="no NodeAddr"):
@@ -113,7 +115,8 @@ def test_run_dir_is_named_by_the_job_so_a_requeued_run_keeps_it():
 
 def test_driver_argv_gives_shape_and_cluster_then_the_users_overrides():
     argv = driver_argv(GRES, "127.0.0.2:43125", ["+recipe=stage1", "trainer.total_training_steps=5"])
-    assert argv[1:] == [str(MAIN), "trainer.nnodes=2", "trainer.n_gpus_per_node=4", "trainer.ray_address=127.0.0.2:43125",
+    assert argv[1:] == [str(MAIN), "trainer.nnodes=2", "trainer.n_gpus_per_node=4",
+                        "trainer.ray_address=127.0.0.2:43125",
                         "hydra.run.dir=outputs/${trainer.project_name}/${trainer.experiment_name}/slurm-41",
                         "+recipe=stage1", "trainer.total_training_steps=5"]
     # A key the user gives is theirs alone.
@@ -125,7 +128,8 @@ def test_ray_dirs_are_per_job_and_node_and_short():
     env = {**JOB, "TMPDIR": "/tmp"}
     assert ray_temp_dir(env).as_posix() == "/tmp/ray-41-n1"
     # Ray puts unix sockets at <temp>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store.
-    socket = ray_temp_dir({**env, "SLURM_JOB_ID": "123456789"}) / "session_2026-11-24_01-51-13_619685_4194304/sockets/plasma_store"
+    session = "session_2026-11-24_01-51-13_619685_4194304"
+    socket = ray_temp_dir({**env, "SLURM_JOB_ID": "123456789"}) / session / "sockets/plasma_store"
     assert len(str(socket)) < 107
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from logicrl.config.plan import ARR
 from tests.conftest import ROOT, tail
-from tests.launch.test_sweep import summary_rows
+from tests.launch.conftest import summary_rows
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_inputs.test_signals import RUN
 from tests.conftest import ROOT, tail
+from tests.helpers.signals import RUN
 from tests.slurm.conftest import NODES, job_processes, output_of
 
 pytestmark = pytest.mark.integration

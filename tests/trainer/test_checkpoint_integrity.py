@@ -74,7 +74,7 @@ def test_every_file_is_summed_as_written_and_only_the_controllers_json_is_read_b
     # the one read back, and it is a few hundred bytes.
     assert read_back == ["trainer_state.json"] and files["trainer_state.json"][0] < 4096
     assert not list((tmp_path / "global_step_1").rglob(".checksums-*"))
-    for rel, (size, value) in files.items():  # and what was summed on the way is what is on disk
+    for rel, (_, value) in files.items():  # and what was summed on the way is what is on disk
         assert checksums.file_checksum(tmp_path / "global_step_1" / rel) == value, rel
 
 
@@ -228,7 +228,7 @@ def test_a_format_1_manifest_still_verifies(tmp_path):
 
 def test_a_damaged_checkpoint_a_curriculum_stage_starts_from_is_refused_before_it_loads(tmp_path, stage_files):
     from logicrl.trainer.curriculum import run_curriculum, write_record
-    from tests.config.test_stages import stages_of, two_stages
+    from tests.conftest import stages_of, two_stages
 
     root = tmp_path / "ck"
     stages = stages_of([*two_stages(stage_files), f"trainer.default_local_dir={root}"])

@@ -1,7 +1,6 @@
 """The console a person reads: the plan, one line per step under the bar, logicrl's warnings, the
 result; vLLM's and Ray's own output only in the run directory's log file (logicrl/logs.py)."""
 
-import json
 import logging
 import os
 import re
@@ -12,7 +11,7 @@ import pytest
 
 from logicrl.logs import lines_above, quiet_driver, run_log_file
 from logicrl.trainer.tracking import Tracker
-from tests.conftest import ROOT, run_main, tail
+from tests.conftest import ROOT, read_metrics, run_main, tail
 
 LEARN_STEPS = 30
 
@@ -25,7 +24,7 @@ def test_bar_counts_training_steps_not_validation_before_training(tmp_path):
     t = tracker(tmp_path, 3)
     for step in range(4):  # step 0 is validation before training
         t.log({"val/acc": 0.5}, step)
-    assert (t.bar.n, t.bar.total) == (3, 3)  # was 4 of 3: "4step" on the final line
+    assert (t.bar.n, t.bar.total) == (3, 3)  # not 4 of 3 ("4step" on the final line)
     t.close()
 
 
@@ -147,7 +146,7 @@ def test_default_run_console_is_readable_and_it_learns(kk_role, tmp_path):
                  "update_actor ran out of memory"):
         assert line in log, line
 
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     val = {r["step"]: r["val/acc"] for r in rows if "val/acc" in r}
     print(f"validation accuracy by step: {val}")
     assert sorted(val) == list(range(0, LEARN_STEPS + 1, 5))

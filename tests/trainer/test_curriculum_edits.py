@@ -11,7 +11,7 @@ import pytest
 from logicrl.config import ConfigError
 from logicrl.config.phases import ARR
 from logicrl.trainer.curriculum import finished_changes, finished_row, refuse_edited
-from tests.config.test_stages import stages_of, two_stages
+from tests.conftest import stages_of, two_stages
 
 
 def record(stages, steps: int = 3) -> dict:

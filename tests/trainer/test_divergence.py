@@ -13,10 +13,18 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from logicrl.config import compose
 from logicrl.config.plan import Micro, Update
 from logicrl.launch.sweep_summary import table, trained
 from logicrl.trainer.curves import curve_points
-from logicrl.trainer.divergence import DivergenceGuard, diverged_line, nonfinite_roles, nonfinite_state_reason
+from logicrl.trainer.divergence import (
+    LR_KEYS,
+    DivergenceGuard,
+    diverged_line,
+    learning_rates,
+    nonfinite_roles,
+    nonfinite_state_reason,
+)
 from logicrl.trainer.tracking import Tracker
 from logicrl.workers.fsdp import build_optimizer, has_nonfinite, optimizer_tensors
 from logicrl.workers.oom import MicroSize
@@ -129,3 +137,11 @@ def test_the_finiteness_check_finds_nan_and_inf_and_no_false_alarm():
         poisoned = torch.ones(5, dtype=torch.bfloat16)
         poisoned[3] = bad
         assert has_nonfinite([big, poisoned]), bad
+
+
+def test_a_diverged_run_names_each_trained_roles_learning_rate():
+    cfg = compose(["actor_rollout_ref.actor.optim.lr=3e-4", "critic.optim.lr=2e-5"])
+    assert learning_rates(cfg) == {"actor": 3e-4, "critic": 2e-5}
+    assert LR_KEYS == {"actor": "actor_rollout_ref.actor.optim.lr", "critic": "critic.optim.lr"}
+    line = diverged_line("step 3 had a non-finite critic gradient norm", ["critic"], learning_rates(cfg), None)
+    assert "lower critic.optim.lr (now 2e-05) and run again" in line

@@ -96,11 +96,13 @@ def test_rounds_of_different_widths_join_with_prompts_left_and_responses_right_p
     # Round a: prompt width 2, response width 1; round b: prompt width 1, response width 2.
     a = TensorDict({"input_ids": torch.tensor([[5, 6, 7]]), "attention_mask": torch.tensor([[1, 1, 1]]),
                     "position_ids": torch.tensor([[0, 1, 2]]), "responses": torch.tensor([[7]]),
-                    "response_mask": torch.tensor([[1]]), "token_level_scores": torch.tensor([[1.0]]),
+                    "response_attention_mask": torch.tensor([[1]]), "response_mask": torch.tensor([[1]]),
+                    "token_level_scores": torch.tensor([[1.0]]),
                     "uid": torch.tensor([0])}, batch_size=[1])
     b = TensorDict({"input_ids": torch.tensor([[4, 3, PAD]]), "attention_mask": torch.tensor([[1, 1, 0]]),
                     "position_ids": torch.tensor([[0, 1, 0]]), "responses": torch.tensor([[3, PAD]]),
-                    "response_mask": torch.tensor([[1, 0]]), "token_level_scores": torch.tensor([[0.5, 0.0]]),
+                    "response_attention_mask": torch.tensor([[1, 0]]), "response_mask": torch.tensor([[1, 0]]),
+                    "token_level_scores": torch.tensor([[0.5, 0.0]]),
                     "uid": torch.tensor([1])}, batch_size=[1])
     joined = cat_rounds([a, b], PAD)
     # Prompt width 2, response width 2: a gains a response pad on the right, b a prompt pad on the left.
@@ -108,6 +110,6 @@ def test_rounds_of_different_widths_join_with_prompts_left_and_responses_right_p
     assert joined["attention_mask"].tolist() == [[1, 1, 1, 0], [0, 1, 1, 0]]
     assert joined["position_ids"].tolist() == [[0, 1, 2, 0], [0, 0, 1, 0]]
     assert joined["responses"].tolist() == [[7, PAD], [3, PAD]]
-    assert joined["response_mask"].tolist() == [[1, 0], [1, 0]]
+    assert joined["response_attention_mask"].tolist() == joined["response_mask"].tolist() == [[1, 0], [1, 0]]
     assert joined["token_level_scores"].tolist() == [[1.0, 0.0], [0.5, 0.0]]
     assert joined["uid"].tolist() == [0, 1]

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.conftest import run_main, tail
+from tests.conftest import read_metrics, run_main, tail
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ def test_eval_math_reports_accuracy_per_data_source(tmp_path):
     # The tiny model writes no \boxed{}: every source is scored, and wrong.
     assert ("logicrl: validation accuracy per data_source: gsm8k 0.000, lighteval/MATH 0.000, math 0.000; all 0.000"
             in result.stdout)
-    (metrics,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (metrics,) = read_metrics(run_dir)
     assert metrics["step"] == 0 and {"val/math/acc", "val/gsm8k/acc", "val/lighteval/MATH/acc"} <= set(metrics)
     samples = [json.loads(line) for line in (run_dir / "val_generations" / "step_0.jsonl").read_text().splitlines()]
     assert [s["ground_truth"] for s in samples] == [truth for _, truth in rows]

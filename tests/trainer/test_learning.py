@@ -2,26 +2,15 @@
 with the update off stays.
 
 Both runs use the same seeds, data and sampling; the baseline only switches the actor update off
-(trainer.critic_warmup beyond the last step keeps the actor frozen).
-
-The entropy bonus: without it, whether this task takes off within the test's steps depends on the
-sampling seed, with either engine (the engines agree on log-probs to ~1e-5 at every step and
-sample the same distribution; the seed only picks which samples are drawn). Measured over seeds
-1-7, 60 steps, entropy_coeff 0: hf learned and held on 4, 5 and 7, learned then fell back to
-chance on 1 and 6, never left chance on 2 and 3; vLLM learned on 1-5 and never on 6 and 7. The
-failures share one mode: before the policy learns to copy the stated role, the first token's
-entropy collapses onto a prompt-independent answer (accuracy 0.5, the samples of a group alike,
-so GRPO gets no signal). With entropy_coeff=0.01 (80 steps) the groups stay mixed: vLLM 6 and 7
-and hf 1 and 2 learned (taking off at steps 30-45); hf 3 still had not by step 80, so the bonus
-makes a take-off likelier, not certain, and the seed stays pinned.
+(trainer.critic_warmup beyond the last step keeps the actor frozen). Why the entropy bonus is on and
+the seed pinned: docs/testing.md, "The embedded default learns".
 """
 
-import json
 import statistics
 
 import pytest
 
-from tests.conftest import ROOT, need_data, run_main, tail
+from tests.conftest import ROOT, need_data, read_metrics, run_main, tail
 
 pytestmark = pytest.mark.slow
 STEPS = 80
@@ -36,7 +25,7 @@ def accuracy(tmp_path, name, *overrides):
     result = run_main(*RUN, *overrides, f"hydra.run.dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt",
                       cwd=ROOT)
     assert result.returncode == 0, tail(result)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     acc = [r["reward/acc/mean"] for r in rows]
     return statistics.mean(acc[:10]), statistics.mean(acc[-10:])
 
@@ -59,7 +48,7 @@ def steps_of(tmp_path, name, *overrides) -> list[dict]:
     run_dir = tmp_path / name
     result = run_main(*overrides, f"hydra.run.dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt", cwd=ROOT)
     assert result.returncode == 0, tail(result)
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(run_dir)
 
 
 def test_dynamic_sampling_reaches_095_validation_accuracy_within_one_epoch(tmp_path):

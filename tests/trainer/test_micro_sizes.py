@@ -9,7 +9,7 @@ import pytest
 from logicrl.config import compose, validate
 from logicrl.config.phases import ARR
 from logicrl.controller.worker_group import WorkerFailed
-from logicrl.trainer.checkpoint import commit, begin
+from logicrl.trainer.checkpoint import begin, commit
 from logicrl.trainer.micro_sizes import SIZES_FILE, apply_saved, ended_by_oom, read_saved, save_halved
 from logicrl.workers.oom import RankOutOfMemory
 from tests.conftest import BASE_BATCH, write_jsonl

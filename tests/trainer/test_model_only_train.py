@@ -8,16 +8,13 @@ accuracy (the rule's) covers the kk_role rows alone.
 """
 
 import json
-import subprocess
 
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.config.test_model_only_source import CHAT, KK_ROLE, write_rows
-from tests.conftest import TINY_RUN, run_main, tail
+from tests.conftest import CHAT, KK_ROLE, TINY_RUN, assert_refused, check_main, read_metrics, run_main, tail, write_rows
 from tests.workers.conftest import write_tiny_reward_model
 
-pytestmark = pytest.mark.integration
 RUN = [*TINY_RUN, "data.shuffle=false", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4", "trainer.test_freq=2",
        "reward_model.enable=true", "reward.combine.mode=weighted"]
 
@@ -31,16 +28,15 @@ def files(tmp_path_factory):
     return [f"data.train_files={train}", f"data.val_files={val}", f"reward_model.model.path={rm}"]
 
 
-def launch(tmp_path, *overrides) -> subprocess.CompletedProcess:
-    return run_main(*RUN, *overrides, f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-                    f"hydra.run.dir={tmp_path / 'run'}")
 
 
+@pytest.mark.integration
 def test_a_model_only_source_trains_scored_by_the_reward_model_alone(files, tmp_path):
-    result = launch(tmp_path, *files, "reward.combine.by_data_source={chat: model}")
+    result = run_main(*RUN, *files, "reward.combine.by_data_source={chat: model}", ckpt=tmp_path / "ckpt",
+                      run_dir=tmp_path / "run")
     assert result.returncode == 0, tail(result)
     run = tmp_path / "run"
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run)
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         assert "timing_s/update_actor" in row
@@ -57,11 +53,11 @@ def test_a_model_only_source_trains_scored_by_the_reward_model_alone(files, tmp_
 
 
 def test_the_rule_weighed_in_for_it_is_refused_before_anything_starts(files, tmp_path):
-    result = launch(tmp_path, *files)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, tail(result)
-    assert lines[0].startswith(f"error: data.train_files: {files[0].split('=', 1)[1]} row 1: no rule reward for "
-                               "data_source='chat'"), lines
-    assert "but reward.combine.mode=weighted weighs one in" in lines[0], lines
-    assert "set reward.combine.by_data_source.chat=model" in lines[0], lines
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    # main_ppo.py's checks in-process (check_main): the preflight's refusal path launches in tests/bad_inputs.
+    result = check_main(*RUN, *files, f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                        f"hydra.run.dir={tmp_path / 'run'}")
+    line = assert_refused(result, "but reward.combine.mode=weighted weighs one in",
+                          "set reward.combine.by_data_source.chat=model")
+    assert line.startswith(f"error: data.train_files: {files[0].split('=', 1)[1]} row 1: no rule reward for "
+                           "data_source='chat'"), line
+    assert not (tmp_path / "ckpt").exists()

@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from logicrl.config.phases import ARR
-from tests.bad_inputs.test_signals import assert_gone, finish, intact, one_error_line, wait_for
-from tests.conftest import ROLE_DATA, TINY_RUN, run_main, tail
+from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, run_main, tail
+from tests.helpers.signals import assert_gone, finish, intact, one_error_line, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
 MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
@@ -57,7 +57,7 @@ def test_an_oom_on_one_rank_ends_the_run_at_once_and_the_same_command_resumes_wi
     assert returncode == 0, tail(err)
     assert f"{MICRO}=2, not 4: an out-of-memory error ended an earlier run" in out + err
     assert f"resumed from {ckpt / 'global_step_1'} at step 1" in (run_dir / "main_ppo.log").read_text()
-    rows = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3]  # step 2 was never logged by the run that ended in it
     assert [r["perf/micro_size/update_actor"] for r in rows] == [4, 2, 2]
     assert [r["perf/oom_retries/update_actor"] for r in rows] == [0, 0, 0]  # taken from the plan, not retried

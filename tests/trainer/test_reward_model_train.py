@@ -1,12 +1,14 @@
 """PPO with all four models through the real entry point on 2 CPU ranks: actor, critic (GAE), a learned
-reward model and the reference (KL in the reward); then a SIGKILL in step 2's reward-model phase and a
-re-run that resumes from step 1 and ends exactly where the uninterrupted run ended; and injected OOMs
-in every phase at step 1, which the run recovers from with the uninterrupted run's result.
+reward model and the reference (KL in the reward); then a re-run of a run that died in step 2 (its
+checkpoint root as a SIGKILL leaves it: step 1 the newest), which resumes from step 1 and ends exactly
+where the uninterrupted run ended; and injected OOMs in every phase at step 1, which the run recovers
+from with the uninterrupted run's result. (A real SIGKILL mid-step, then the same command:
+tests/trainer/test_curriculum_resume.py; here the resumed state of all four models is the point.)
 
 Every run here trains at Ulysses sequence parallelism 2 from step 0 (models/ulysses.py): the actor, the
 reference and the critic split each packed row over the 2 ranks (the reward model's one attention head keeps
 it at SP 1), with gradient checkpointing, the actor's and critic's offload keys on (nothing moves off a CPU
-rank: workers/fsdp.py) and a token budget for old_log_prob. So the SIGKILL resume is bit-exact at SP 2, and
+rank: workers/fsdp.py) and a token budget for old_log_prob. So the resume is bit-exact at SP 2, and
 the last test resumes the SP 2 checkpoint at SP 1, padded, and gets the same step 2.
 
 The reward model is a random one-label sequence classifier (hidden 64, one 64-wide head) over the
@@ -15,20 +17,18 @@ every row from the prompt's chat (the chats cross Ray with the shards). reward.c
 (0.5 x learned + 1 x rule), so the step's score is checkable from the two means the step reports.
 Dynamic sampling is on (algorithm.filter_groups, rounds of 2 prompts for a batch of 4, filtered on the
 combined score, which the random reward model makes differ between any two different responses): each
-step takes at least two generation rounds, so the checkpointed sampler position (rounds drawn) is not the step, and the resume
-must restore it to draw the same prompts.
+step takes at least two generation rounds, so the checkpointed sampler position (rounds drawn) is not the step, and
+the resume must restore it to draw the same prompts.
 """
 
-import json
-import subprocess
-from pathlib import Path
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from logicrl.config.phases import ARR
-from tests.conftest import ROLE_DATA, ROOT, TINY_RUN, run_main, tail
+from tests.conftest import ROLE_DATA, ROOT, TINY_RUN, assert_refused, check_main, read_metrics, run_main, tail
 from tests.workers.conftest import PLAIN_TEMPLATE, write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
@@ -57,26 +57,21 @@ def rm_path(kk_role, tmp_path_factory):
     return write_tiny_reward_model(tmp_path_factory.mktemp("rm") / "rm", chat_template=PLAIN_TEMPLATE)
 
 
-def launch(rm: Path, ckpt: Path, run_dir: Path, fault: str | None = None) -> subprocess.CompletedProcess:
-    return run_main(*RUN, f"reward_model.model.path={rm}", f"trainer.default_local_dir={ckpt}",
-                    f"hydra.run.dir={run_dir}", fault=fault)
 
 
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
 def reference(rm_path, tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
-    result = launch(rm_path, root / "ckpt", root / "run")
+    result = run_main(*RUN, f"reward_model.model.path={rm_path}", ckpt=root / "ckpt", run_dir=root / "run")
     assert result.returncode == 0, tail(result)
     (root / "output.txt").write_text(result.stdout + result.stderr)
     return root
 
 
 def test_every_phase_runs_with_the_reward_model(reference):
-    rows = metrics(reference / "run")
+    rows = read_metrics(reference / "run")
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         for phase in ("generate", "reward_model", "reward", "old_log_prob", "ref", "values", "update_critic",
@@ -109,16 +104,16 @@ def test_every_phase_runs_with_the_reward_model(reference):
     assert "reward_model splits" not in out
 
 
-def test_sigkill_in_the_reward_model_phase_then_resume_is_bit_exact(rm_path, reference, tmp_path):
+def test_a_run_that_died_in_step_2_resumes_bit_exactly(rm_path, reference, tmp_path):
+    # The uninterrupted run's step 1 is what a run of the same command killed in step 2 leaves: the
+    # same seed, data order and weights (the kill itself: test_curriculum_resume.py).
     ckpt = tmp_path / "ckpt"
-    killed = launch(rm_path, ckpt, tmp_path / "run1", fault="sigkill@reward_model:2")
-    assert killed.returncode == -9, tail(killed)
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    shutil.copytree(reference / "ckpt" / "global_step_1", ckpt / "global_step_1")
 
-    resumed = launch(rm_path, ckpt, tmp_path / "run2")
+    resumed = run_main(*RUN, f"reward_model.model.path={rm_path}", ckpt=ckpt, run_dir=tmp_path / "run2")
     assert resumed.returncode == 0, tail(resumed)
     assert f"resumed from {ckpt / 'global_step_1'} at step 1" in resumed.stdout + resumed.stderr
-    ours, theirs = metrics(tmp_path / "run2"), metrics(reference / "run")
+    ours, theirs = read_metrics(tmp_path / "run2"), read_metrics(reference / "run")
     assert [r["step"] for r in ours] == [2]
     assert {k: ours[0][k] for k in SAME} == {k: theirs[1][k] for k in SAME}
     final = "global_step_2/huggingface/model.safetensors"
@@ -135,12 +130,13 @@ RETRIED = ("generate", "reward_model", "old_log_prob", "ref", "values", "update_
 def test_injected_ooms_in_every_phase_are_recovered_with_identical_results(rm_path, reference, tmp_path):
     """Each phase halves its micro-batch once at step 1, keeps it for step 2 and re-runs the phase: the
     rewards, losses and final weights are the uninterrupted run's (the reference above)."""
-    faulty = launch(rm_path, tmp_path / "ckpt", tmp_path / "run", fault=",".join(f"oom@{p}:1" for p in RETRIED))
+    faulty = run_main(*RUN, f"reward_model.model.path={rm_path}", ckpt=tmp_path / "ckpt", run_dir=tmp_path / "run",
+                      fault=",".join(f"oom@{p}:1" for p in RETRIED))
     assert faulty.returncode == 0, tail(faulty)
     assert "update_actor ran out of memory: actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu 2 -> 1" in \
         faulty.stdout + faulty.stderr
 
-    a, b = metrics(reference / "run"), metrics(tmp_path / "run")
+    a, b = read_metrics(reference / "run"), read_metrics(tmp_path / "run")
     for phase in RETRIED:
         clean = [r[f"perf/micro_size/{phase}"] for r in a]
         assert clean[0] >= 2 and clean == [clean[0]] * 2, (phase, clean)
@@ -173,15 +169,15 @@ def test_injected_ooms_in_every_phase_are_recovered_with_identical_results(rm_pa
 def test_a_reward_model_without_its_tokenizer_is_refused_before_anything_starts(kk_role, tmp_path):
     # It re-renders rows with its own tokenizer (input_tokenizer is the actor's, verl's default): one line,
     # before Ray or a model starts, instead of every rank failing to load it.
+    # main_ppo.py's checks in-process (check_main): the preflight's refusal path launches in tests/bad_inputs.
     rm = write_tiny_reward_model(tmp_path / "rm")
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         (rm / name).unlink(missing_ok=True)
-    result = launch(rm, tmp_path / "ckpt", tmp_path / "run")
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, tail(result)
-    assert lines[0].startswith("error: reward_model.model.path") and str(rm) in lines[0], lines
-    assert lines[0].endswith("copy the checkpoint's tokenizer files"), lines
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    result = check_main(*RUN, f"reward_model.model.path={rm}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                        f"hydra.run.dir={tmp_path / 'run'}")
+    line = assert_refused(result, str(rm))
+    assert line.startswith("error: reward_model.model.path") and line.endswith("copy the checkpoint's tokenizer files")
+    assert not (tmp_path / "ckpt").exists()
 
 
 def test_sp_1_padded_resumes_the_sp_2_runs_checkpoint_and_matches_its_step_2(rm_path, reference, tmp_path):
@@ -202,7 +198,7 @@ def test_sp_1_padded_resumes_the_sp_2_runs_checkpoint_and_matches_its_step_2(rm_
     out = resumed.stdout + resumed.stderr
     assert f"resumed from {reference / 'ckpt' / 'global_step_1'} at step 1" in out
     assert "splits each row" not in out
-    ours, theirs = metrics(tmp_path / "run"), metrics(reference / "run")
+    ours, theirs = read_metrics(tmp_path / "run"), read_metrics(reference / "run")
     assert [r["step"] for r in ours] == [2]
     ours, theirs = ours[0], theirs[1]
     for key in ("reward/rule_score/mean", "response_length/mean"):

@@ -24,7 +24,8 @@ def batch_of(tokenizer, answers, sources, rm_scores, width=6):
     for i, row in enumerate(ids):
         responses[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
     truth = {"name": "Zoey", "role": "knight"}
-    return TensorDict({"responses": responses, "response_mask": mask, "rm_scores": torch.tensor(rm_scores),
+    return TensorDict({"responses": responses, "response_attention_mask": mask, "response_mask": mask.clone(),
+                       "rm_scores": torch.tensor(rm_scores),
                        "data_source": NonTensorStack.from_list(sources),
                        "ground_truth": NonTensorStack.from_list([truth] * len(ids)),
                        "extra_info": NonTensorStack.from_list([{}] * len(ids))}, batch_size=[len(ids)])
@@ -41,7 +42,7 @@ def test_weighted_and_model_only_sources(tokenizer):
     expected = [0.5 * 1.0 + 2 * 1.0, 0.5 * -2.0 + 2 * 0.0, 0.5 * 4.0 + 2 * -1.0, 3.0]  # 2.5, -1, 0, 3
     assert [r["score"] for r in results] == expected
     assert [r.get("rule_score") for r in results] == [1.0, 0.0, -1.0, None]
-    lengths = batch["response_mask"].sum(-1)
+    lengths = batch["response_attention_mask"].sum(-1)
     for i, score in enumerate(expected):  # on the last real token only
         row = torch.zeros(6)
         row[lengths[i] - 1] = score

@@ -26,8 +26,8 @@ STEPS = 60  # the recipe's; it takes off around step 10-15
 def run(tmp_path, name, *overrides):
     run_dir = tmp_path / name
     # Each run its own checkpoint directory: resume_mode=auto would otherwise resume from the other run.
-    result = run_main("+recipe=tiny_rm_ppo", "trainer.logger=[jsonl]", *overrides, f"hydra.run.dir={run_dir}",
-                      f"trainer.default_local_dir={run_dir}/ckpt", timeout=1200)
+    result = run_main("+recipe=tiny_rm_ppo", "trainer.logger=[jsonl]", *overrides, ckpt=run_dir / "ckpt",
+                      run_dir=run_dir, timeout=1200)
     assert result.returncode == 0, tail(result)
     points = curve_points(run_dir)  # what curves.png draws
     train = [acc for _, acc in points["train accuracy"]]

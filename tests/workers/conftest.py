@@ -6,6 +6,7 @@ import pytest
 import torch
 import transformers
 
+from logicrl.models.loading import checkpoint_dir, load_causal_lm
 from logicrl.workers.rollout import SamplingParams
 
 
@@ -65,7 +66,7 @@ def generate(engine, prompts, asked, pad_id: int = 0, **kwargs):
 def trainer_inputs(prompts, out, pad_id):
     """The trainer's view of a rollout (workers/hybrid.py's generate): [N, P+R] ids, mask, positions."""
     ids, mask = left_padded(prompts, out.responses.shape[0] // len(prompts), pad_id)
-    attention_mask = torch.cat([mask, out.response_mask.long()], dim=1)
+    attention_mask = torch.cat([mask, out.response_attention_mask.long()], dim=1)
     return torch.cat([ids, out.responses], dim=1), attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
@@ -84,11 +85,13 @@ def assert_engine_logprobs_match(model, prompts, out, params, pad_id):
 
 def assert_stops_right_after_eos(free, out, eos: int, pad_id: int, max_tokens: int):
     """`out` (generated with eos as a stop id) is `free` (without it) cut just after each row's first
-    eos: the mask covers up to and including it, the rest is pad with log-prob 0."""
+    eos: both masks cover up to and including it, the rest is pad with log-prob 0."""
     for row in range(free.responses.shape[0]):
         hits = (free.responses[row] == eos).nonzero()
         length = hits[0].item() + 1 if len(hits) else max_tokens  # up to and including the first EOS
-        assert out.response_mask[row].tolist() == [1] * length + [0] * (max_tokens - length)
+        assert out.response_attention_mask[row].tolist() == [1] * length + [0] * (max_tokens - length)
+        assert torch.equal(out.response_mask[row], out.response_attention_mask[row])  # one turn: all trained
+        assert out.response_lengths[row] == length
         assert torch.equal(out.responses[row, :length], free.responses[row, :length])
         assert (out.responses[row, length:] == pad_id).all()
         assert (out.log_probs[row, length:] == 0).all()
@@ -136,3 +139,14 @@ def leave_group(meet: bool = True) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def perturbed_copy(seed=0):
+    """The embedded tiny actor (fp32) with every weight moved by 0.1 of its std: weights an engine must be
+    synced to."""
+    actor = load_causal_lm(str(checkpoint_dir("embedded:tiny")), torch.float32).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in actor.parameters():
+            param.add_(0.1 * param.std() * torch.randn(param.shape, generator=g))
+    return actor

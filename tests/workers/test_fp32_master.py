@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from tests.workers.test_hybrid_worker import add, generate, make_worker
+from tests.helpers.worker import add, generate, make_worker
 
 pytestmark = pytest.mark.integration
 BF16 = ("actor_rollout_ref.model.dtype=bfloat16", "actor_rollout_ref.actor.optim.lr=4e-7")

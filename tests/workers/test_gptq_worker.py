@@ -6,7 +6,6 @@ frozen buffers and trains only the adapters; the worker trains, samples from the
 engine (adapters synced alone), resumes bit for bit, and exports a peft adapter that loads onto the
 checkpoint with the trainer's logits."""
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,48 +13,22 @@ import torch
 from logicrl.config.phases import ARR
 from logicrl.workers.checkpoint import LORA_ADAPTER_DIR
 from logicrl.workers.fsdp import reshard
-from tests.workers.test_hybrid_worker import add, make_worker
-from tests.workers.test_qlora_worker import step, trained
+from tests.helpers.gptq import GROUP, TARGETS, quantize_tiny
+from tests.helpers.worker import add, make_worker, step, trained
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("gptqmodel")
 pytest.importorskip("optimum")
-TARGETS = ["q_proj", "v_proj", "down_proj"]
-GROUP = 32
-CALIBRATION = ["Alice says: Bob is a knave. Bob says: Alice and I are both knights. Who is a knight?",
-               "A very special island is inhabited only by knights and knaves. Knights always tell the truth."] * 8
-
-
-def quantize_tiny(out: Path) -> Path:
-    """The tiny model quantized by gptqmodel on CPU into `out`: a GPTQ checkpoint directory (config.json
-    carries quantization_config, quant_method gptq). ~3 s after gptqmodel's import."""
-    from logicrl.models.loading import checkpoint_dir
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as mp:
-        # gptqmodel 7.6 asks its pool for 2 loader threads and gives the CPU (cores + 1) // 2 workers: 1
-        # on this 2-core machine, which it then refuses. It also writes logs/ into the working directory.
-        mp.setenv("GPTQMODEL_CPU_WORKERS", "2")
-        mp.chdir(out.parent)
-        from gptqmodel import GPTQModel, QuantizeConfig
-
-        model = GPTQModel.load(str(checkpoint_dir("embedded:tiny")),
-                               QuantizeConfig(bits=4, group_size=GROUP, desc_act=False, sym=True), device="cpu")
-        model.quantize(CALIBRATION, batch_size=4)
-        model.save(str(out))
-    return out
-
-
 @pytest.fixture(scope="module")
 def gptq_tiny(tmp_path_factory):
     return quantize_tiny(tmp_path_factory.mktemp("gptq") / "tiny-gptq")
 
 
 def unpacked(module) -> torch.Tensor:
-    """The module's weight, transposed (in, out) as gptqmodel's dequantize returns it, by hand from the GPTQ layout: eight 4-bit codes per int32, packed
-    along the inputs in qweight and along the outputs in qzeros; weight = scale * (code - zero), one
-    scale and zero per group of GROUP inputs and output column (gptqmodel keeps the zeros as stored, the
-    v2 layout; the v1 files add 1 when they are read)."""
+    """The module's weight, transposed (in, out) as gptqmodel's dequantize returns it, by hand from the GPTQ
+    layout: eight 4-bit codes per int32, packed along the inputs in qweight and along the outputs in qzeros;
+    weight = scale * (code - zero), one scale and zero per group of GROUP inputs and output column (gptqmodel
+    keeps the zeros as stored, the v2 layout; the v1 files add 1 when they are read)."""
     shifts = torch.arange(0, 32, 4, dtype=torch.int32)
     codes = ((module.qweight.unsqueeze(1) >> shifts.view(1, 8, 1)) & 15).reshape(-1, module.qweight.shape[1])
     zeros = ((module.qzeros.unsqueeze(2) >> shifts.view(1, 1, 8)) & 15).reshape(module.qzeros.shape[0], -1)

@@ -2,56 +2,16 @@
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from logicrl.config import compose, validate
 from logicrl.config.phases import ARR
-from logicrl.controller.ports import free_port
-from logicrl.data.dataset import load_prompts
-from logicrl.models.loading import load_tokenizer
-from logicrl.trainer.batch import prompt_batch, tensors
-from logicrl.workers.hybrid import HybridWorker
-from tests.conftest import need_data
+from tests.helpers.worker import add, generate, make_worker
 
 pytestmark = pytest.mark.integration
-
-
-def make_worker(engine: str, *overrides: str):
-    """A rank-0 worker of a one-rank run, and its batch: 4 prompts x n=4, one mini-batch of 16."""
-    if engine == "vllm":
-        pytest.importorskip("vllm")
-    data = need_data("kk_role")
-    cfg, _, plan = validate(compose([f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet",
-                                     f"{ARR}.actor.use_kl_loss=true", "data.max_response_length=4",
-                                     "data.train_batch_size=4", f"{ARR}.rollout.n=4",
-                                     f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.actor.optim.lr=1e-2",
-                                     f"{ARR}.rollout.name={engine}",
-                                     # fp32 on any device: the 1e-4 engine/trainer agreement below is an
-                                     # fp32 bound (auto would be bf16 on a CUDA box; tests/gpu checks bf16).
-                                     f"{ARR}.model.dtype=float32", *overrides]))
-    worker = HybridWorker(OmegaConf.to_container(cfg, resolve=True), plan, 0, 1, "127.0.0.1", free_port())
-    tokenizer = load_tokenizer(cfg[ARR].model.path)
-    rows = [load_prompts(cfg.data.train_files, tokenizer, max_prompt_length=128)[i] for i in range(4)]
-    return worker, prompt_batch(rows, 4, tokenizer.pad_token_id)
 
 
 @pytest.fixture(scope="module", params=["hf", "vllm"])
 def setup(request):
     return make_worker(request.param)
-
-
-def generate(worker, prompts, seed: int):
-    """The rank's generate phase on `prompts`: the batch with the responses added, and the metrics."""
-    batch = tensors(prompts)  # a new TensorDict: the fixture's stays as it is
-    out, metrics = worker.run(batch, "generate", params=dict(temperature=1.0, max_tokens=4, seed=seed))
-    batch.update(out)
-    return batch, metrics
-
-
-def add(worker, batch, phase: str):
-    out, metrics = worker.run(batch, phase)
-    batch.update(out)
-    return metrics
 
 
 def test_update_moves_actor_not_reference_and_syncs_engine(setup):

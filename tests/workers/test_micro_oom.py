@@ -11,7 +11,7 @@ from tensordict import TensorDict
 from logicrl.workers.actor import forward_logprobs
 from logicrl.workers.micro import split_by_tokens
 from logicrl.workers.oom import MicroSize, OutOfMemoryAtMinimum, retry_on_oom
-from tests.workers.test_actor_dp import make_batch, run
+from tests.helpers.actor_ranks import make_batch, run
 
 
 @pytest.fixture(scope="module")

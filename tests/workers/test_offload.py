@@ -12,8 +12,8 @@ from tensordict import TensorDict
 
 from logicrl.controller.ports import free_port
 from logicrl.workers import fsdp
-from logicrl.workers.fsdp import full_tensor, load_optimizer, offload_optimizer
 from logicrl.workers.devices import gpu_index
+from logicrl.workers.fsdp import full_tensor, load_optimizer, offload_optimizer
 from tests.workers.conftest import leave_group
 
 

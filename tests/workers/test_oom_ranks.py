@@ -22,8 +22,8 @@ def _rank(rank: int, world: int, port: int, path: str):
     from logicrl.workers.actor import forward_logprobs
     from logicrl.workers.fsdp import init_distributed, shard_model
     from logicrl.workers.oom import phase_retry
+    from tests.helpers.actor_ranks import make_batch
     from tests.workers.conftest import build_tiny_qwen2, leave_group
-    from tests.workers.test_actor_dp import make_batch
 
     torch.set_num_threads(1)
     device = torch.device("cpu")

@@ -4,7 +4,8 @@ real phases, and the trainer's packed log-probs still equal the engine's (fp32).
 import pytest
 import torch
 
-from tests.workers.test_hybrid_worker import ARR, add, generate, make_worker
+from logicrl.config.phases import ARR
+from tests.helpers.worker import add, generate, make_worker
 
 pytestmark = pytest.mark.integration
 

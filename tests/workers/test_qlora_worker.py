@@ -10,36 +10,12 @@ import torch
 from logicrl.config.phases import ARR
 from logicrl.workers.checkpoint import LORA_ADAPTER_DIR
 from logicrl.workers.fsdp import reshard
-from tests.workers.test_hybrid_worker import add, generate, make_worker
+from tests.helpers.worker import ADAPTER_BYTES, BASE_BYTES, add, make_worker, step, trained
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torchao")
-# The embedded tiny model in fp32: embeddings 763 x 128 (tied to the head), per layer q 128x128 + 128,
-# k and v 64x128 + 64 each, o 128x128, gate/up/down 352x128 each, two norms of 128; a final norm.
-BASE_BYTES = (763 * 128 + 2 * (128 * 128 + 128 + 2 * (64 * 128 + 64) + 128 * 128 + 3 * 352 * 128 + 2 * 128) + 128) * 4
-# Per layer: q A [4, 128] + B [128, 4], v A [4, 128] + B [64, 4], down A [4, 352] + B [128, 4]; fp32.
-ADAPTER_BYTES = 2 * (4 * 128 + 128 * 4 + 4 * 128 + 64 * 4 + 4 * 352 + 128 * 4) * 4
 QLORA = (f"{ARR}.model.quantization=nf4", f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8",
          f"{ARR}.model.target_modules=[q_proj,v_proj,down_proj]")
-
-
-def step(worker, prompts, seed: int):
-    """generate, old_log_prob, ref and one update on fixed advantages; returns the batch and its metrics."""
-    batch, _ = generate(worker, prompts, seed=seed)
-    metrics = add(worker, batch, "old_log_prob")
-    add(worker, batch, "ref")
-    batch["advantages"] = torch.randn(batch["responses"].shape, generator=torch.Generator().manual_seed(seed))
-    worker.run(batch, "update_actor")
-    metrics.update(worker.run(None, "update_weights")[1])
-    return batch, metrics
-
-
-def trained(worker) -> dict[str, torch.Tensor]:
-    """The adapters and their AdamW states, as this rank stores them."""
-    out = {n: p.detach().clone() for n, p in worker.actor.model.named_parameters() if p.requires_grad}
-    for i, state in enumerate(worker.actor.optimizer.state.values()):
-        out.update({f"{i}/{k}": v.clone() for k, v in state.items()})
-    return out
 
 
 def test_qlora_trains_resumes_exactly_and_exports_a_peft_adapter(tmp_path):
@@ -56,7 +32,7 @@ def test_qlora_trains_resumes_exactly_and_exports_a_peft_adapter(tmp_path):
     assert not any(hasattr(p, "to_local") for p in model.parameters() if is_quantized(p))
     assert all(hasattr(p, "to_local") for p in model.parameters() if p.requires_grad)
     # The engine loaded the fp32 checkpoint and was sent its 4-bit round trip once, before it sampled:
-    # every base tensor (test_rollout_vllm_lora.py's BASE_BYTES), and the adapters.
+    # every base tensor (BASE_BYTES), and the adapters.
     assert worker.first_sync["perf/update_weights/base_bytes"] == BASE_BYTES
     assert worker.first_sync["perf/update_weights/bytes"] == BASE_BYTES + ADAPTER_BYTES
     batch, metrics = step(worker, prompts, seed=3)

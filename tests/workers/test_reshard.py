@@ -18,8 +18,8 @@ def _root_local_shape(model) -> tuple[int, ...]:
 
 
 def _rank(rank: int, port: int, out: str):
-    from tests.workers.conftest import build_tiny_qwen2
     from logicrl.workers.fsdp import init_distributed, reshard, shard_model
+    from tests.workers.conftest import build_tiny_qwen2
 
     torch.set_num_threads(1)
     mesh = init_distributed(rank, 2, "127.0.0.1", port, torch.device("cpu"))

@@ -27,7 +27,9 @@ DATA = ROOT / "data/kk_role"
 
 
 def step_batch(tokenizer):
-    """8 rows as after generate: 4 prompts x 2, responses of 1..6 tokens drawn from ids 3..700 (no specials)."""
+    """8 rows as after generate: 4 prompts x 2, responses of 1..6 tokens drawn from ids 3..700 (no specials),
+    each response's second token attended but not trained (as tool output would be): the reward model
+    reads the whole response."""
     from logicrl.data.dataset import load_prompts
     from logicrl.trainer.batch import prompt_batch
 
@@ -35,14 +37,16 @@ def step_batch(tokenizer):
     batch = prompt_batch(rows, 2, tokenizer.pad_token_id)
     g = torch.Generator().manual_seed(0)
     lengths = torch.tensor([1, 6, 3, 5, 2, 6, 4, 1])
-    response_mask = (torch.arange(R)[None] < lengths[:, None]).long()
-    responses = torch.randint(3, 700, (len(batch), R), generator=g) * response_mask
-    responses[response_mask == 0] = tokenizer.pad_token_id
-    attention_mask = torch.cat([batch["attention_mask"], response_mask], dim=1)
+    attended = (torch.arange(R)[None] < lengths[:, None]).long()
+    responses = torch.randint(3, 700, (len(batch), R), generator=g) * attended
+    responses[attended == 0] = tokenizer.pad_token_id
+    attention_mask = torch.cat([batch["attention_mask"], attended], dim=1)
     batch["input_ids"] = torch.cat([batch["input_ids"], responses], dim=1)
     batch["attention_mask"] = attention_mask
     batch["position_ids"] = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    batch["responses"], batch["response_mask"] = responses, response_mask
+    batch["responses"], batch["response_attention_mask"] = responses, attended
+    batch["response_mask"] = attended.clone()
+    batch["response_mask"][:, 1] = 0
     return batch
 
 
@@ -114,7 +118,7 @@ def test_worker_scores_equal_a_direct_hf_forward(kk_role, tmp_path):
     # decoded response, rendered by the reward tokenizer, tokenized without added specials.
     rm_tok = transformers.AutoTokenizer.from_pretrained(own)
     texts = []
-    for chat, response, mask in zip(batch["raw_prompt"], batch["responses"], batch["response_mask"]):
+    for chat, response, mask in zip(batch["raw_prompt"], batch["responses"], batch["response_attention_mask"]):
         chat = [dict(m) for m in chat]
         assert chat[-1]["role"] == "assistant"
         chat[-1]["content"] += actor.decode(response[mask.bool()].tolist(), skip_special_tokens=False)

@@ -34,7 +34,8 @@ def test_engine_satisfies_the_protocol(tiny_qwen2):
 
 def test_shapes_and_prompt_major_order(tiny_qwen2):
     out = generate(engine(tiny_qwen2), PROMPTS, ask(n=2, max_tokens=6, seed=0))
-    assert out.responses.shape == out.response_mask.shape == out.log_probs.shape == (6, 6)
+    assert out.responses.shape == out.response_attention_mask.shape == out.response_mask.shape == \
+        out.log_probs.shape == (6, 6)
     assert out.responses.dtype == torch.long and out.log_probs.dtype == torch.float32
     # Content follows the index: with greedy decoding rows 2i and 2i+1 are prompt i's answer alone.
     greedy = generate(engine(tiny_qwen2), PROMPTS, GREEDY)
@@ -71,7 +72,7 @@ def test_position_ids_count_real_tokens_only(tiny_qwen2):
 
 def test_masks_stop_right_after_eos(tiny_qwen2):
     free = generate(engine(tiny_qwen2), PROMPTS, GREEDY)  # no EOS: every response runs to max_tokens
-    assert free.response_mask.all()
+    assert free.response_attention_mask.all()
     eos = free.responses[0, 3].item()  # a token greedy decoding is known to emit, at step 3 or earlier
     out = generate(engine(tiny_qwen2, eos_ids=[eos]), PROMPTS, GREEDY)
     assert_stops_right_after_eos(free, out, eos, PAD, max_tokens=8)

@@ -16,6 +16,7 @@ from tests.workers.conftest import (  # noqa: E402
     assert_engine_logprobs_match,
     assert_stops_right_after_eos,
     generate,
+    perturbed_copy,
     trainer_inputs,
 )
 
@@ -63,9 +64,10 @@ def test_engine_satisfies_the_protocol(engine):
 
 def test_shapes_masks_and_prompt_major_order(engine):
     out = generate(engine, PROMPTS, ask(n=2, max_tokens=6, seed=0))
-    assert out.responses.shape == out.response_mask.shape == out.log_probs.shape == (6, 6)
+    assert out.responses.shape == out.response_attention_mask.shape == out.response_mask.shape == \
+        out.log_probs.shape == (6, 6)
     assert out.responses.dtype == torch.long and out.log_probs.dtype == torch.float32
-    assert out.response_mask.all()  # no EOS configured: every response runs to max_tokens
+    assert out.response_attention_mask.all()  # no EOS configured: every response runs to max_tokens
     # Content follows the index: greedy rows 2i and 2i+1 are prompt i's answer alone.
     greedy = generate(engine, PROMPTS, GREEDY)
     for i, prompt in enumerate(PROMPTS):
@@ -147,15 +149,6 @@ def test_flat_logprobs_read_as_one_tensor_equal_the_per_token_dicts(engine):
         assert torch.equal(sampled_logprobs(f.logprobs, tokens), old)
     with pytest.raises(RuntimeError, match="expected exactly the sampled token at each position"):
         sampled_logprobs(flat[0].logprobs, list(flat[1].token_ids))
-
-
-def perturbed_copy(seed=0):
-    actor = load_causal_lm(str(checkpoint_dir("embedded:tiny")), torch.float32).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in actor.parameters():
-            param.add_(0.1 * param.std() * torch.randn(param.shape, generator=g))
-    return actor
 
 
 def test_log_probs_agree_after_syncing_perturbed_weights(synced, hf_model):

@@ -115,7 +115,7 @@ def test_over_an_nf4_base_the_base_goes_once_then_only_adapters(engine, actor):
     pytest.importorskip("torchao")
     from logicrl.models.loading import QuantSpec
     from logicrl.workers.weight_sync import iter_engine_weights
-    from tests.workers.test_qlora_worker import ADAPTER_BYTES, BASE_BYTES
+    from tests.helpers.worker import ADAPTER_BYTES, BASE_BYTES
 
     qlora = load_causal_lm("embedded:tiny", torch.float32, lora=LORA, quant=QuantSpec("nf4", 64, 256)).eval()
     try:

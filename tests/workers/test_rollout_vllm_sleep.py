@@ -95,7 +95,7 @@ def test_cpu_sleep_keeps_the_weights_and_only_drops_the_prefix_cache(monkeypatch
     assert not any(call[0] in ("sleep", "wake_up") for call in engine.llm.calls)
     # The flat log-probs land in each row, 0 where masked.
     torch.testing.assert_close(out.log_probs, torch.tensor([LOGPROBS + [0.0]] * 2))
-    assert out.response_mask.tolist() == [[1, 1, 1, 0]] * 2
+    assert out.response_attention_mask.tolist() == out.response_mask.tolist() == [[1, 1, 1, 0]] * 2
 
 
 def test_free_cache_engine_off_never_sleeps(monkeypatch):

@@ -24,12 +24,10 @@ TOP_P = dict(n=2, temperature=0.8, top_p=0.9, max_tokens=6)
 
 
 def _rank(rank: int, world: int, port: int):
-    from tests.workers.conftest import ask, assert_engine_logprobs_match, generate
-    from tests.workers.test_rollout_vllm import perturbed_copy
-
     from logicrl.models.loading import checkpoint_dir, load_causal_lm
     from logicrl.workers.fsdp import init_distributed
     from logicrl.workers.rollout.vllm import VLLMRolloutEngine
+    from tests.workers.conftest import ask, assert_engine_logprobs_match, generate, perturbed_copy
 
     torch.set_num_threads(1)
     init_distributed(rank, world, "127.0.0.1", port, torch.device("cpu"))

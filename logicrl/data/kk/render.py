@@ -8,7 +8,7 @@ question. The solution is the numbered form Logic-RL's reward parses:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

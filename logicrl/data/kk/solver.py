@@ -9,15 +9,15 @@ this beats numpy boolean arrays (whose per-call overhead dominates at that size)
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Sequence
+from collections.abc import Sequence
+from functools import cache
 
 from logicrl.data.kk.statements import AND, IFF, IMPLIES, KNAVE, KNIGHT, NOT, OR, Statement
 
 MAX_PEOPLE = 8  # 2^8-bit tables; far past this, exhaustive search stops being cheap
 
 
-@lru_cache(maxsize=None)
+@cache
 def _knight_tables(n_people: int) -> tuple[tuple[int, ...], int]:
     """(table of "person i is a knight" for each i, table with every bit set)."""
     n_assignments = 1 << n_people

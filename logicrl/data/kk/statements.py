@@ -19,7 +19,8 @@ one-to-one onto JSON lists, which is how a dataset stores them.
 from __future__ import annotations
 
 import json
-from typing import Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
 KNIGHT = "telling-truth"
 KNAVE = "lying"

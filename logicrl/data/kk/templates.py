@@ -17,7 +17,7 @@ the opening tag as already written.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 THINK_OPEN = "<think>"
 

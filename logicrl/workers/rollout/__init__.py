@@ -2,8 +2,9 @@
 
 `vllm` (the default) runs a vLLM engine in each rank's process, beside the actor; `hf`
 (hf.HFRolloutEngine) samples with a transformers model, and is what `vllm` falls back to where
-vLLM does not import (engines.py). Each holds its own copy of the policy, synced after every
-update, and both return the same RolloutOutput, log-probs included.
+vLLM does not import (config/engines.py: the engines' table of traits, and resolve_engine). Each holds
+its own copy of the policy, synced after every update, and both return the same RolloutOutput,
+log-probs included.
 """
 
 from logicrl.workers.rollout.base import RolloutEngine, RolloutOutput, SamplingParams

@@ -22,6 +22,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from logicrl.algos.masked import response_lengths
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -61,15 +63,31 @@ class RolloutOutput:
 
     R is always SamplingParams.max_tokens, whatever lengths were generated: every rank and every
     step then produces the same shapes, which the memory plan and batch concatenation rely on.
+
+    Two masks, as verl's agent loop: what the model sees and what trains. A single-turn engine
+    returns them equal. Tokens the model reads but did not choose (a tool's output) have attention 1
+    and loss 0; the response's length and the reward's token come from the attention mask
+    (`response_lengths`), every loss, estimator and metric from the loss mask.
     """
 
     responses: torch.Tensor  # [N, R] int64, right-padded with the engine's pad_id
-    response_mask: torch.Tensor  # [N, R] int64, 1 for generated tokens (the EOS included), 0 after
-    log_probs: torch.Tensor  # [N, R] float32, the engine's log-probs (module docstring); 0 where masked
+    # [N, R] int64: 1 for every token of the response the model attends to (generated tokens, the EOS
+    # included, and any tool output), 0 for the padding after its end.
+    response_attention_mask: torch.Tensor
+    # [N, R] int64, the loss mask (verl's name): 1 for the tokens the policy sampled and trains on,
+    # 0 for padding and for attended tokens it did not sample. Never 1 where the attention is 0.
+    response_mask: torch.Tensor
+    log_probs: torch.Tensor  # [N, R] float32, the engine's log-probs (module docstring); 0 where loss-masked
+
+    def __post_init__(self):
+        if bool((self.response_mask.bool() & ~self.response_attention_mask.bool()).any()):
+            raise ValueError("RolloutOutput: a token with response_mask 1 has response_attention_mask 0; "
+                             "every trained token must be one the model attends to")
 
     @property
     def response_lengths(self) -> torch.Tensor:
-        return self.response_mask.sum(-1)  # [N]
+        """[N] where each response ends: its last attended token + 1 (algos/masked.py)."""
+        return response_lengths(self.response_attention_mask)
 
 
 @runtime_checkable

@@ -1,20 +1,28 @@
-"""`actor_rollout_ref.rollout.name` -> the engine a rank builds: the one registry for that switch.
+"""`actor_rollout_ref.rollout.name` -> the engine a rank builds, by its row of config/engines.py.
 
-Each builder takes the resolved config, the rank's tokenizer, dtype and device, and the sequences
-decoded at once (the step plan's generate micro-batch, config/plan.py: rollout.max_num_seqs unless
-auto_micro_batch chose another), and returns a RolloutEngine holding its own copy of the policy
-(synced from the actor after each update).
+Each row names its builder here. A builder takes the resolved config, the rank's tokenizer, dtype and
+device, and the sequences decoded at once (the step plan's generate micro-batch, config/plan.py:
+rollout.max_num_seqs unless auto_micro_batch chose another), and returns a RolloutEngine holding its own
+copy of the policy (synced from the actor after each update).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 
 import torch
 from omegaconf import DictConfig
 
+from logicrl.config.engines import ENGINES, load, resolve_engine
 from logicrl.memory.footprint import MIN_KV_CACHE_GB  # the floor the memory planner assumes too
+from logicrl.models.eos import eos_ids
+from logicrl.models.gptq import to_device_keeping_buffers
+from logicrl.models.loading import LoraSpec, checkpoint_dir, load_causal_lm
+from logicrl.models.spec import load_model_spec
+from logicrl.workers.rollout.hf import HFRolloutEngine
+
+# vllm.py imports vLLM itself only when an engine is built, so importing it here costs nothing without vLLM.
+from logicrl.workers.rollout.vllm import VLLMRolloutEngine
 
 log = logging.getLogger("logicrl.rollout")
 
@@ -22,8 +30,6 @@ log = logging.getLogger("logicrl.rollout")
 def adapter_sync(cfg: DictConfig):
     """The run's LoRA as a LoraSpec when each sync sends only the adapters (rollout.lora_sync=adapters,
     lora_rank > 0), else None: no LoRA, or the merged sync."""
-    from logicrl.models.loading import LoraSpec
-
     model = cfg.actor_rollout_ref.model
     if model.lora_rank == 0 or cfg.actor_rollout_ref.rollout.lora_sync != "adapters":
         return None
@@ -31,12 +37,7 @@ def adapter_sync(cfg: DictConfig):
     return LoraSpec(model.lora_rank, model.lora_alpha, targets)
 
 
-def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
-    from logicrl.models.gptq import to_device_keeping_buffers
-    from logicrl.models.loading import load_causal_lm
-    from logicrl.models.spec import load_model_spec
-    from logicrl.workers.rollout.hf import HFRolloutEngine
-
+def build_hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
     arr = cfg.actor_rollout_ref
     # With the adapter sync the engine holds the base under its own peft adapters, which each sync
     # overwrites in place; .to(dtype) puts them in the compute dtype, as the actor gathers its own.
@@ -53,16 +54,11 @@ def _hf(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, ma
 def stop_ids(cfg: DictConfig, tokenizer) -> list[int]:
     """The tokens that end a response: the tokenizer's eos and generation_config.json's (where chat
     models list their end-of-turn token), checked by the preflight (preflight/models.py)."""
-    from logicrl.models.eos import eos_ids
-    from logicrl.models.loading import checkpoint_dir
-
     return eos_ids(tokenizer, checkpoint_dir(cfg.actor_rollout_ref.model.path))
 
 
 def kv_cache_gb(cfg: DictConfig, dtype: torch.dtype, device: torch.device, max_num_seqs: int) -> float | None:
     """The engine's KV cache budget: the configured one, else on CPU what max_num_seqs full sequences need."""
-    from logicrl.models.spec import load_model_spec
-
     r = cfg.actor_rollout_ref.rollout
     if r.kv_cache_gb is not None or device.type == "cuda":
         return r.kv_cache_gb
@@ -72,10 +68,7 @@ def kv_cache_gb(cfg: DictConfig, dtype: torch.dtype, device: torch.device, max_n
     return max(MIN_KV_CACHE_GB, per_token * tokens / 2**30)
 
 
-def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
-    from logicrl.models.loading import checkpoint_dir
-    from logicrl.workers.rollout.vllm import VLLMRolloutEngine
-
+def build_vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
     r = cfg.actor_rollout_ref.rollout
     if device.type == "cuda" and (device.index or 0) != 0:
         # vLLM 0.32's in-process engine takes its GPU from its device type alone ("cuda": the first
@@ -94,28 +87,14 @@ def _vllm(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, 
         tensor_model_parallel_size=r.tensor_model_parallel_size, lora=adapter_sync(cfg))
 
 
-ENGINES = {"hf": _hf, "vllm": _vllm}
-
-
-def vllm_unavailable_reason() -> str | None:
-    """None when vLLM imports here; otherwise why it does not."""
-    if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed (pip install -e '.[cpu]' or '.[gpu]')"
-    try:
-        import vllm  # noqa: F401
-    except Exception as err:  # a broken install (say, a CUDA wheel beside CPU torch) must not stop a run
-        return f"importing vLLM failed ({type(err).__name__}: {err})"
-    return None
-
-
 def build_engine(cfg: DictConfig, tokenizer, dtype: torch.dtype, device: torch.device, max_num_seqs: int):
-    name = cfg.actor_rollout_ref.rollout.name
-    if name == "vllm":
-        reason = vllm_unavailable_reason()
-        if reason:
-            # vllm is the default, so a machine without it still trains, with the engine it has.
-            tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
-            also = f" (each rank holding the whole model: tensor_model_parallel_size={tp} needs vLLM)" if tp > 1 else ""
-            log.warning(f"actor_rollout_ref.rollout.name=vllm but {reason}: generating with hf instead{also}")
-            name = "hf"
-    return ENGINES[name](cfg, tokenizer, dtype, device, max_num_seqs)
+    """The engine config/engines.py resolves for rollout.name (its fallback where the package does not
+    import here, as the preflight planned it), built by its row's builder."""
+    rollout = cfg.actor_rollout_ref.rollout
+    engine = resolve_engine(rollout.name, rollout.tensor_model_parallel_size)
+    if not engine.runs:
+        raise RuntimeError(engine.line)
+    if engine.reason:
+        # vllm is the default, so a machine without it still trains, with the engine it has.
+        log.warning(engine.line)
+    return load(ENGINES[engine.name].builder)(cfg, tokenizer, dtype, device, max_num_seqs)

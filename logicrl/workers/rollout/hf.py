@@ -110,8 +110,10 @@ class HFRolloutEngine:
                                                              generators, device))
         finally:
             self.model.train(was_training)
-        responses, response_mask, log_probs = (torch.cat(parts) for parts in zip(*chunks, strict=True))
-        return RolloutOutput(responses=responses, response_mask=response_mask, log_probs=log_probs)
+        responses, generated, log_probs = (torch.cat(parts) for parts in zip(*chunks, strict=True))
+        # One turn: the model attends to exactly the tokens it sampled, and trains on them.
+        return RolloutOutput(responses=responses, response_attention_mask=generated, response_mask=generated.clone(),
+                             log_probs=log_probs)
 
     def _generate_micro_batch(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,
                               generators: list[torch.Generator] | None, device: torch.device):
@@ -125,7 +127,7 @@ class HFRolloutEngine:
         next_position = position_ids[:, -1:] + 1  # [b, 1]
 
         responses = torch.full((b, steps), self.pad_id, dtype=torch.long, device=device)  # [b, R]
-        response_mask = torch.zeros((b, steps), dtype=torch.long, device=device)  # [b, R]
+        generated = torch.zeros((b, steps), dtype=torch.long, device=device)  # [b, R] 1 up to the EOS
         log_probs = torch.zeros((b, steps), dtype=torch.float32, device=device)  # [b, R]
         eos = torch.tensor(self.eos_ids, dtype=torch.long, device=device)
         finished = torch.zeros(b, dtype=torch.bool, device=device)  # [b]
@@ -138,7 +140,7 @@ class HFRolloutEngine:
             tokens, token_log_probs = sample_tokens(logits, params, generators)  # [b], [b]
             alive = ~finished
             responses[:, step] = torch.where(alive, tokens, self.pad_id)
-            response_mask[:, step] = alive.long()
+            generated[:, step] = alive.long()
             log_probs[:, step] = torch.where(alive, token_log_probs, 0.0)
             finished |= alive & torch.isin(tokens, eos)
             if step == steps - 1 or bool(finished.all()):
@@ -149,7 +151,7 @@ class HFRolloutEngine:
             logits = self.model(input_ids=responses[:, step:step + 1], attention_mask=attention_mask,
                                 position_ids=next_position, past_key_values=cache, use_cache=True).logits[:, -1]
             next_position = next_position + 1
-        return responses, response_mask, log_probs
+        return responses, generated, log_probs
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy (name, full tensor) pairs into the model as they arrive.

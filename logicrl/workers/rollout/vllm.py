@@ -176,8 +176,9 @@ class VLLMRolloutEngine:
                                params)
         start = sum(len(shard[0]) for shard in shards[:self.tp_group.rank])
         mine = slice(start, start + len(prompts))
-        return RolloutOutput(responses=every.responses[mine], response_mask=every.response_mask[mine],
-                             log_probs=every.log_probs[mine])
+        return RolloutOutput(responses=every.responses[mine],
+                             response_attention_mask=every.response_attention_mask[mine],
+                             response_mask=every.response_mask[mine], log_probs=every.log_probs[mine])
 
     def _generate(self, prompts: list[list[int]], seeds: list[int | None], params: SamplingParams) -> RolloutOutput:
         if not prompts or any(len(p) == 0 for p in prompts):
@@ -204,14 +205,16 @@ class VLLMRolloutEngine:
         rows, width = len(prompts), params.max_tokens
         assert len(samples) == rows, f"vLLM returned {len(samples)} samples for {rows} rows"
         responses = torch.full((rows, width), self.pad_id, dtype=torch.long)  # [N, R]
-        response_mask = torch.zeros((rows, width), dtype=torch.long)  # [N, R]
+        generated = torch.zeros((rows, width), dtype=torch.long)  # [N, R] 1 up to the EOS
         log_probs = torch.zeros((rows, width), dtype=torch.float32)  # [N, R]
         for row, sample in enumerate(samples):
             tokens = list(sample.token_ids)
             responses[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            response_mask[row, :len(tokens)] = 1
+            generated[row, :len(tokens)] = 1
             log_probs[row, :len(tokens)] = sampled_logprobs(sample.logprobs, tokens)
-        return RolloutOutput(responses=responses, response_mask=response_mask, log_probs=log_probs)
+        # One turn: the model attends to exactly the tokens it sampled, and trains on them.
+        return RolloutOutput(responses=responses, response_attention_mask=generated, response_mask=generated.clone(),
+                             log_probs=log_probs)
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load (HF name, full tensor) pairs into the running engine, consuming them as a stream.
