@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.bad_inputs.test_signals import RUN, finish, intact, one_error_line, start, wait_for
 from tests.conftest import ROOT, run_main, tail
+from tests.helpers.signals import RUN, finish, intact, one_error_line, start, wait_for
 
 pytestmark = pytest.mark.integration
 
