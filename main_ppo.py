@@ -15,13 +15,14 @@ import os
 import signal
 import sys
 import traceback
+from contextlib import ExitStack
 from pathlib import Path
 
 import hydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.checkpoint_layout import holds_checkpoints
+from logicrl.checkpoint_layout import complete_checkpoints, holds_checkpoints
 from logicrl.config import check_overrides, validate
 from logicrl.config.cli import hydra_error_line
 from logicrl.config.sizing import sizing_note
@@ -31,6 +32,7 @@ from logicrl.errors import BadInput
 from logicrl.launch.sweep import register_resolver
 from logicrl.memory.fit import DoesNotFit
 from logicrl.preflight import Plans, preflight
+from logicrl.run_lock import one_run_per_directory
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
@@ -124,7 +126,8 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
 
     # Before Ray is imported: it reads RAY_AUTH_MODE once (logicrl/logs.py).
     pin_ray_auth(joining=bool(cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS")))
-    from logicrl.controller.cluster import ClusterLost, stop_ray  # imports Ray
+    from logicrl.controller import cluster  # imports Ray
+    from logicrl.controller.cluster import ClusterLost, stop_ray
     from logicrl.controller.worker_group import WorkerFailed
     from logicrl.faults import Faults
     from logicrl.logs import run_log_file
@@ -135,6 +138,13 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     from logicrl.workers.oom import OutOfMemoryAtMinimum
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    held = ExitStack()  # the checkpoint directory's lock, released after Ray is stopped (logicrl/run_lock.py)
+    try:
+        held.enter_context(one_run_per_directory(cfg.trainer.default_local_dir))
+    except BadInput as err:
+        fail(err)
+    cluster.dashboard = bool(cfg.trainer.ray_dashboard)
+    cluster.resume_hint = lambda: resume_hint(cfg, newest=True)  # for the GCS watch's own line
     faults = Faults.from_env()  # test-only fault injection, read once and passed down
     show_all = cfg.trainer.verbose or FULL_ERROR
     try:
@@ -163,10 +173,12 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
         keep_traceback(run_log_file(run_dir), err)
         stop(err, str(err), EXIT_FAILED, show_all)
     except WorkerFailed as err:
+        lost_to_signal(err, cfg)
         if isinstance(err.cause, OutOfMemoryAtMinimum):  # its message names the knob and the checkpoint
             raise Ended(EXIT_OOM, f"error: {str(err.cause).splitlines()[0]}", err) from None
         stop(err, f"{err} (traceback in {keep_traceback(run_log_file(run_dir), err)})", EXIT_FAILED, show_all)
     except ClusterLost as err:  # its line names the GCS, its log and what to do
+        lost_to_signal(err, cfg)
         raise Ended(EXIT_FAILED, f"error: {err}", err) from None
     except Preempted as err:
         raise Ended(EXIT_PREEMPTED, f"logicrl: {err}; run the same command (or requeue the job) to resume",
@@ -184,7 +196,19 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
         # Multirun jobs share this process: each must start its own Ray cluster from scratch. Also
         # after a signal in the middle of ray.init, when Ray has processes but is not initialised.
         stop_ray()
+        held.close()
     return plans
+
+
+def lost_to_signal(err: BaseException, cfg: DictConfig) -> None:
+    """A stop request was being honoured when the cluster failed: the signal reached Ray's processes
+    too (a whole container, cgroup or job step was signalled: `docker stop`, SLURM's time limit), so
+    the step in flight is lost. Say that, not the rank's or the GCS's death it caused."""
+    from logicrl.controller import cluster
+    from logicrl.signals import requested
+
+    if (signum := requested()) is not None:
+        raise Ended(cluster.signalled_code(signum), f"error: {cluster.signalled_line(signum)}", err) from None
 
 
 def checked(cfg: DictConfig, task: list[str]) -> tuple[list[Stage], Plans]:
@@ -205,10 +229,12 @@ def stopped_code(err: BaseException) -> int:
     return EXIT_PREEMPTED if getattr(err, "signum", None) == signal.SIGUSR1 else EXIT_SIGTERM
 
 
-def resume_hint(cfg: DictConfig) -> str:
+def resume_hint(cfg: DictConfig, newest: bool = False) -> str:
     root = cfg.trainer.default_local_dir
     if not holds_checkpoints(root):
         return f"no checkpoint under {root} yet: the same command starts over"
+    if newest and (found := complete_checkpoints(root)):  # a curriculum's are in stage directories
+        return f"{found[-1][1]} is intact: run the same command to resume from it"
     return f"checkpoints under {root} are intact: run the same command to resume"
 
 

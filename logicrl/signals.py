@@ -30,6 +30,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 # On a SLURM time limit or TERM preemption the driver gets TERM from SLURM and, a moment later, the
 # wrapper's forwarded USR1: the other kind of stop signal this soon after is the same request.
 SAME_REQUEST_S = 2.0
+# GNU timeout sends its signal to the command and then to the command's whole process group, the
+# command again included: the same signal this soon after is that one request, not a second.
+ECHO_S = 0.5
 
 _at_step_end = False  # the trainer's loop is running and can stop at a step boundary
 _requested: int | None = None  # the signal that asked it to
@@ -65,7 +68,8 @@ def _on_signal(signum, frame):
         os.write(2, f"\nlogicrl: {signal.Signals(signum).name}: finishing this step, then saving a checkpoint "
                     "(send it again to stop at once)\n".encode())
         return
-    if _at_step_end and signum != _requested and time.monotonic() - _requested_at < SAME_REQUEST_S:
+    since = time.monotonic() - _requested_at
+    if _at_step_end and (since < ECHO_S or (signum != _requested and since < SAME_REQUEST_S)):
         return
     global _stopped_by
     _stopped_by = signum

@@ -335,6 +335,7 @@ class TrainerConfig:
     logger: Any = key()  # list of LOGGERS; a bare string is accepted and wrapped
     nnodes: int = key(ge=1)
     ray_address: Optional[str] = key()  # null: a private local cluster (controller/cluster.py)
+    ray_dashboard: bool = key()  # a private cluster's dashboard, on loopback
     n_gpus_per_node: Optional[int] = key(ge=1)
     n_gpus: Optional[int] = key(ge=1)
     device: str = key(choices=("auto", "cuda", "cpu"))

@@ -10,13 +10,14 @@ a cluster that refuses the driver is named with those two variables.
 A private cluster cannot outlive its GCS server (no GCS fault tolerance without Redis): Ray's own
 processes wait 60 s for it, then end themselves with "Failed to connect to GCS" (the driver too,
 from C++, so no line of logicrl's and no clean-up), and its two agents outlive everything. So a
-thread watches the GCS process (`_GcsWatch`): the wait for the ranks raises ClusterLost at once,
+thread watches the GCS and raylet processes (`_GcsWatch`): the wait for the ranks raises ClusterLost at once,
 and if the driver is blocked elsewhere the thread itself ends the run after GCS_GRACE_S.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -25,8 +26,9 @@ import time
 import psutil
 import ray
 
+from logicrl.controller.private import PortsTaken, reaper_pid, start_private, stop_reaper
 from logicrl.errors import BadInput
-from logicrl.signals import stop_on_signals
+from logicrl.signals import requested, stop_on_signals
 
 # How long a joined cluster may take to show the nodes a run asks for: a SLURM job's workers
 # join the head some seconds after it starts.
@@ -37,6 +39,9 @@ NODES_TIMEOUT_S = 120
 GCS_GRACE_S = 20
 WATCH_EVERY_S = 0.5
 EXIT_CLUSTER_LOST = 1  # main_ppo's EXIT_FAILED: the cluster, not the input, failed
+EXIT_PREEMPTED, EXIT_SIGTERM = 75, 143  # main_ppo's, for a stop signal that reached the cluster too
+# Whether a private cluster starts Ray's dashboard (trainer.ray_dashboard; main_ppo sets it).
+dashboard = False
 
 
 class ClusterLost(RuntimeError):
@@ -49,36 +54,44 @@ class _GcsWatch(threading.Thread):
     driver (Ray's agents are re-parented to init when the raylet dies, and ignore SIGTERM, so
     stop_ray must know them from before)."""
 
-    def __init__(self, gcs: psutil.Process, logs: str):
+    def __init__(self, gcs: psutil.Process, logs: str, raylet: psutil.Process | None = None):
         super().__init__(name="logicrl-gcs-watch", daemon=True)
         self.gcs, self.logs, self.lost = gcs, logs, None
+        # A one-node cluster's only raylet is as vital: a SIGTERM for every process of the run leaves
+        # the GCS alive but deaf (it never answers again), and ends the raylet.
+        self.raylet = raylet
         self.started: dict[int, psutil.Process] = {}
         self.stopping = threading.Event()
         self.remember()
 
     def remember(self) -> None:
-        for proc in psutil.Process().children(recursive=True):
+        for proc in descendants():
             self.started.setdefault(proc.pid, proc)
 
     def run(self) -> None:
         polls = 0
-        while alive(self.gcs):
+        while alive(self.gcs) and (self.raylet is None or alive(self.raylet)):
             if self.stopping.wait(WATCH_EVERY_S):
                 return
             polls += 1
             if polls % 10 == 0:  # new workers (the ranks, Ray's idle ones) start after ray.init
                 self.remember()
-        self.lost = (f"Ray's GCS server (pid {self.gcs.pid}) of this run's private Ray cluster ended mid-run "
-                     f"(killed, or out of memory: see gcs_server.out in {self.logs}); the cluster cannot work "
+        what, log = ("GCS server", "gcs_server.out") if not alive(self.gcs) else ("raylet", "raylet.out")
+        ended = self.gcs if what == "GCS server" else self.raylet
+        self.lost = (f"Ray's {what} (pid {ended.pid}) of this run's private Ray cluster ended mid-run "
+                     f"(killed, or out of memory: see {log} in {self.logs}); the cluster cannot work "
                      "without it, so the run stopped and its Ray processes were ended: run the same command "
                      "again to resume from the newest checkpoint")
         if self.stopping.wait(GCS_GRACE_S):
             return
         # The controller is blocked in a call that will not return (e.g. removing a placement
         # group): print the line and end the processes here, before Ray's own fatal exit.
-        print(f"error: {self.lost}", file=sys.stderr, flush=True)
+        line, code = self.lost, EXIT_CLUSTER_LOST
+        if (signum := requested()) is not None:  # a stop signal reached the cluster too (a whole cgroup's)
+            line, code = signalled_line(signum), signalled_code(signum)
+        print(f"error: {line}", file=sys.stderr, flush=True)
         kill_all(self.processes())
-        os._exit(EXIT_CLUSTER_LOST)
+        os._exit(code)
 
     def processes(self) -> list[psutil.Process]:
         self.remember()
@@ -86,6 +99,26 @@ class _GcsWatch(threading.Thread):
 
 
 _watch: _GcsWatch | None = None
+
+
+def resume_hint() -> str:
+    """What is intact and how to resume: main_ppo names the newest checkpoint here."""
+    return "run the same command to resume from the newest checkpoint"
+
+
+def signalled_line(signum: int) -> str:
+    """The run's line when a stop signal reached Ray's processes as well as the driver."""
+    return (f"stopped by {signal.Signals(signum).name}, which reached this run's Ray processes too (the whole "
+            f"container, cgroup or job step was signalled), so the step in flight was lost; {resume_hint()}")
+
+
+def signalled_code(signum: int) -> int:
+    return EXIT_PREEMPTED if signum == signal.SIGUSR1 else EXIT_SIGTERM
+
+
+def descendants() -> list[psutil.Process]:
+    """This driver's descendants but the reaper, which ends the rest once the driver closes its pipe."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid != reaper_pid()]
 
 
 def alive(proc: psutil.Process) -> bool:
@@ -108,14 +141,15 @@ def cluster_lost() -> bool:
 def watch_gcs() -> None:
     """Start watching the GCS server that ray.init just started (a descendant of this driver)."""
     global _watch
-    gcs = [p for p in psutil.Process().children(recursive=True) if p.name() == "gcs_server"]
+    gcs = [p for p in descendants() if p.name() == "gcs_server"]
+    raylet = [p for p in descendants() if p.name() == "raylet"]
     if not gcs:
         return  # not one this driver started: nothing to watch
     try:  # Ray has no public name for it; only the message uses it
         logs = ray._private.worker._global_node.get_logs_dir_path()
     except AttributeError:
         logs = "Ray's session directory (/tmp/ray/session_latest/logs)"
-    _watch = _GcsWatch(gcs[0], logs)
+    _watch = _GcsWatch(gcs[0], logs, raylet[0] if raylet else None)
     _watch.start()
 
 
@@ -143,11 +177,15 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
                            "and RAY_AUTH_TOKEN_PATH as on its nodes; or leave trainer.ray_address and RAY_ADDRESS "
                            "unset to start a private one here") from None
     else:
-        # address="local": a new cluster even when one is running here. At least one CPU per rank
-        # even on a 2-core machine: ranks mostly wait on each other, and each rank's thread count
-        # is set explicitly (controller/placement.py).
-        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=False,
-                 log_to_driver=True, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+        # address="local": a new cluster even when one is running here, in sessions of its own, on
+        # loopback, with a reaper (controller/private.py). At least one CPU per rank even on a
+        # 2-core machine: ranks mostly wait on each other, and each rank's thread count is set
+        # explicitly (controller/placement.py).
+        try:
+            start_private(ray.init, stop_ray, num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=dashboard,
+                          log_to_driver=True, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+        except PortsTaken as err:  # main_ppo prints a ClusterLost's message as the run's one line
+            raise ClusterLost(str(err)) from None
         watch_gcs()
     stop_on_signals()  # ray.init installed its own handler: take the signals back (logicrl/signals.py)
     check_room(n_ranks, use_cuda)
@@ -161,7 +199,7 @@ def stop_ray() -> None:
     those the GCS watch saw descend from it; never by name, so other clusters on the machine are
     left alone, as is a joined cluster. With the GCS gone they are killed first: they only wait for it."""
     global _watch
-    mine = {p.pid: p for p in psutil.Process().children(recursive=True)}
+    mine = {p.pid: p for p in descendants()}
     watch, _watch = _watch, None
     if watch is not None:
         mine.update({p.pid: p for p in watch.processes() if p.pid not in mine})
@@ -173,6 +211,7 @@ def stop_ray() -> None:
         ray.shutdown()  # ~5 s without a GCS (the driver's core worker gives up on it)
     _, left = psutil.wait_procs(list(mine.values()), timeout=5)
     kill_all(left)
+    stop_reaper()  # ends what ray.shutdown left in the cluster's sessions (orphans this driver never saw)
     if watch is not None:
         watch.stopping.set()  # after a loss it stayed armed, in case the shutdown hung on the GCS
 

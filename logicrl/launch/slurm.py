@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from logicrl.controller.ports import port_holder
+
 MAIN = Path(__file__).resolve().parents[2] / "main_ppo.py"
 HEAD_FILE = "head"  # in the job dir: "ip:port" of the GCS, written once it answers
 STEP_FILE = "step"  # in the job dir: "<job>.<step>" of the Ray nodes' srun, for `scancel --signal=TERM`
@@ -44,6 +46,11 @@ WAIT_S = float(os.environ.get("LOGICRL_SLURM_WAIT_S", 600))
 # then Ray's own shutdown waits ~20 s on daemons that are already gone; the job is over, nothing
 # is left to drain.
 STOP_S = 5
+# `ray start` runs on a node: a port taken between choice and bind is retried with others this often.
+START_ATTEMPTS = 3
+# After the head's GCS listens, how long its client server may take to bind (when it is missing, the
+# head is published anyway: only its failing to bind a taken port makes `ray start` exit).
+CLIENT_GRACE_S = 30
 
 
 class LaunchError(Exception):
@@ -203,41 +210,121 @@ def ray_start_args(env: Mapping[str, str], ip: str) -> list[str]:
     ray = Path(sys.executable).with_name("ray")
     return [str(ray if ray.exists() else "ray"), "start", "--block", f"--node-ip-address={ip}",
             f"--num-cpus={env.get('SLURM_CPUS_ON_NODE') or 1}", f"--num-gpus={env.get('SLURM_GPUS_ON_NODE') or 0}",
-            f"--temp-dir={ray_temp_dir(env)}", "--disable-usage-stats"]
+            f"--temp-dir={ray_temp_dir(env)}", "--disable-usage-stats",
+            # Workers' ports from the OS: ray start's default range (10002-19999) is shared by every job here.
+            "--min-worker-port=0", "--max-worker-port=0"]
 
 
 def run_node(directory: Path, env: Mapping[str, str]) -> int:
     """One srun task per node: start this node's Ray (the head on the step's first node, which is
-    the batch step's), hold it until SIGTERM, then stop it and remove its temp dir."""
+    the batch step's), hold it until SIGTERM, then stop it and remove its temp dir. Its ports are
+    free when chosen but bound by `ray start` a moment later: one another process took meanwhile
+    makes `ray start` fail, and it is started again on other ports (START_ATTEMPTS in all)."""
     ip = node_ip(env["SLURMD_NODENAME"], env)
-    cmd = ray_start_args(env, ip)
     head = env["SLURM_NODEID"] == "0"
     if head:
-        # The dashboard and agent ports are fixed by default (8265, 52365): two jobs on a node clash.
-        gcs, client, dashboard, agent = free_ports(ip, 4)
-        cmd += ["--head", f"--port={gcs}", f"--ray-client-server-port={client}", "--include-dashboard=false",
-                f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}"]
-    else:
-        (agent,) = free_ports(ip, 1)
-        cmd += [f"--address={wait_for_file(directory / HEAD_FILE, WAIT_S)}", f"--dashboard-agent-listen-port={agent}"]
-    if head:
         publish(directory / STEP_FILE, f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}")
-    proc = subprocess.Popen(cmd + ["--log-color=false"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    threading.Thread(target=copy_warnings, args=(proc.stdout,), daemon=True).start()
-    stop = lambda signum, frame: stop_tree(proc)  # noqa: E731
+    running: list[subprocess.Popen] = []
+    stopping: list[int] = []  # the signal that asked this node to stop: then no restart
+
+    def stop(signum, frame):
+        stopping.append(signum)
+        for p in running:
+            stop_tree(p)
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        if head:
-            while not answers(ip, gcs):
-                if proc.poll() is not None:
-                    raise LaunchError(f"the Ray head on {ip} exited ({proc.returncode}) before it answered")
-                time.sleep(0.5)
-            publish(directory / HEAD_FILE, f"{ip}:{gcs}")
-        return proc.wait()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            cmd, ports = node_command(directory, env, ip, head)
+            proc = subprocess.Popen(cmd + ["--log-color=false"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+            running[:] = [proc]
+            threading.Thread(target=copy_warnings, args=(proc.stdout,), daemon=True).start()
+            published = False
+            if head:
+                # Published once the GCS and the client server listen, and from this `ray start`'s own
+                # processes: a port someone else took answers too, and would hand the job their server.
+                wait_for_head(proc, ip, ports[:2])
+                if proc.poll() is None:
+                    publish(directory / HEAD_FILE, f"{ip}:{ports[0]}")
+                    published = True
+            code = proc.wait()
+            stop_tree(proc)
+            if stopping or code == 0 or published:
+                return code
+            if not (taken := taken_ports(ip, ports)):
+                if head:
+                    raise LaunchError(f"the Ray head on {ip} exited ({code}) before it answered")
+                return code
+            if attempt == START_ATTEMPTS:
+                raise LaunchError(f"`ray start` on {ip} failed {START_ATTEMPTS} times on a port taken between choice "
+                                  f"and bind; the last: port {taken[0]}, {port_holder(taken[0])}")
+            print(f"logicrl.launch.slurm: port {taken[0]} on {ip} was taken before Ray bound it "
+                  f"({port_holder(taken[0])}); starting Ray again on other ports", file=sys.stderr, flush=True)
+        return 1
     finally:
-        stop_tree(proc)
+        for p in running:
+            stop_tree(p)
         shutil.rmtree(ray_temp_dir(env), ignore_errors=True)
+
+
+def node_command(directory: Path, env: Mapping[str, str], ip: str, head: bool) -> tuple[list[str], list[int]]:
+    """`ray start` for this node, and the ports chosen for it (the GCS's first on the head)."""
+    cmd = ray_start_args(env, ip)
+    if head:
+        # The dashboard and agent ports are fixed by default (8265, 52365): two jobs on a node clash.
+        ports = free_ports(ip, 4)
+        gcs, client, dashboard, agent = ports
+        cmd += ["--head", f"--port={gcs}", f"--ray-client-server-port={client}", "--include-dashboard=false",
+                f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}"]
+    else:
+        ports = free_ports(ip, 1)
+        cmd += [f"--address={wait_for_file(directory / HEAD_FILE, WAIT_S)}",
+                f"--dashboard-agent-listen-port={ports[0]}"]
+    return cmd, ports
+
+
+def wait_for_head(proc: subprocess.Popen, ip: str, ports: list[int]) -> None:
+    """Until `proc` (the head's `ray start`) listens on the GCS port and, within CLIENT_GRACE_S more,
+    the client server's, or has ended."""
+    deadline, gcs_since = time.monotonic() + WAIT_S, None
+    while proc.poll() is None:
+        mine = ours_listening(proc, ports)
+        if ports[0] in mine and answers(ip, ports[0]):
+            gcs_since = gcs_since or time.monotonic()
+            if ports[1] in mine or time.monotonic() - gcs_since > CLIENT_GRACE_S:
+                return
+        if time.monotonic() > deadline:
+            raise LaunchError(f"the Ray head on {ip} did not listen on port {ports[0]} within {WAIT_S:.0f} s")
+        time.sleep(0.5)
+
+
+def ours_listening(proc: subprocess.Popen, ports: list[int]) -> set[int]:
+    """Of `ports`, those a process of `proc`'s tree listens on."""
+    import psutil
+
+    try:
+        tree = {proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))}
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.NoSuchProcess:
+        return set()
+    except psutil.AccessDenied:  # cannot tell whose: take the answer on the port for ours
+        return set(ports)
+    return {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.pid in tree and c.laddr.port in ports}
+
+
+def taken_ports(ip: str, ports: list[int]) -> list[int]:
+    """Of `ports`, the ones another process listens on now (after our `ray start` and its tree ended)."""
+    taken = []
+    for port in ports:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT is not a holder
+            try:
+                s.bind((ip, port))
+            except OSError:
+                taken.append(port)
+    return taken
 
 
 def copy_warnings(lines) -> None:

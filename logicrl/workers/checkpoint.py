@@ -4,12 +4,14 @@ Every rank calls `save_sharded` / `load_sharded` on the same directory (the cont
 trainer/checkpoint.py): torch DCP writes each rank's own shards, so no rank holds the full state, and a
 load may use another world size (DCP reshards). Scheduler and RNG states are JSON.
 
-Nothing loaded here unpickles code: DCP's tensor files with weights_only=True, its `.metadata` pickle
-through `_SafeFileSystemReader`, whose unpickler resolves only DCP's metadata dataclasses and torch's
-plain value types. `export_hf` gathers one parameter at a time (weight_sync, LoRA merged) into
-safetensors on rank 0; with LoRA also the adapter alone, in peft's format. The sharded state holds the
-fp32 masters and AdamW states, so a resume continues from exactly the trained values; the export is in
-the compute dtype (what the engine serves, at half the size), and nothing resumes from it.
+Nothing loaded here unpickles code: DCP's `.metadata` pickle goes through `_SafeFileSystemReader`, whose
+unpickler resolves only DCP's metadata dataclasses and torch's plain value types, and the non-tensor items
+in its shards (param_groups) through torch's weights-only unpickler (`_SafeLoadPlanner`); anything else is
+refused in one line naming the file and the item. `export_hf` gathers one parameter at a time
+(weight_sync, LoRA merged) into safetensors on rank 0; with LoRA also the adapter alone, in peft's
+format. The sharded state holds the fp32 masters and AdamW states, so a resume continues from exactly
+the trained values; the export is in the compute dtype (what the engine serves, at half the size), and
+nothing resumes from it.
 Every file goes through logicrl/checksums.py as it is written (DCP through `_SummingWriter`, the
 export through its own streaming safetensors writer), so the manifest needs no second read of them.
 """
@@ -17,9 +19,11 @@ export through its own streaming safetensors writer), so the manifest needs no s
 from __future__ import annotations
 
 import enum
+import io
 import json
 import os
 import pickle
+import pickletools
 import shutil
 import struct
 from contextlib import contextmanager
@@ -29,6 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -39,6 +44,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from logicrl.checksums import Checksums
+from logicrl.errors import BadInput
 from logicrl.models.loading import checkpoint_dir
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.workers.fsdp import full_tensor
@@ -87,13 +93,88 @@ class _MetadataUnpickler(pickle.Unpickler):
         return obj
 
 
+class UnsafeCheckpoint(BadInput):
+    """A pickle in a checkpoint names a type logicrl never writes there: refused, nothing of it run.
+    (One message argument, like BadInput: Ray re-creates it on the driver from its args.)"""
+
+
+def unsafe(path: str | Path, item: str, err: Exception, data: bytes = b"") -> UnsafeCheckpoint:
+    named = _globals_named(data)
+    what = f"it names {', '.join(named)}" if named else " ".join(str(err).split()).split("WeightsUnpickler error: ")[-1]
+    return UnsafeCheckpoint(f"checkpoint file {path}, item {item}: a pickle that is not plain data ({what[:160]}); a "
+                            "logicrl checkpoint holds only tensors and plain values, so it was refused and nothing in "
+                            "it ran: resume from a checkpoint you wrote yourself, or start over with "
+                            "trainer.resume_mode=disable")
+
+
+def _globals_named(data: bytes) -> list[str]:
+    """The module.name globals a pickle refers to, read without running it (for the refusal's line)."""
+    names, strings = [], []
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "SHORT_BINSTRING", "BINSTRING"):
+                strings.append(str(arg))
+            elif op.name == "GLOBAL":
+                names.append(str(arg).replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                names.append(f"{strings[-2]}.{strings[-1]}")
+    except Exception:  # a damaged pickle: torch's own message says what is wrong
+        pass
+    return names
+
+
+class _SafeLoadPlanner(DefaultLoadPlanner):
+    """DCP's non-tensor items (the optimizer's param_groups: lr, betas, ...) are pickles inside the
+    shard files, which DCP reads with `weights_only=False`: any code they name would run. Here they go
+    through torch's weights-only unpickler (plain values, tensors, containers), then to DCP as usual."""
+
+    def __init__(self, directory: Path):
+        super().__init__()
+        self.directory = directory
+
+    def load_bytes(self, read_item, value) -> None:
+        data = value.getvalue()
+        try:
+            obj = torch.load(io.BytesIO(data), weights_only=True)
+        except pickle.UnpicklingError as err:
+            info = self.metadata.storage_data.get(read_item.storage_index) if self.metadata else None
+            path = self.directory / info.relative_path if info is not None else self.directory
+            raise unsafe(path, read_item.dest_index.fqn, err, data) from None
+        plain = io.BytesIO()
+        torch.save(obj, plain)  # what DCP's own load_bytes reads: now a pickle of vetted values only
+        plain.seek(0)
+        super().load_bytes(read_item, plain)
+
+
+def _dcp_load(state: dict, directory: Path) -> None:
+    """dcp.load through the safe reader and planner; a refused pickle comes out as one line."""
+    reader = _SafeFileSystemReader(directory)
+    try:
+        dcp.load(state, storage_reader=reader, planner=_SafeLoadPlanner(directory))
+    except CheckpointException as err:
+        if reader.refused is not None:  # DCP folds a failed index read into an AssertionError's text
+            raise reader.refused from None
+        for failure in err.failures.values():
+            cause = failure[0] if isinstance(failure, tuple) else failure
+            if isinstance(cause, UnsafeCheckpoint):
+                raise cause from None
+        raise
+
+
 class _SafeFileSystemReader(dcp.FileSystemReader):
+    refused: UnsafeCheckpoint | None = None
+
     def read_metadata(self, *args, **kwargs):
         from torch.distributed.checkpoint.metadata import StorageMeta
 
         path = self._get_metadata_path(kwargs.get("rank"))
         with self.fs.create_stream(path, "rb") as f:
-            metadata = _MetadataUnpickler(f).load()
+            data = f.read()
+        try:
+            metadata = _MetadataUnpickler(io.BytesIO(data)).load()
+        except pickle.UnpicklingError as err:
+            self.refused = unsafe(path, "the DCP index", err, data)
+            raise self.refused from None
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -186,13 +267,13 @@ def load_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch
     if optimizer is None:
         model_sd = get_model_state_dict(model, options=options)
         state = {"model": model_sd}
-        dcp.load(state, storage_reader=_SafeFileSystemReader(directory))  # reads only the keys asked for
+        _dcp_load(state, directory)  # reads only the keys asked for
         set_model_state_dict(model, state["model"], options=StateDictOptions(strict=not meta["trainable_only"]))
     else:
         # get_state_dict gives correctly sharded targets (and initialises empty optimizer state) to load into.
         model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
         state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, storage_reader=_SafeFileSystemReader(directory))
+        _dcp_load(state, directory)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                        options=StateDictOptions(strict=not meta["trainable_only"]))
     if scheduler is not None:

@@ -17,8 +17,10 @@ order, or the others wait in it until the process group's timeout.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import socket
 from datetime import timedelta
 
 import torch
@@ -46,9 +48,31 @@ def init_distributed(rank: int, world_size: int, master_addr: str, master_port: 
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
         bind = {"device_id": device} if cuda else {}
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s),
-                                **bind)
+        timeout = timedelta(seconds=timeout_s)
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout,
+                                store=loopback_store(rank, world_size, master_addr, master_port, timeout), **bind)
     return init_device_mesh(device.type, (world_size,))
+
+
+def loopback_store(rank: int, world_size: int, master_addr: str, master_port: int,
+                   timeout: timedelta) -> dist.TCPStore | None:
+    """On a one-machine cluster (the rendezvous on 127.0.0.1), a store that listens there only: torch's
+    own binds every interface, which would offer a private run's rendezvous to the network. None
+    elsewhere: torch's default store, reachable from the other nodes."""
+    if not ipaddress.ip_address(master_addr).is_loopback:
+        return None
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")  # NCCL's bootstrap sockets too: every rank is here
+    listen = None
+    if rank == 0:
+        listen = socket.socket()
+        listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listen.bind((master_addr, master_port))
+        listen.listen()
+    store = dist.TCPStore(master_addr, master_port, world_size, rank == 0, timeout,
+                          master_listen_fd=listen.fileno() if listen else None)
+    if listen is not None:
+        listen.detach()  # the store owns the descriptor now
+    return store
 
 
 def _layer_classes(model: torch.nn.Module) -> set[str]:

@@ -18,7 +18,9 @@ def test_the_first_request_waits_for_the_step_end():
         signals._on_signal(signal.SIGUSR1, None)
 
 
-def test_slurms_term_and_the_wrappers_usr1_are_one_request_but_a_second_term_stops_at_once():
+def test_slurms_term_and_the_wrappers_usr1_are_one_request_but_a_second_term_stops_at_once(monkeypatch):
+    clock = iter([100.0, 100.5, 100.0 + signals.ECHO_S + 0.1])
+    monkeypatch.setattr(signals.time, "monotonic", lambda: next(clock))
     with stop_at_step_end():
         signals._on_signal(signal.SIGTERM, None)
         signals._on_signal(signal.SIGUSR1, None)  # the same request, forwarded by slurm/train.sbatch
@@ -26,6 +28,16 @@ def test_slurms_term_and_the_wrappers_usr1_are_one_request_but_a_second_term_sto
         with pytest.raises(Stopped) as stopped:
             signals._on_signal(signal.SIGTERM, None)
         assert stopped.value.signum == signal.SIGTERM
+
+
+def test_timeouts_echo_of_the_same_signal_to_the_group_is_the_same_request(monkeypatch):
+    # GNU timeout signals the command, then its whole process group (the command again).
+    clock = iter([100.0, 100.0 + signals.ECHO_S / 10])
+    monkeypatch.setattr(signals.time, "monotonic", lambda: next(clock))
+    with stop_at_step_end():
+        signals._on_signal(signal.SIGTERM, None)
+        signals._on_signal(signal.SIGTERM, None)
+        assert requested() == signal.SIGTERM
 
 
 def test_the_other_signal_later_stops_at_once(monkeypatch):
