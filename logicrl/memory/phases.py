@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from logicrl.memory.engine import footprint
 from logicrl.memory.footprint import (
+    FP32,
     ModelBytes,
     forward_transient_per_token,
     linear_shapes,
@@ -23,7 +24,6 @@ from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.spec import LOGPROB_CHUNK_TOKENS, ModelSpec
 
 GB = 1024**3
-FP32 = 4
 COMPONENTS = ("params", "grads", "optimizer", "activations", "logprob", "kv_cache", "engine")
 
 

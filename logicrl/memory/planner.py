@@ -27,7 +27,6 @@ from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import StepPlan
 from logicrl.memory.engine import footprint
 from logicrl.memory.footprint import ModelBytes, kv_bytes_per_token
-from logicrl.memory.planner_inputs import ModelInputs, PlanInputs
 from logicrl.memory.phases import (
     COMPONENTS,
     FOOTPRINTS,
@@ -39,6 +38,7 @@ from logicrl.memory.phases import (
     forward_phase,
     micro_batches,
 )
+from logicrl.memory.planner_inputs import ModelInputs, PlanInputs
 from logicrl.models.attention import KERNEL_NOTES
 from logicrl.models.spec import ModelSpec
 

@@ -23,8 +23,8 @@ from logicrl.config.plan import ARR, PhasePlan, StepPlan, swap_micro
 from logicrl.config.sequence_parallel import phase_sp_size
 from logicrl.memory.footprint import lora_targets
 from logicrl.memory.lengths import TOKENIZER_FILES
-from logicrl.models.quant_methods import gptq_bits, nf4_bits
 from logicrl.models.attention import packed_kernel
+from logicrl.models.quant_methods import gptq_bits, nf4_bits
 from logicrl.models.spec import ModelSpec, load_model_spec
 from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM
 
@@ -134,11 +134,11 @@ class PlanInputs:
             return False
         return any(p.skipped is None for p in self.phases if phase_row(p.name).model == role)
 
-    def with_model(self, role: str, **changes) -> "PlanInputs":
+    def with_model(self, role: str, **changes) -> PlanInputs:
         """The same inputs with `role`'s ModelInputs fields changed."""
         return replace(self, models={**self.models, role: replace(self.models[role], **changes)})
 
-    def switch(self, key: str, value: bool) -> "PlanInputs":
+    def switch(self, key: str, value: bool) -> PlanInputs:
         """The same inputs with every model whose row has `key` as a switch (SWITCHES) set to `value`."""
         changed = {role.name: replace(self.models[role.name], **{field: value})
                    for role in MODELS for field, key_field in SWITCHES.items() if getattr(role, key_field) == key}
@@ -166,7 +166,7 @@ class PlanInputs:
         """The value of a micro-batch or token budget key; None when no phase splits by it."""
         return next((p.micro.value for p in self.phases if p.micro is not None and p.micro.key == key), None)
 
-    def with_micro(self, values: dict[str, int]) -> "PlanInputs":
+    def with_micro(self, values: dict[str, int]) -> PlanInputs:
         """The same inputs with micro-batches or token budgets set by config key, as StepPlan.with_micro
         sets them (a budget key switches its phase to tokens); `auto_micro_batch`'s picks apply as they are."""
         return replace(self, phases=swap_micro(self.phases, values))
@@ -199,7 +199,7 @@ class PlanInputs:
         tokenizer's counts), else the actor's rows (validation keeps max_length >= their full width)."""
         return self.reward_rerender_len or self.width
 
-    def worst_case(self) -> "PlanInputs":
+    def worst_case(self) -> PlanInputs:
         """The same inputs at full lengths: every prompt and response as long as the config allows."""
         return replace(self, prompt_len=self.max_prompt_len or self.prompt_len,
                        response_len=self.max_response_len or self.response_len)
@@ -213,7 +213,7 @@ class PlanInputs:
     @classmethod
     def from_plan(cls, plan: StepPlan, cfg: DictConfig, spec: ModelSpec, device: str,
                   critic_spec: ModelSpec | None = None, reward_spec: ModelSpec | None = None,
-                  **what_if) -> "PlanInputs":
+                  **what_if) -> PlanInputs:
         """The inputs of a validated config and its step plan. `critic_spec` (the actor's shape unless
         given) and `reward_spec` are what-ifs: a reward_spec plans the reward model's phase even where the
         config has none, split as reward_model's keys say; `what_if` sets other fields."""

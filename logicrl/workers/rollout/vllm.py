@@ -1,23 +1,12 @@
 """Rollout with vLLM, created once per rank, in this process, beside the actor (the hybrid engine).
 
 In-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, executor "uni"; "external_launcher" under tensor
-parallelism, vllm_tp.py), so weight sync hands tensors over by reference. Where vLLM does not do
-what base.py needs on its own (docs/engines.md says why, for each):
-
-1. Log-probs before top-k/top-p filtering: processed_logprobs mode, patched by vllm_logprobs.py;
-   greedy at a log-prob temperature is sent as top_k=1 at it. Returned flat, one list per response.
-2. Weight sync on CPU: the worker's layer-wise reload_weights, then the tied lm_head re-packed and
-   the prefix cache reset (its blocks were computed with the old weights).
-3. Chunked prefill off on CPU: vLLM rewinds a seeded generator with set_offset, which CPU's lacks.
-4. Sleep at level 2 on CUDA (weights and KV cache discarded, every sync reloads every parameter);
-   `weights_valid` makes generate() wait for the next sync. On CPU sleep only drops the prefix cache.
-5. enforce_eager=None: eager on CPU, CUDA graphs on CUDA.
-LoRA: with `lora` given (rollout.lora_sync=adapters) the engine is built with LoRA enabled and each
-sync hands it only the adapter tensors (sync_adapters, vllm_lora.py); the base is loaded once and
-never re-sent, so sleep on CUDA keeps it (level 1: offloaded to the host, back on wake). Without
-`lora` (lora_sync=merged) each adapted Linear arrives merged (weight_sync.py) through sync_weights.
-Over a 4-bit base (model.quantization) a LoRA engine also takes sync_weights once, the dequantized
-base, before its first adapters (docs/quantization.md).
+parallelism, vllm_tp.py), so weight sync hands tensors over by reference. Where vLLM does not do what
+base.py needs on its own, this module patches or works around it: log-probs before top-k/top-p filtering
+(vllm_logprobs.py), the CPU weight reload and prefix-cache reset, chunked prefill off on CPU, sleep at
+level 2 on CUDA (`weights_valid` makes generate() wait for the next sync), eager on CPU; docs/engines.md
+says why for each. With `lora` (rollout.lora_sync=adapters) each sync hands over only the adapters
+(vllm_lora.py) and the base is loaded once; without it each adapted Linear arrives merged.
 """
 
 from __future__ import annotations
@@ -58,7 +47,8 @@ def sampled_logprobs(flat, tokens: list[int]) -> torch.Tensor:
     position holds only the sampled token's entry): one tensor over the flat list, no per-token dict."""
     if flat.token_ids != tokens:  # list equality in C; a cheap guard against a layout change
         raise RuntimeError(f"vLLM's flat log-probs list {len(flat.token_ids)} entries for {len(tokens)} sampled "
-                           "tokens, or other token ids: expected exactly the sampled token at each position (logprobs=0)")
+                           "tokens, or other token ids: expected exactly the sampled token at each position "
+                           "(logprobs=0)")
     return torch.tensor(flat.logprobs, dtype=torch.float32)
 
 
