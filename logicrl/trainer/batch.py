@@ -13,10 +13,8 @@ part of `attention_mask` [N, P+R]) gives its length, the reward's token and ever
 estimator, loss, KL term and loss metric. A single turn has them equal; tool output, attended but
 not trained, would be 1 in the first and 0 in the second.
 
-Shards are contiguous and equal: rank r owns rows [r*S, (r+1)*S), S = B*n / W, in every phase.
-With trainer.balance_batch the rows are first reordered so that every rank's shard holds about
-the same number of tokens (`balanced_order`): the ranks wait on each other at every collective,
-so the step runs at the pace of the rank with the most tokens.
+Shards are contiguous and equal (rank r owns rows [r*S, (r+1)*S), S = B*n / W); trainer.balance_batch
+first reorders rows so each shard holds about the same tokens (the slowest rank sets the step's pace).
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """The actor's weights as the rollout engine names them, gathered bucket by bucket.
 
-FSDP2 keeps each parameter sharded; `full_tensor()` all-gathers one. The stream gathers parameters in
-module order until the next would pass `bucket_mb`, hands the bucket over one tensor at a time,
-dropping each, and only then gathers the next: at most one bucket is held (a larger parameter is a
-bucket of its own), never a full state dict. In-process the engine takes tensors by reference, so the
-bucket is a memory cap, and the unit a transfer to another process would move (verl's
-update_weights_bucket_mb).
-
-With `dtype` each shard is cast BEFORE it is gathered (fp32 masters, a bf16 engine: half the bytes
-all-gathered, the same result, a cast being elementwise). With LoRA each adapted Linear is sent merged,
-W + scale * B @ A, formed in fp32 from the gathered base and adapter matrices, then cast; it takes the
-base tensor's place in the bucket, so nothing else is copied. Over a 4-bit base (models/quantize.py)
-the base weight is dequantized first: the engine gets dequant(W) + scale * B @ A in the compute dtype,
-the function the trainer computes (an int4 weight cannot absorb the sum). docs/engines.md.
-
-`iter_adapter_weights` is the adapter-only sync (rollout.lora_sync=adapters): only the LoRA A/B
-matrices, gathered and cast the same way, for an engine that holds the base once and applies the
-adapters itself (rollout/vllm_lora.py, rollout/hf.py). Over a 4-bit base that engine first takes the
-base once, `iter_engine_weights(..., merge_lora=False)`: every base tensor, dequant(W) in the compute
-dtype for the 4-bit ones, no adapter folded in (the engine loaded the checkpoint's own weights, not
-their 4-bit round trip). Every stream counts the bytes it hands over.
+FSDP2 keeps each parameter sharded; the stream all-gathers parameters in module order until the next
+would pass `bucket_mb`, hands the bucket over one tensor at a time and only then gathers the next: at
+most one bucket is held, never a full state dict (verl's update_weights_bucket_mb). With `dtype` each
+shard is cast before it is gathered (half the bytes for a bf16 engine, the same result). With LoRA each
+adapted Linear is sent merged, W + scale * B @ A formed in fp32 (over a 4-bit base: dequant(W) + ..., the
+function the trainer computes). `iter_adapter_weights` is the adapter-only sync (rollout.lora_sync=adapters):
+the A/B matrices alone, for an engine that holds the base once; over a 4-bit base that engine first takes
+the dequantized base once (`merge_lora=False`). Every stream counts the bytes it hands over; the transport
+(workers/transport.py) carries it to the engine. docs/engines.md has the details.
 """
 
 from __future__ import annotations
