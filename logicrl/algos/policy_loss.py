@@ -17,6 +17,8 @@ either when the config leaves it null. Each loss also returns the metrics verl r
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
@@ -42,7 +44,8 @@ MAX_LOG_RATIO = 20.0
 class PolicyLossOutput(NamedTuple):
     token_loss: torch.Tensor  # [B, T] loss per token, 0 at masked positions
     ratio: torch.Tensor  # [B, T] the importance ratio the loss used, 1 at masked positions
-    metrics: dict[str, torch.Tensor]  # verl's actor/ metrics as verl computes them for this loss, detached 0-dim
+    # verl's actor/ metrics as verl computes them for this loss, detached 0-dim; a user's loss may report none
+    metrics: Mapping[str, torch.Tensor] = MappingProxyType({})
 
 
 def compute_policy_loss(

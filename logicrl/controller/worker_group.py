@@ -11,6 +11,7 @@ gloo, each with its share of its node's cores for torch's threads.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import ray
@@ -24,6 +25,9 @@ from logicrl.controller.placement import place
 from logicrl.errors import BadInput
 
 WAIT_SLICE_S = 0.2  # how often a wait for the ranks returns to Python (its signal handlers)
+# A rank whose peer died often fails first, in the collective they shared (gloo's "Connection reset by
+# peer"): this long a wait for another rank's death lets the run name the cause, not the symptom.
+DEATH_GRACE_S = 3.0
 
 
 class WorkerFailed(RuntimeError):
@@ -111,6 +115,8 @@ class WorkerGroup:
             except (RayTaskError, RayActorError) as err:
                 check_cluster()  # a rank lost with the GCS: the GCS is the cause to name
                 rank = rank_of[done[0]]
+                if not isinstance(err, RayActorError):
+                    rank, err = died_instead(pending, rank_of, rank, err)
                 raise failure(rank, phase, err, self.nodes[rank]) from err
         return ray.get(futures)
 
@@ -122,6 +128,21 @@ class WorkerGroup:
             ray.kill(w)
         remove_placement_group(self.pg)
         self.workers = []
+
+
+def died_instead(pending: list, rank_of: dict, rank: int, err: Exception) -> tuple[int, Exception]:
+    """The first rank among `pending` found dead within DEATH_GRACE_S, with its error; else (rank, err)."""
+    deadline = time.monotonic() + DEATH_GRACE_S
+    while pending and (left := deadline - time.monotonic()) > 0:
+        done, pending = ray.wait(pending, num_returns=1, timeout=min(left, WAIT_SLICE_S))
+        for future in done:
+            try:
+                ray.get(future)
+            except RayActorError as died:
+                return rank_of[future], died
+            except RayTaskError:
+                pass
+    return rank, err
 
 
 class RayCall:

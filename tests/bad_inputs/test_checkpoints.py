@@ -18,6 +18,7 @@ import re
 import pytest
 
 from logicrl.config.phases import ARR
+from logicrl.run_lock import LOCK_FILE
 from logicrl.trainer.checkpoint import MANIFEST_FILE, damage, find_resume_point, manifest
 from tests.bad_inputs.conftest import timed_main
 from tests.conftest import ROLE_DATA, TINY_RUN, assert_refused, check_main, read_metrics, tail
@@ -52,7 +53,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
                             f"hydra.run.dir={tmp_path / 'refused'}", override)
         assert_refused(result, f"trainer.default_local_dir={ckpt}: ", says, "trainer.resume_mode=disable",
                        "another trainer.default_local_dir")
-    assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_1", "global_step_2",
+    assert sorted(p.name for p in ckpt.iterdir() if p.name != LOCK_FILE) == ["global_step_1", "global_step_2",
                                                       "latest_checkpointed_iteration.txt"]
 
     # The resume reads the newest in full: the damage is found, the one before it is used, and the

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from logicrl.config.phases import ARR
+from logicrl.run_lock import LOCK_FILE
 from logicrl.trainer.checkpoint import complete_checkpoints
 from tests.bad_inputs.conftest import timed_main
 from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, run_main, tail
@@ -99,7 +100,8 @@ def test_weights_gone_nan_are_never_saved(tmp_path):
     assert "the actor weights hold NaN or inf after step 2, which was not saved" in line
     assert f"the last checkpoint, {ckpt / 'global_step_1'}, is from step 1 and finite" in line
     assert [step for step, _ in complete_checkpoints(ckpt)] == [1]
-    assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_1", "latest_checkpointed_iteration.txt"]
+    kept = sorted(p.name for p in ckpt.iterdir() if p.name != LOCK_FILE)
+    assert kept == ["global_step_1", "latest_checkpointed_iteration.txt"]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
     steps = [json.loads(r)["step"] for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]  # the refused step is logged; nothing after it ran
