@@ -47,7 +47,6 @@ def _kl_term(cfg: DictConfig) -> bool:
 
 
 # Keys written out whole, so a grep for a key finds its row.
-# Keys written out whole, so a grep for a key finds its row.
 MODELS = (
     ModelRole("actor", "actor", "actor_rollout_ref.actor", used=lambda cfg: True, trains=True,
               path_key="actor_rollout_ref.model.path",
