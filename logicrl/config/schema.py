@@ -162,6 +162,18 @@ class ValKwargs:
 
 
 @dataclass
+class MultiTurnConfig:
+    enable: bool = key()
+    max_assistant_turns: Optional[int] = key(ge=1)
+    max_parallel_calls: int = key(ge=1)
+    max_tool_response_length: int = key(ge=1)
+    tool_response_truncate_side: str = key(choices=("left", "right", "middle"))
+    tool_config_path: Optional[str] = key()
+    function_tool_path: Optional[str] = key()
+    format: str = key(choices=("hermes",))
+
+
+@dataclass
 class RolloutConfig:
     name: str = key(choices=ENGINES)  # the engine table itself: an engine registered later is a choice too
     n: int = key(ge=1)
@@ -182,6 +194,7 @@ class RolloutConfig:
     free_cache_engine: bool = key()
     update_weights_bucket_mb: int = key(ge=1)
     lora_sync: str = key(choices=("adapters", "merged"))
+    multi_turn: MultiTurnConfig = group(MultiTurnConfig)
     val_kwargs: ValKwargs = group(ValKwargs)
 
 

@@ -64,6 +64,19 @@ def _sampling_lines(cfg: DictConfig, plan: StepPlan) -> list[str]:
             f"{short}"]
 
 
+def _turn_lines(cfg: DictConfig) -> list[str]:
+    """The tool loop's turn budget (workers/rollout/multi_turn.py); nothing with tools off."""
+    mt = cfg[ARR].rollout.multi_turn
+    if not mt.enable:
+        return []
+    turns = "no turn limit" if mt.max_assistant_turns is None else f"at most {mt.max_assistant_turns} assistant turns"
+    tools = ", ".join(p for p in (mt.tool_config_path, mt.function_tool_path) if p) or \
+        "the built-in calculator and code_interpreter"
+    return [f"{'turns':<10} multi-turn with tools ({tools}): {turns}, {mt.max_parallel_calls} call(s) per turn, "
+            f"answers cut to {mt.max_tool_response_length} characters; sampled and tool tokens together fit "
+            f"data.max_response_length={cfg.data.max_response_length}, the length every phase is planned for"]
+
+
 def _steps(plan: StepPlan) -> str:
     line = f"{plan.steps_per_epoch} steps per epoch, {plan.total_steps} steps in all"
     if plan.max_steps and plan.total_steps < plan.max_steps:
@@ -89,6 +102,7 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
         f"{'per step':<10} {plan.prompts} prompts x n={plan.n} = {plan.responses} responses; "
         f"{plan.per_rank_responses} responses per rank",
         *_sampling_lines(cfg, plan),
+        *_turn_lines(cfg),
         _reward_line(cfg, plan),
         *_update_lines("actor", plan, plan.actor),
         *(_update_lines("critic", plan, plan.critic) if plan.critic else []),

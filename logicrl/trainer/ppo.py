@@ -64,6 +64,7 @@ from logicrl.trainer.sampler import EpochSampler
 from logicrl.trainer.step_perf import FlopModel, generation_round, peak_bf16_flops, phase_shares, step_metrics
 from logicrl.trainer.step_state import StepState
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
+from logicrl.trainer.turns import ToolWatch, conversations, data_warning, turn_metrics
 from logicrl.trainer.validation import validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
 
@@ -92,6 +93,12 @@ class PPOTrainer:
                     truncation=data.truncation, skip_bad_rows=data.skip_bad_rows, row_check=reward_check(cfg))
         self.train_set = load_prompts(data.train_files, self.tokenizer, **load)
         self.val_set = load_prompts(data.val_files, self.tokenizer, **load)
+        multi_turn = arr.rollout.multi_turn.enable
+        if line := data_warning(multi_turn, self.train_set, data.train_files):
+            log.warning(line)
+        # A multi-turn engine reads each row's extra_info.tools_kwargs; a single-turn one gets the tensors only.
+        self.generate_keep = ("extra_info",) if multi_turn else ()
+        self.tool_watch = ToolWatch(multi_turn)
         # The plan counted the rows in the files; truncation=filter / skip_bad_rows may keep fewer.
         planned = plan
         self.plan = plan = plan.for_rows(len(self.train_set))
@@ -279,6 +286,8 @@ class PPOTrainer:
         if batch is not None:
             self._train(state, batch, token_scores)
             metrics.update(length_metrics(batch["response_attention_mask"], cfg.data.max_response_length))
+            metrics.update(turn_metrics(batch))
+            self.tool_watch.observe(step, metrics)
         metrics.update(merge_rank_metrics(state.rank_metrics))
         # What this step really ran (a curriculum stage's batch size and rollout.n show here).
         metrics["batch/prompts"] = float(prompts)
@@ -298,7 +307,7 @@ class PPOTrainer:
         (`balance`), scored."""
         plan = self.plan
         batch = prompt_batch(rows, plan.n, self.tokenizer.pad_token_id, first_uid)
-        self.calls.run("generate", batch, state, params=params)
+        self.calls.run("generate", batch, state, keep=self.generate_keep, params=params)
         state.generated.append(generation_round(batch["response_attention_mask"], plan.generating_ranks))
         if balance and self.cfg.trainer.balance_batch and plan.training_ranks > 1:
             batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.training_ranks))]
@@ -408,11 +417,11 @@ class PPOTrainer:
                       max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed)
         batch = prompt_batch(list(self.val_set), vk.n, self.tokenizer.pad_token_id)
         state = StepState(None)  # its own: nothing of it goes into the step's row
-        self.calls.run("generate", batch, state, params=params)
+        self.calls.run("generate", batch, state, keep=self.generate_keep, params=params)
         if self.plan.runs("reward_model"):  # as verl: validation's rewards combine the learned score too
             self.calls.run("reward_model", batch, state, keep=("raw_prompt",))
         _, _, texts, results = self.rewards(batch)
-        write_samples(self.run_dir, step, batch, texts, results)
+        write_samples(self.run_dir, step, batch, texts, results, conversations(batch, self.tokenizer))
         return validation_metrics(batch, results)
 
 

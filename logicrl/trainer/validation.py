@@ -36,11 +36,16 @@ def validation_metrics(batch: TensorDict, results: list[dict]) -> dict[str, floa
     return {k: sum(v) / len(v) for k, v in groups.items()}
 
 
-def write_samples(run_dir: Path, step: int, batch: TensorDict, texts: list[str], results: list[dict]) -> None:
+def write_samples(run_dir: Path, step: int, batch: TensorDict, texts: list[str], results: list[dict],
+                  conversations: list[str] | None = None) -> None:
+    """The first SAMPLES_WRITTEN rows; with tools, each also as its whole conversation (`conversation`:
+    the response with its turn markers and tool answers, as the model read it)."""
     out_dir = run_dir / "val_generations"
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = zip(batch["prompt_text"], texts, batch["ground_truth"], results)
+    rows = zip(batch["prompt_text"], texts, batch["ground_truth"], results, conversations or [None] * len(texts))
     with (out_dir / f"step_{step}.jsonl").open("w") as f:
-        for prompt, text, truth, result in list(rows)[:SAMPLES_WRITTEN]:
-            f.write(json.dumps({"prompt": prompt, "response": text, "ground_truth": truth, "result": result},
-                               default=str) + "\n")
+        for prompt, text, truth, result, conversation in list(rows)[:SAMPLES_WRITTEN]:
+            sample = {"prompt": prompt, "response": text, "ground_truth": truth, "result": result}
+            if conversation is not None:
+                sample["conversation"] = conversation
+            f.write(json.dumps(sample, default=str) + "\n")
