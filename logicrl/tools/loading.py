@@ -41,7 +41,8 @@ def load_tools(tool_config_path: str | None = None, function_tool_path: str | No
         tools += _from_yaml(Path(tool_config_path))
     if function_tool_path is not None:
         tools += _from_functions(Path(function_tool_path))
-    where = " and ".join(str(p) for p in (tool_config_path, function_tool_path) if p is not None)
+    where = " and ".join(f"{key}={p}" for key, p in (("tool_config_path", tool_config_path),
+                                                      ("function_tool_path", function_tool_path)) if p is not None)
     return _named(tools, where)
 
 
