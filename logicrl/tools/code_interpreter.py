@@ -73,12 +73,12 @@ class CodeInterpreter:
     def _local(self, code: str) -> ToolResult:
         run = run_python(code, self.limits)
         output = _join(run.stdout, run.stderr)
-        if run.timed_out:
-            return ToolResult.failure("timeout", f"the code ran past {self.limits.timeout_s:g} s and was stopped"
-                                      + _tail(output))
         if run.limit_hit == "processes":
             return ToolResult.failure("limit", f"the code started more than {self.limits.processes} processes "
                                       "and was stopped" + _tail(output))
+        if run.timed_out:
+            return ToolResult.failure("timeout", f"the code ran past {self.limits.timeout_s:g} s and was stopped"
+                                      + _tail(output))
         code_ = run.returncode or 0
         if code_ > 128 and code_ - 128 in _SIGNALS:
             what = _SIGNALS[code_ - 128]

@@ -102,7 +102,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
         status_w = -1
         keep = max(64, limits.output_chars // 2)
         out, err = _Capped(proc.stdout, keep), _Capped(proc.stderr, keep)
-        watchdog = _Watchdog(proc.pid, limits.processes) if cgroup is None else None
+        watchdog = _Watchdog(proc.pid, limits.processes, cgroup)
         timed_out = False
         try:
             proc.wait(timeout=limits.timeout_s)
@@ -111,7 +111,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
         # Always, not only on timeout: background processes the code left behind die with the call.
         _kill_all(proc.pid, cgroup)
         proc.wait()
-        limit_hit = watchdog.stop() if watchdog else None
+        limit_hit = watchdog.stop()
         if cgroup is not None and _pids_max_events(cgroup) > 0:
             limit_hit = "processes"
         out.thread.join(timeout=2.0)
@@ -224,12 +224,14 @@ def _read(path: Path) -> str:
 
 
 class _Watchdog:
-    """Where no pids cgroup exists: counts the launcher's descendants every `interval` and kills the
-    whole group past the limit. Descendants, not the process group: a child that calls setsid() leaves
-    the group but not the tree (orphans are re-parented to the namespace's init, still ours)."""
+    """Ends the run once it passes the process limit. With a pids cgroup the kernel already refused
+    the extra fork; this notices the refusal (pids.events) and ends a program that would keep
+    retrying until its timeout. Without one it counts the launcher's descendants itself.
+    Descendants, not the process group: a child that calls setsid() leaves the group but not the
+    tree (orphans are re-parented to the namespace's init, still ours)."""
 
-    def __init__(self, root_pid: int, processes: int, interval: float = 0.05):
-        self.root, self.limit, self.interval = root_pid, processes + 2, interval
+    def __init__(self, root_pid: int, processes: int, cgroup: Path | None, interval: float = 0.05):
+        self.root, self.limit, self.cgroup, self.interval = root_pid, processes + 2, cgroup, interval
         self.hit: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -237,6 +239,11 @@ class _Watchdog:
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
+            if self.cgroup is not None:
+                if _pids_max_events(self.cgroup) > 0:
+                    self.hit = "processes"
+                    _kill_all(self.root, self.cgroup)
+                continue
             tree = descendants(self.root)
             if len(tree) + 1 > self.limit:
                 self.hit = "processes"
