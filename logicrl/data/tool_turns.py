@@ -38,6 +38,10 @@ class ToolTurns:
         self.end_of_turn_id = tokenizer.convert_tokens_to_ids(turn_end)
         self.separator = after[len(turn_end):]
         self.ids([{"role": "tool", "name": "check", "content": "0"}])  # refuses a template that is not append-only
+        # The ids that open an assistant turn (the generation prompt), to find a prompt's continued assistant message.
+        asked = tokenizer.apply_chat_template(self.base[:2], tokenize=False, add_generation_prompt=True)
+        plain = tokenizer.apply_chat_template(self.base[:2], tokenize=False)
+        self.opening = tokenizer.encode(asked[len(plain):], add_special_tokens=False) if asked.startswith(plain) else []
 
     def _end_of_turn(self, after: str) -> str:
         ids = self.tokenizer.encode(after, add_special_tokens=False)
@@ -45,6 +49,16 @@ class ToolTurns:
             raise ChatTemplateError(f"the chat template writes {after!r} after an assistant message, not an "
                                     "end-of-turn token the model can stop on: use a chat model's checkpoint")
         return self.tokenizer.convert_ids_to_tokens(ids[0])
+
+    def continued(self, prompt_ids: list[int]) -> list[int]:
+        """The ids of the assistant message a prompt ends inside (a prompt that continues the final assistant
+        message, as the K&K templates open `<think>`): what follows the last assistant opening, [] when the prompt
+        ends with the opening itself or has none. Calls written there belong to the first turn."""
+        k = len(self.opening)
+        for start in range(len(prompt_ids) - k, -1, -1):
+            if k and prompt_ids[start:start + k] == self.opening:
+                return prompt_ids[start + k:]
+        return []
 
     def text(self, messages: list[dict]) -> str:
         """The tool turn as text: the separator after the assistant's end-of-turn token, the tool messages,

@@ -233,3 +233,20 @@ def test_a_template_that_rewrites_earlier_turns_is_refused():
                          "{%- endfor %}")
     with pytest.raises(ChatTemplateError, match="append-only"):
         ToolTurns(tok)
+
+
+def test_a_call_the_prompt_opened_the_assistant_turn_with_is_run(tokenizer):
+    # The prompt continues an assistant message that already holds the call (as the K&K templates open
+    # <think>); the model only closes the turn, and the call is run.
+    messages = [{"role": "user", "content": "What is 12*7?"}, {"role": "assistant", "content": CALL.format("12*7")}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, continue_final_message=True)
+    prompt = tokenizer.encode(text, add_special_tokens=False)
+    engine = ScriptedEngine(tokenizer, [prompt], [["", "<answer>84</answer>"]])
+    runner = FakeRunner()
+    loop = MultiTurnEngine(engine, tokenizer, runner, parse_hermes, PARALLEL)
+    ids, mask = left_pad([prompt], tokenizer.pad_token_id)
+    out = loop.generate(ids, mask, SamplingParams(max_tokens=200, seed=1))
+    assert out.extras["tool_calls"].tolist() == [1] and out.extras["num_turns"].tolist() == [2]
+    n = int(out.response_lengths[0])
+    tool_turn = ToolTurns(tokenizer).text([{"role": "tool", "name": "calculator", "content": "84"}])
+    assert tokenizer.decode(out.responses[0, :n].tolist()) == f"<|im_end|>{tool_turn}<answer>84</answer><|im_end|>"

@@ -5,7 +5,8 @@
 
 Each turn the inner engine continues every unfinished row from its ids so far (the prompt, then every
 sampled and appended token, never re-tokenized) until its end-of-turn token or the budget. A turn that
-ended on that token and wrote tool calls gets them run; the answers are rendered as one tool turn by the
+ended on that token and wrote tool calls (the first turn's text includes an assistant message the prompt
+opened and left for the model to continue) gets them run; the answers are rendered as one tool turn by the
 chat template (data/tool_turns.py, its separator included) and appended as ids. A row ends when a turn
 calls nothing, at multi_turn.max_assistant_turns, or when the trajectory reaches params.max_tokens
 (data.max_response_length: the budget counts sampled and tool tokens alike; a tool turn that does not fit
@@ -80,6 +81,8 @@ class MultiTurnEngine:
         loss: list[list[int]] = [[] for _ in range(rows)]
         logp: list[list[float]] = [[] for _ in range(rows)]
         stats = {name: [0.0] * rows for name in TURN_FIELDS}
+        # A prompt may end inside an assistant message it opened; the first turn's text starts there.
+        opened = [self.turns.continued(p) for p in prompts]
         active, turn = list(range(rows)), 0
         while active:
             turn += 1
@@ -104,7 +107,8 @@ class MultiTurnEngine:
                 limit = self.limits.max_assistant_turns
                 if not closed or (limit is not None and stats["num_turns"][i] >= limit):
                     continue
-                calls = self.parse(self.tokenizer.decode(new, skip_special_tokens=True))
+                written = opened[i] + new if turn == 1 else new
+                calls = self.parse(self.tokenizer.decode(written, skip_special_tokens=True))
                 if calls:
                     pending.append((i, calls))
             active = []
