@@ -10,11 +10,16 @@ Config keys (a tool YAML's `config:`), verl's names where verl has one:
   max_processes        processes the code may have at once                                 [16]
   max_output_chars     stdout+stderr as the model sees them, cut in the middle             [4096]
   isolate_network / read_only_fs / site_packages                                [true / true / true]
+  extract_code_block   run only the first ```python block of `code`, when it has one       [false]
+  print_last_expression  print the value of a final bare expression, as a REPL does        [false]
 verl's `rate_limit`, `enable_global_rate_limit` and `type` are accepted and have no effect here.
+RetoolCodeInterpreter (verl-recipe's retool CustomSandboxFusionTool) turns the last two on.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 import threading
 from typing import Any
 
@@ -26,12 +31,15 @@ _SIGNALS = {9: "killed", 24: "CPU time", 25: "file size"}  # SIGKILL, SIGXCPU, S
 _ACCEPTED_VERL_KEYS = {"rate_limit", "enable_global_rate_limit", "type"}
 _KEYS = {"sandbox_fusion_url", "num_workers", "default_timeout", "memory_limit_mb", "cpu_time_s", "max_file_mb",
          "max_open_files", "max_processes", "max_output_chars", "isolate_network", "read_only_fs", "site_packages",
-         "default_language"}
+         "default_language", "extract_code_block", "print_last_expression"}
+_CODE_BLOCK = re.compile(r"```python(.*?)```", re.DOTALL)
 
 
 class CodeInterpreter:
+    DEFAULTS: dict[str, Any] = {}
+
     def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | None = None):
-        config = dict(config or {})
+        config = {**self.DEFAULTS, **(config or {})}
         unknown = sorted(set(config) - _KEYS - _ACCEPTED_VERL_KEYS)
         if unknown:
             raise ToolConfigError(f"code_interpreter config: unknown key(s) {unknown}; known: {sorted(_KEYS)}")
@@ -55,6 +63,8 @@ class CodeInterpreter:
             raise ToolConfigError("code_interpreter config: num_workers >= 1, default_timeout > 0, "
                                   "memory_limit_mb >= 64 and max_processes >= 1 are needed")
         self.url = config.get("sandbox_fusion_url") or None
+        self.extract_code_block = bool(config.get("extract_code_block", False))
+        self.print_last_expression = bool(config.get("print_last_expression", False))
         self._pool = threading.BoundedSemaphore(workers)
         self.schema = tool_schema or function_schema(
             "code_interpreter", "Run a Python program and return what it prints (stdout, then stderr). "
@@ -67,6 +77,10 @@ class CodeInterpreter:
         code = arguments.get("code")
         if not isinstance(code, str):
             return ToolResult.failure("bad_arguments", f"{self.name} needs `code`, a string")
+        if self.extract_code_block and (block := _CODE_BLOCK.search(code)):
+            code = block.group(1).strip()
+        if self.print_last_expression:
+            code = print_last_expression(code)
         with self._pool:
             return self._remote(code) if self.url else self._local(code)
 
@@ -100,6 +114,36 @@ class CodeInterpreter:
         if answer.return_code not in (0, None):
             return _failed_run(output, self.limits.memory_mb)
         return ToolResult.success(output or "(no output; print() what you want to see)")
+
+
+class RetoolCodeInterpreter(CodeInterpreter):
+    """verl-recipe retool's CustomSandboxFusionTool: the code may come in a ```python block, and a
+    final expression is printed."""
+
+    DEFAULTS = {"extract_code_block": True, "print_last_expression": True}
+
+
+def print_last_expression(code: str) -> str:
+    """`code` with its last statement wrapped in print() when it is a bare expression other than a
+    call to print. Decided on the syntax tree, not by line as retool does (which wraps `x = 1` into
+    `print(x = 1)`); code that does not parse is returned as is, for Python to report."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return code
+    if not body or not isinstance(body[-1], ast.Expr):
+        return code
+    last = body[-1]
+    if isinstance(last.value, ast.Call) and isinstance(last.value.func, ast.Name) and last.value.func.id == "print":
+        return code
+    lines = code.splitlines()
+    segment = ast.get_source_segment(code, last)
+    if not segment:
+        return code
+    # ast's column offsets count UTF-8 bytes
+    before = lines[last.lineno - 1].encode()[: last.col_offset].decode()
+    after = lines[last.end_lineno - 1].encode()[last.end_col_offset:].decode()
+    return "\n".join([*lines[: last.lineno - 1], f"{before}print({segment}){after}", *lines[last.end_lineno:]])
 
 
 def _failed_run(output: str, memory_mb: int) -> ToolResult:
