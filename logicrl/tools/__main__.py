@@ -1,7 +1,8 @@
 """`python -m logicrl.tools call [CONFIG] NAME 'JSON'`: one tool call by hand, printing what the model
 would see. CONFIG is a tool YAML or a .py file of function tools; without it, the built-in tools.
-`python -m logicrl.tools list [CONFIG]` prints each tool's schema. Exit 0 when the call succeeded,
-1 when the tool answered with an error, 2 for a bad config or bad command line.
+`python -m logicrl.tools list [CONFIG]` prints each tool's schema; `check` what the code sandbox's
+isolation holds on this machine. Exit 0 when the call succeeded, 1 when the tool answered with an
+error, 2 for a bad config or bad command line.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     call.add_argument("--timeout", type=float, default=60.0, help="the runner's timeout per call, seconds")
     listing = sub.add_parser("list", help="print the tools' schemas")
     listing.add_argument("config", nargs="?")
+    sub.add_parser("check", help="what the local sandbox's isolation holds on this machine")
     ns = parser.parse_args(argv)
+    if ns.command == "check":
+        return _check()
     try:
         if ns.command == "list":
             for tool in load_tools_from(ns.config).values():
@@ -46,6 +50,19 @@ def main(argv: list[str] | None = None) -> int:
     status = "ok" if result.ok else f"error={result.error}"
     print(f"[{name}: {status}, {result.latency_s:.3f} s]", file=sys.stderr)
     return 0 if result.ok else 1
+
+
+def _check() -> int:
+    """Runs an empty program in the local sandbox and prints what its launcher could apply."""
+    from logicrl.tools.sandbox import SandboxLimits, run_python
+
+    run = run_python("pass", SandboxLimits(timeout_s=30))
+    for key, value in run.isolation.items():
+        print(f"{key}: {value}")
+    if run.returncode != 0:
+        print(f"the sandbox failed to run an empty program (exit {run.returncode}): {run.stderr.strip()[-300:]}")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Config keys (a tool YAML's `config:`), verl's names where verl has one:
   default_timeout      wall-clock seconds per run, then the whole process group is killed  [10]
   memory_limit_mb      address-space limit of the code's process                          [1024]
   cpu_time_s           CPU seconds (null: the timeout)  max_file_mb [16]  max_open_files [64]
-  max_processes        processes the code may have at once                                 [16]
+  max_processes        processes (and, under a pids cgroup, threads) at once               [64]
   max_output_chars     stdout+stderr as the model sees them, cut in the middle             [4096]
   isolate_network / read_only_fs / site_packages                                [true / true / true]
   extract_code_block   run only the first ```python block of `code`, when it has one       [false]
@@ -51,7 +51,7 @@ class CodeInterpreter:
                 timeout_s=float(config.get("default_timeout", 10)), memory_mb=int(config.get("memory_limit_mb", 1024)),
                 cpu_s=None if config.get("cpu_time_s") is None else int(config["cpu_time_s"]),
                 file_mb=int(config.get("max_file_mb", 16)), open_files=int(config.get("max_open_files", 64)),
-                processes=int(config.get("max_processes", 16)),
+                processes=int(config.get("max_processes", 64)),
                 output_chars=int(config.get("max_output_chars", 4096)),
                 isolate_network=bool(config.get("isolate_network", True)),
                 read_only_fs=bool(config.get("read_only_fs", True)),

@@ -4,9 +4,10 @@ rlimits on memory, CPU time, file size and open files, a wall-clock timeout that
 process group, stdout and stderr read with a bound and cut in the middle, and where the kernel allows
 it: no network, a read-only filesystem but the work directory, a pid namespace, a pids cgroup.
 
-Processes: RLIMIT_NPROC does not bind root, so the count is bounded by a pids cgroup where one can be
-made, else by a watchdog thread that counts the launcher's descendants and kills them all past the
-limit (a fork loop may overshoot it between two polls; the pid namespace still ends them all).
+Processes: not RLIMIT_NPROC, which does not bind root and otherwise counts all of the user's processes
+and threads on the machine (a trainer's Ray workers would leave the code none). A pids cgroup where
+one can be made, else a watchdog thread that counts the launcher's descendants and kills them all past
+the limit (a fork loop may overshoot it between two polls; the pid namespace still ends them all).
 docs/tools.md says what this does and does not protect against.
 """
 
@@ -38,12 +39,13 @@ class SandboxLimits:
     cpu_s: int | None = None  # None: the timeout, rounded up
     file_mb: int = 16
     open_files: int = 64
-    processes: int = 16
+    processes: int = 64  # tasks at once: with a pids cgroup threads count too (a BLAS pool is one per core)
     output_chars: int = 4096  # stdout and stderr together, as the model sees them
     isolate_network: bool = True
     read_only_fs: bool = True
     use_cgroup: bool = True  # False: the watchdog only (tests use it to exercise the fallback)
     site_packages: bool = True  # the interpreter's installed packages importable (numpy, sympy ...)
+    drop_capabilities: bool = True  # root's capabilities gone before the code runs (no effect for non-root)
 
 
 @dataclass
@@ -94,7 +96,8 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
         cfg = {"workdir": workdir, "python": sys.executable, "status_fd": status_w,
                "python_flags": ["-I"] if limits.site_packages else ["-I", "-S"],
                "cgroup": str(cgroup) if cgroup else None, "isolate_network": limits.isolate_network,
-               "read_only_fs": limits.read_only_fs, "rlimits": _rlimits(limits)}
+               "read_only_fs": limits.read_only_fs, "rlimits": _rlimits(limits),
+               "drop_capabilities": limits.drop_capabilities}
         proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(cfg)], cwd=workdir, env={},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, pass_fds=(status_w,))
@@ -133,8 +136,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
 def _rlimits(limits: SandboxLimits) -> dict[str, int]:
     mb = 1024 * 1024
     return {"RLIMIT_AS": limits.memory_mb * mb, "RLIMIT_CPU": int(limits.cpu_s or -(-limits.timeout_s // 1)),
-            "RLIMIT_FSIZE": limits.file_mb * mb, "RLIMIT_NOFILE": limits.open_files,
-            "RLIMIT_NPROC": limits.processes, "RLIMIT_CORE": 0}
+            "RLIMIT_FSIZE": limits.file_mb * mb, "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0}
 
 
 def _read_status(fd: int) -> dict:

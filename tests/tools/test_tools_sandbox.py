@@ -166,3 +166,13 @@ def test_output_is_cut_in_the_middle():
 def test_file_size_limit():
     result = tool(max_file_mb=1).call({"code": "open('big', 'wb').write(b'x' * 2_000_000)"})
     assert (result.ok, result.error) == (False, "limit") and "past the size limit" in result.text
+
+
+def test_root_keeps_no_capabilities_and_sees_no_devices(isolation):
+    code = ("import os\nstatus = dict(l.split(':\\t') for l in open('/proc/self/status').read().splitlines() "
+            "if ':\\t' in l)\nprint(status['CapEff'].strip(), status['CapBnd'].strip(), sorted(os.listdir('/dev')))")
+    caps_eff, caps_bnd, devices = tool().call({"code": code}).text.split(" ", 2)
+    assert caps_eff == caps_bnd == "0000000000000000"
+    if not isolation.get("minimal_dev"):
+        pytest.skip("no mount namespace here: the host's /dev is visible (docs/tools.md)")
+    assert devices == "['fd', 'full', 'null', 'random', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"
