@@ -87,6 +87,9 @@ class CodeInterpreter:
     def _local(self, code: str) -> ToolResult:
         run = run_python(code, self.limits)
         output = _join(run.stdout, run.stderr)
+        if not run.isolation and not run.timed_out:  # the launcher died before the code started
+            return ToolResult.failure("sandbox", "the sandbox could not start the code: "
+                                      + (run.stderr.strip().splitlines() or ["no message"])[-1])
         if run.limit_hit == "processes":
             return ToolResult.failure("limit", f"the code started more than {self.limits.processes} processes "
                                       "and was stopped" + _tail(output))

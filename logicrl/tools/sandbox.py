@@ -44,6 +44,7 @@ class SandboxLimits:
     isolate_network: bool = True
     read_only_fs: bool = True
     use_cgroup: bool = True  # False: the watchdog only (tests use it to exercise the fallback)
+    use_namespaces: bool = True  # False: no namespace at all (tests use it for machines that allow none)
     site_packages: bool = True  # the interpreter's installed packages importable (numpy, sympy ...)
     drop_capabilities: bool = True  # root's capabilities gone before the code runs (no effect for non-root)
 
@@ -97,7 +98,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
                "python_flags": ["-I"] if limits.site_packages else ["-I", "-S"],
                "cgroup": str(cgroup) if cgroup else None, "isolate_network": limits.isolate_network,
                "read_only_fs": limits.read_only_fs, "rlimits": _rlimits(limits),
-               "drop_capabilities": limits.drop_capabilities}
+               "drop_capabilities": limits.drop_capabilities, "namespaces": limits.use_namespaces}
         proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(cfg)], cwd=workdir, env={},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, pass_fds=(status_w,))
@@ -149,6 +150,19 @@ def _read_status(fd: int) -> dict:
 
 
 def _kill_all(pid: int, cgroup: Path | None) -> None:
+    if cgroup is None:
+        # The launcher's tree first, while the launcher still re-parents orphans to itself: what left
+        # the process group (setsid) is still below it. Where a pid namespace exists, ending the
+        # launcher would be enough.
+        for _ in range(50):
+            tree = descendants(pid)
+            if not tree:
+                break
+            for p in tree:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
     try:
         os.killpg(pid, signal.SIGKILL)  # the launcher's session: launcher, init, and all that stayed
     except ProcessLookupError:
@@ -174,11 +188,33 @@ def _cgroup_root() -> Path | None:
     return None
 
 
+_swept = False
+
+
+def _sweep_stale_cgroups(root: Path) -> None:
+    """Once per process: remove the empty cgroups of trainer processes that died mid-call (SIGKILL)."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for path in root.glob("logicrl-sandbox-*-*"):
+        try:
+            os.kill(int(path.name.split("-")[2]), 0)
+        except ProcessLookupError:
+            try:
+                path.rmdir()  # refused while a member lives: then it stays
+            except OSError:
+                pass
+        except (ValueError, PermissionError):
+            pass
+
+
 def _make_cgroup(processes: int) -> Path | None:
     """A fresh pids cgroup capped at `processes` (+2: the launcher and init), or None where none can be made."""
     root = _cgroup_root()
     if root is None:
         return None
+    _sweep_stale_cgroups(root)
     path = root / f"logicrl-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         path.mkdir()

@@ -22,7 +22,7 @@ import sys
 CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
 CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWUSER = 0x08000000, 0x04000000, 0x10000000
 MS_MOVE = 8192
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 24, 36, 38
 _DEVICES = ("null", "zero", "full", "random", "urandom")
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -125,12 +125,16 @@ def run_worker(cfg):
 
 
 def init(cfg, status):
-    """pid 1 of the namespace: confine the filesystem, start the worker, reap until it ends."""
+    """pid 1 of the namespace (or, without one, a subreaper in this session): confine the filesystem,
+    start the worker, reap until it ends. Without a pid namespace nothing kills what is left when
+    init exits, so init kills it: orphans, setsid() or not, are re-parented to a subreaper."""
     if status["mount_ns"]:
         if _mount(None, "/", None, MS_REC | MS_PRIVATE):  # else a mount could propagate to the host: none
             status["minimal_dev"] = minimal_dev(cfg["workdir"])
             status["read_only_fs"], status["writable_mounts"] = read_only_except(cfg["workdir"])
-            status["private_proc"] = _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
+            if status["pid_ns"]:
+                status["private_proc"] = _mount("proc", "/proc", "proc",
+                                                MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
     _report(cfg, status)
     worker = os.fork()
     if worker == 0:
@@ -141,7 +145,37 @@ def init(cfg, status):
         except ChildProcessError:
             os._exit(111)
         if pid == worker:
+            if not status["pid_ns"]:
+                _kill_children()
             os._exit(os.waitstatus_to_exitcode(code) if code & 0x7F == 0 else 128 + (code & 0x7F))
+
+
+def _kill_children():
+    """SIGKILL and reap this process's children until none is left (a dying child's own children
+    are re-parented here, so this loops)."""
+    me = str(os.getpid()).encode()
+    for _ in range(1000):
+        children = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except (OSError, ValueError):
+                continue
+            if stat[stat.rfind(b")") + 2:].split()[1:2] == [me]:
+                children.append(int(entry))
+        if not children:
+            return
+        for pid in children:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        for _ in children:
+            try:
+                os.wait()
+            except ChildProcessError:
+                break
 
 
 def _report(cfg, status):
@@ -156,22 +190,23 @@ def main():
               "no_capabilities": cfg["drop_capabilities"]}
     if cfg["cgroup"]:
         # First thing: every process forked from here on is counted against pids.max.
-        with open(os.path.join(cfg["cgroup"], "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
-        status["cgroup"] = True
-    if os.getuid() != 0:
+        try:
+            with open(os.path.join(cfg["cgroup"], "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+            status["cgroup"] = True
+        except OSError:
+            pass  # the parent's watchdog still counts
+    if os.getuid() != 0 and cfg["namespaces"]:
         status["user_ns"] = enter_user_namespace()
     wanted = [(CLONE_NEWNET, "net_ns")] if cfg["isolate_network"] else []
     wanted += [(CLONE_NEWNS, "mount_ns")] if cfg["read_only_fs"] else []
     wanted += [(CLONE_NEWPID, "pid_ns"), (CLONE_NEWIPC | CLONE_NEWUTS, "ipc_uts_ns")]
+    wanted = wanted if cfg["namespaces"] else []
     for flag, name in wanted:  # one at a time: a kernel refusing one still grants the others
         status[name] = libc.unshare(flag) == 0
-    if not status["pid_ns"]:  # no namespace to die with: run the worker directly in this session
-        if status["mount_ns"] and _mount(None, "/", None, MS_REC | MS_PRIVATE):
-            status["minimal_dev"] = minimal_dev(cfg["workdir"])
-            status["read_only_fs"], status["writable_mounts"] = read_only_except(cfg["workdir"])
-        _report(cfg, status)
-        run_worker(cfg)
+    if not status["pid_ns"]:  # no namespace to die with: this process reaps and ends what is left
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        init(cfg, status)
     child = os.fork()
     if child == 0:
         init(cfg, status)

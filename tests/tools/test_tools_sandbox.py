@@ -69,6 +69,23 @@ def test_infinite_loop_ends_at_the_timeout_with_its_children():
     assert alive_in(workdir) == []
 
 
+# A child that leaves the process group and double-forks, left sleeping when the program ends.
+ESCAPEE = ("import os, time\nprint(os.getcwd(), flush=True)\n"
+           "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
+           "time.sleep({})\n")
+
+
+@pytest.mark.parametrize("sleep, timeout", [(0.2, 5), (30, 1)], ids=["program-ends", "timeout"])
+def test_nothing_outlives_the_call_without_namespaces_or_cgroup(sleep, timeout):
+    """The weakest machine: no namespace, no cgroup. The launcher is a subreaper and kills what is
+    left; on a timeout the parent kills the launcher's whole tree."""
+    run = run_python(ESCAPEE.format(sleep), SandboxLimits(timeout_s=timeout, use_cgroup=False,
+                                                          use_namespaces=False))
+    assert not run.isolation["pid_ns"] and not run.isolation["cgroup"] and run.timed_out == (sleep > timeout)
+    time.sleep(0.2)
+    assert alive_in(run.stdout.split()[0]) == []
+
+
 def test_cpu_time_limit():
     result = tool(default_timeout=10, cpu_time_s=1).call({"code": "while True:\n    pass\n"})
     assert (result.ok, result.error) == (False, "limit") and "CPU time limit" in result.text
@@ -176,3 +193,11 @@ def test_root_keeps_no_capabilities_and_sees_no_devices(isolation):
     if not isolation.get("minimal_dev"):
         pytest.skip("no mount namespace here: the host's /dev is visible (docs/tools.md)")
     assert devices == "['fd', 'full', 'null', 'random', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"
+
+
+def test_a_sandbox_that_cannot_start_is_its_own_error(monkeypatch, tmp_path):
+    monkeypatch.setattr("logicrl.tools.sandbox.LAUNCHER", tmp_path / "missing_launcher.py")
+    result = tool().call({"code": "print(1)"})
+    assert (result.ok, result.error) == (False, "sandbox")
+    assert result.text.startswith("Error (sandbox): the sandbox could not start the code: ")
+    assert "missing_launcher.py" in result.text
