@@ -86,7 +86,7 @@ class CodeInterpreter:
 
     def _local(self, code: str) -> ToolResult:
         run = run_python(code, self.limits)
-        output = _join(run.stdout, run.stderr)
+        output = _cut(_join(run.stdout, run.stderr), self.limits.output_chars, run.dropped)
         if not run.isolation and not run.timed_out:  # the launcher died before the code started
             return ToolResult.failure("sandbox", "the sandbox could not start the code: "
                                       + (run.stderr.strip().splitlines() or ["no message"])[-1])
@@ -166,8 +166,9 @@ def _tail(output: str) -> str:
     return f"; its output until then:\n{output}" if output else ""
 
 
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
+def _cut(text: str, limit: int, dropped: int = 0) -> str:
+    """The middle of `text` cut to `limit` characters; `dropped` more were already cut from its middle."""
+    if len(text) <= limit and not dropped:
         return text
     half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+    return f"{text[:half]}\n[... {len(text) - 2 * half + dropped} characters cut ...]\n{text[-half:]}"

@@ -1,5 +1,5 @@
 """Runs a piece of Python in a separate, confined process (the parent's side; sandbox_launch.py is the
-child's). Per run: a fresh temporary work directory (deleted after), an empty environment, `python -I`,
+child's). Per run: a fresh temporary work directory (deleted after), none of the trainer's environment, `python -I`,
 rlimits on memory, CPU time, file size and open files, a wall-clock timeout that kills the whole
 process group, stdout and stderr read with a bound and cut in the middle, and where the kernel allows
 it: no network, a read-only filesystem but the work directory, a pid namespace, a pids cgroup.
@@ -27,6 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LAUNCHER = Path(__file__).with_name("sandbox_launch.py")
+# The code's whole environment: nothing of the trainer's (no tokens, no paths). Math libraries would
+# otherwise start a thread per core on import, which on a large node breaks the memory and process
+# limits (stacks and buffers count against RLIMIT_AS) and competes with the trainer for its cores.
+CODE_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _CGROUP_V1 = Path("/sys/fs/cgroup/pids")
 _CGROUP_V2 = Path("/sys/fs/cgroup")
 _READ_CHUNK = 65536
@@ -56,7 +60,7 @@ class SandboxRun:
     returncode: int | None
     timed_out: bool = False
     limit_hit: str | None = None  # "processes", "output" ...: why the sandbox killed it early
-    truncated: bool = False
+    dropped: int = 0  # bytes of output not kept (the middle of a stream past twice output_chars)
     latency_s: float = 0.0
     isolation: dict = field(default_factory=dict)  # what the launcher managed to apply
 
@@ -79,12 +83,10 @@ class _Capped:
             self.tail = (self.tail + chunk)[-self.keep:]
 
     def text(self) -> tuple[str, int]:
-        """The kept bytes decoded, and how many bytes were dropped between head and tail."""
+        """The kept bytes decoded (head and tail joined where the middle was dropped), and how many
+        bytes were dropped."""
         dropped = max(0, self.total - len(self.head) - len(self.tail))
-        if dropped == 0:
-            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace"), 0
-        return (bytes(self.head).decode("utf-8", "replace") + f"\n[... {dropped} bytes cut ...]\n"
-                + bytes(self.tail).decode("utf-8", "replace"), dropped)
+        return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace"), dropped
 
 
 def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun:
@@ -98,13 +100,16 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
                "python_flags": ["-I"] if limits.site_packages else ["-I", "-S"],
                "cgroup": str(cgroup) if cgroup else None, "isolate_network": limits.isolate_network,
                "read_only_fs": limits.read_only_fs, "rlimits": _rlimits(limits),
-               "drop_capabilities": limits.drop_capabilities, "namespaces": limits.use_namespaces}
+               "drop_capabilities": limits.drop_capabilities, "namespaces": limits.use_namespaces, "env": CODE_ENV}
         proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(cfg)], cwd=workdir, env={},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, pass_fds=(status_w,))
         os.close(status_w)
         status_w = -1
-        keep = max(64, limits.output_chars // 2)
+        # Each stream keeps head and tail of output_chars bytes: a stream up to twice the budget is kept
+        # whole, so the caller's one middle cut of stdout+stderr is exact; past that the middle is dropped
+        # here, counted in `dropped`, and falls inside the caller's cut.
+        keep = max(64, limits.output_chars)
         out, err = _Capped(proc.stdout, keep), _Capped(proc.stderr, keep)
         watchdog = _Watchdog(proc.pid, limits.processes, cgroup)
         timed_out = False
@@ -123,7 +128,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
         (stdout, dropped_out), (stderr, dropped_err) = out.text(), err.text()
         isolation = _read_status(status_r)
         return SandboxRun(stdout=stdout, stderr=stderr, returncode=None if timed_out else proc.returncode,
-                          timed_out=timed_out, limit_hit=limit_hit, truncated=bool(dropped_out or dropped_err),
+                          timed_out=timed_out, limit_hit=limit_hit, dropped=dropped_out + dropped_err,
                           latency_s=time.monotonic() - start, isolation=isolation)
     finally:
         if status_w >= 0:

@@ -5,7 +5,7 @@ library only, never imported. It confines itself, then runs the model's code:
     each where the kernel allows (a non-root user first enters a user namespace)
   --fork--> init, pid 1 of the new pid namespace: a minimal /dev, every filesystem read-only but
     the work directory, a fresh read-only /proc; reaps orphans
-  --fork--> worker: rlimits, every capability dropped, exec `python -I main.py`, empty environment.
+  --fork--> worker: rlimits, every capability dropped, exec `python -I main.py` in a fixed environment.
 
 When init exits the kernel kills everything left in the namespace, however it detached itself
 (setsid, double fork), so nothing the code started outlives the call. A single JSON status line
@@ -121,7 +121,7 @@ def run_worker(cfg):
     set_limits(cfg["rlimits"])
     if cfg["drop_capabilities"] and not drop_capabilities():
         sys.exit("sandbox: dropping capabilities failed")
-    os.execve(cfg["python"], [cfg["python"], *cfg["python_flags"], "main.py"], {})
+    os.execve(cfg["python"], [cfg["python"], *cfg["python_flags"], "main.py"], cfg["env"])
 
 
 def init(cfg, status):
