@@ -3,7 +3,7 @@
 
 Config keys (a tool YAML's `config:`), verl's names where verl has one:
   sandbox_fusion_url   null: the local sandbox; else the service's run_code URL
-  num_workers          how many runs at once, per tool (the pool a run cannot starve)      [4]
+  num_workers          how many runs at once, per tool and process (the pool bound)        [4]
   default_timeout      wall-clock seconds per run, then the whole process group is killed  [10]
   memory_limit_mb      address-space limit of the code's process                          [1024]
   cpu_time_s           CPU seconds (null: the timeout)  max_file_mb [16]  max_open_files [64]
@@ -63,6 +63,9 @@ class CodeInterpreter:
             raise ToolConfigError("code_interpreter config: num_workers >= 1, default_timeout > 0, "
                                   "memory_limit_mb >= 64 and max_processes >= 1 are needed")
         self.url = config.get("sandbox_fusion_url") or None
+        # The runner waits this (plus a grace) before abandoning a call: the sandbox ends it first.
+        # A remote call may take the HTTP timeout (run timeout + 10 s) and one retry.
+        self.timeout_s = self.limits.timeout_s if self.url is None else 2 * (self.limits.timeout_s + 10)
         self.extract_code_block = bool(config.get("extract_code_block", False))
         self.print_last_expression = bool(config.get("print_last_expression", False))
         self._pool = threading.BoundedSemaphore(workers)
