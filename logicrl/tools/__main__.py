@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     call = sub.add_parser("call", help="run one tool call and print what the model would see")
     call.add_argument("args", nargs="+", metavar="[CONFIG] NAME JSON")
     call.add_argument("--timeout", type=float, default=60.0, help="the runner's timeout per call, seconds")
+    call.add_argument("--kwargs", default=None, metavar="JSON",
+                      help='the row\'s tools_kwargs for this tool: {"create_kwargs": {...}, "execute_kwargs": {...}}')
     listing = sub.add_parser("list", help="print the tools' schemas")
     listing.add_argument("config", nargs="?")
     sub.add_parser("check", help="what the local sandbox's isolation holds on this machine")
@@ -45,7 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         tool_call = ToolCall(name, arguments) if isinstance(arguments, dict) else ToolCall(name, {}, raw=raw)
     except ValueError:
         tool_call = ToolCall(name, {}, raw=raw)
-    result = ToolRunner(tools, max_parallel_calls=1, timeout_s=ns.timeout).run([tool_call])[0]
+    try:
+        row_kwargs = json.loads(ns.kwargs) if ns.kwargs else {}
+        assert isinstance(row_kwargs, dict)
+    except (ValueError, AssertionError):
+        print(f"error: --kwargs must be a JSON object like {{\"create_kwargs\": {{...}}}}, got {ns.kwargs}",
+              file=sys.stderr)
+        return 2
+    result = ToolRunner(tools, max_parallel_calls=1, timeout_s=ns.timeout).run([tool_call], {name: row_kwargs})[0]
     print(result.text)
     status = "ok" if result.ok else f"error={result.error}"
     print(f"[{name}: {status}, {result.latency_s:.3f} s]", file=sys.stderr)
