@@ -99,7 +99,10 @@ def _build(class_name: str, config: dict, schema: dict | None, where: str) -> To
     module_name, _, attr = target.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), attr, None) if module_name else None
-    except ImportError:
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            # the module exists; something it imports does not
+            raise ToolConfigError(f"{where}: importing {module_name} failed ({exc})") from None
         cls = None
     except Exception as exc:
         raise ToolConfigError(f"{where}: importing {module_name} failed ({type(exc).__name__}: {exc})") from None

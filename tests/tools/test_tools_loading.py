@@ -81,6 +81,14 @@ def test_yaml_refusals_are_one_line(tmp_path, body, message):
     assert str(info.value).startswith(f"tool_config_path={path}") and message in str(info.value)
 
 
+def test_a_tool_module_whose_own_import_fails_says_so(tmp_path, monkeypatch):
+    (tmp_path / "my_tool_mod.py").write_text("import not_installed_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _yaml(tmp_path, "tools:\n  - class_name: my_tool_mod.Tool\n")
+    with pytest.raises(ToolConfigError, match="my_tool_mod failed .No module named 'not_installed_dependency'"):
+        load_tools(path, None)
+
+
 def test_missing_files(tmp_path):
     with pytest.raises(ToolConfigError, match="no such file"):
         load_tools(str(tmp_path / "absent.yaml"), None)
