@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -111,10 +112,13 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
         # here, counted in `dropped`, and falls inside the caller's cut.
         keep = max(64, limits.output_chars)
         out, err = _Capped(proc.stdout, keep), _Capped(proc.stderr, keep)
-        watchdog = _Watchdog(proc.pid, limits.processes, cgroup)
+        # The launcher reports what it applied just before the code starts; the watchdog's mode
+        # depends on whether it really joined the cgroup.
+        isolation = _read_status(status_r, timeout=limits.timeout_s)
+        watchdog = _Watchdog(proc.pid, limits.processes, cgroup if isolation.get("cgroup") else None)
         timed_out = False
         try:
-            proc.wait(timeout=limits.timeout_s)
+            proc.wait(timeout=max(0.0, start + limits.timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
         # Always, not only on timeout: background processes the code left behind die with the call.
@@ -126,7 +130,6 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
         out.thread.join(timeout=2.0)
         err.thread.join(timeout=2.0)
         (stdout, dropped_out), (stderr, dropped_err) = out.text(), err.text()
-        isolation = _read_status(status_r)
         return SandboxRun(stdout=stdout, stderr=stderr, returncode=None if timed_out else proc.returncode,
                           timed_out=timed_out, limit_hit=limit_hit, dropped=dropped_out + dropped_err,
                           latency_s=time.monotonic() - start, isolation=isolation)
@@ -145,12 +148,18 @@ def _rlimits(limits: SandboxLimits) -> dict[str, int]:
             "RLIMIT_FSIZE": limits.file_mb * mb, "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0}
 
 
-def _read_status(fd: int) -> dict:
-    os.set_blocking(fd, False)
+def _read_status(fd: int, timeout: float) -> dict:
+    """The launcher's one status line; {} if it closed the pipe (died) or said nothing in time."""
+    data, deadline = b"", time.monotonic() + timeout
+    while not data.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:
+            return {}
+        data += chunk
     try:
-        data = os.read(fd, 4096)
-        return json.loads(data.decode().splitlines()[0]) if data else {}
-    except (BlockingIOError, ValueError, IndexError):
+        return json.loads(data.decode())
+    except ValueError:
         return {}
 
 
@@ -246,7 +255,7 @@ def _pids_max_events(cgroup: Path) -> int:
 
 
 def _remove_cgroup(cgroup: Path) -> None:
-    for _ in range(100):
+    for _ in range(100 if cgroup.is_dir() else 0):
         try:
             cgroup.rmdir()
             return

@@ -195,7 +195,7 @@ def main():
                 f.write(str(os.getpid()))
             status["cgroup"] = True
         except OSError:
-            pass  # the parent's watchdog still counts
+            pass  # reported: the parent's watchdog counts processes instead
     if os.getuid() != 0 and cfg["namespaces"]:
         status["user_ns"] = enter_user_namespace()
     wanted = [(CLONE_NEWNET, "net_ns")] if cfg["isolate_network"] else []

@@ -120,17 +120,19 @@ time.sleep(30)
 """
 
 
-@pytest.mark.parametrize("use_cgroup", [True, False], ids=["pids-cgroup", "watchdog"])
-def test_bounded_fork_loop_is_stopped(use_cgroup, isolation):
-    if use_cgroup and not isolation.get("cgroup"):
+@pytest.mark.parametrize("mode", ["pids-cgroup", "watchdog", "cgroup-join-fails"])
+def test_bounded_fork_loop_is_stopped(mode, isolation, monkeypatch, tmp_path):
+    if mode == "pids-cgroup" and not isolation.get("cgroup"):
         pytest.skip("no pids cgroup can be made here; the watchdog case covers this machine")
-    limits = SandboxLimits(timeout_s=10, processes=8, use_cgroup=use_cgroup)
+    if mode == "cgroup-join-fails":  # a cgroup the launcher cannot join: the watchdog must take over
+        monkeypatch.setattr("logicrl.tools.sandbox._make_cgroup", lambda processes: tmp_path / "absent")
+    limits = SandboxLimits(timeout_s=10, processes=8, use_cgroup=mode != "watchdog")
     start = time.monotonic()
     run = run_python(FORK_LOOP, limits)
     assert run.limit_hit == "processes" and not run.timed_out
     assert time.monotonic() - start < 5.0  # stopped by the limit, not by the 10 s timeout
     lines = run.stdout.splitlines()
-    if use_cgroup:  # the kernel refused the 9th process (8 allowed, the launcher and init aside)
+    if mode == "pids-cgroup":  # the kernel refused the 9th process (8 allowed, the launcher and init aside)
         assert lines[1:] == ["fork refused: Resource temporarily unavailable", "forked 7"]
     else:  # the watchdog killed the group soon after the count passed 8 (polling: a few more may start)
         assert "forked" not in run.stdout
