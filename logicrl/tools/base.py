@@ -14,8 +14,10 @@ from typing import Any, Protocol, runtime_checkable
 from logicrl.errors import BadInput
 
 # The short kinds a failed call is counted under (ToolResult.error).
+# limit: a sandbox limit stopped the code; sandbox: the local sandbox could not start it; service: an
+# external sandbox failed; missing_kwargs: the row lacks the tools_kwargs the tool needs.
 ERROR_KINDS = ("bad_json", "unknown_tool", "bad_arguments", "exception", "timeout", "killed", "limit",
-               "service")
+               "sandbox", "service", "missing_kwargs")
 
 
 class ToolConfigError(BadInput):

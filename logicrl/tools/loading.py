@@ -7,28 +7,28 @@ functions (`function_tool_path`), or, with neither, the two built-ins (`calculat
         tool_schema: {type: function, function: {name: code_interpreter, description: ..., parameters: ...}}
 
 A class is built as `cls(config=..., tool_schema=...)` (verl's constructor) and named by its schema.
-verl's own SandboxFusionTool maps to logicrl's code_interpreter (it reads the same `sandbox_fusion_url`).
-A function file exposes its public functions (or its `__all__`), each needing type hints and a docstring.
+verl's SandboxFusionTool, retool's CustomSandboxFusionTool and the GSM8K example's Gsm8kTool map to
+logicrl classes reading the same keys (VERL_CLASSES); functions.py loads function files.
 Everything wrong is one ToolConfigError line naming the file and the fix, raised before anything runs.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import inspect
-import json
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from logicrl.tools.base import Tool, ToolConfigError, ToolResult
-from logicrl.tools.schema import SchemaError, check_declared_schema, schema_from_function
+from logicrl.tools.base import Tool, ToolConfigError
+from logicrl.tools.functions import load_function_tools
+from logicrl.tools.schema import SchemaError, check_declared_schema
 
-# verl class names whose logicrl equivalent reads the same config keys.
+# verl's (and verl-recipe's) tool classes whose logicrl equivalent reads the same config and arguments.
 VERL_CLASSES = {
     "verl.tools.sandbox_fusion_tools.SandboxFusionTool": "logicrl.tools.code_interpreter.CodeInterpreter",
+    "recipe.retool.retool.CustomSandboxFusionTool": "logicrl.tools.code_interpreter.RetoolCodeInterpreter",
+    "verl.tools.gsm8k_tool.Gsm8kTool": "logicrl.tools.gsm8k.Gsm8kTool",
+    "recipe.partial_rollout.tools.gsm8k_tool.Gsm8kTool": "logicrl.tools.gsm8k.Gsm8kTool",
 }
 BUILTIN_CLASSES = ("logicrl.tools.calculator.Calculator", "logicrl.tools.code_interpreter.CodeInterpreter")
 
@@ -40,7 +40,7 @@ def load_tools(tool_config_path: str | None = None, function_tool_path: str | No
     if tool_config_path is not None:
         tools += _from_yaml(Path(tool_config_path))
     if function_tool_path is not None:
-        tools += _from_functions(Path(function_tool_path))
+        tools += load_function_tools(Path(function_tool_path))
     where = " and ".join(f"{key}={p}" for key, p in (("tool_config_path", tool_config_path),
                                                       ("function_tool_path", function_tool_path)) if p is not None)
     return _named(tools, where)
@@ -99,7 +99,10 @@ def _build(class_name: str, config: dict, schema: dict | None, where: str) -> To
     module_name, _, attr = target.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), attr, None) if module_name else None
-    except ImportError:
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            # the module exists; something it imports does not
+            raise ToolConfigError(f"{where}: importing {module_name} failed ({exc})") from None
         cls = None
     except Exception as exc:
         raise ToolConfigError(f"{where}: importing {module_name} failed ({type(exc).__name__}: {exc})") from None
@@ -124,55 +127,3 @@ def _build(class_name: str, config: dict, schema: dict | None, where: str) -> To
     except SchemaError as exc:
         raise ToolConfigError(f"{where}: {exc}") from None
     return tool
-
-
-class FunctionTool:
-    """A plain function as a tool: arguments by keyword; the row's tools_kwargs only to a function
-    that takes **kwargs. Runs in the trainer's process (no sandbox: it is the user's own code)."""
-
-    def __init__(self, fn: Any, schema: dict[str, Any]):
-        self.fn, self.schema, self.name = fn, schema, schema["function"]["name"]
-        self._takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
-
-    def call(self, arguments: dict[str, Any], **kwargs: Any) -> ToolResult:
-        out = self.fn(**arguments, **(kwargs if self._takes_kwargs else {}))
-        if isinstance(out, tuple) and out:  # verl's (response, reward[, metrics]): the model sees the response
-            out = out[0]
-        if isinstance(out, ToolResult):
-            return out
-        if out is None:
-            return ToolResult.success("")
-        if isinstance(out, str):
-            return ToolResult.success(out)
-        try:
-            return ToolResult.success(json.dumps(out, ensure_ascii=False, default=str))
-        except (TypeError, ValueError):
-            return ToolResult.success(str(out))
-
-
-def _from_functions(path: Path) -> list[Tool]:
-    key = f"function_tool_path={path}"
-    if not path.is_file() or path.suffix != ".py":
-        raise ToolConfigError(f"{key}: no such Python file (point it at a .py file of tool functions)")
-    spec = importlib.util.spec_from_file_location(f"logicrl_function_tools_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise ToolConfigError(f"{key}: importing it failed ({type(exc).__name__}: {exc})") from None
-    names = getattr(module, "__all__", None)
-    if names is None:
-        names = [n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
-                 and v.__module__ == module.__name__]
-    if not names:
-        raise ToolConfigError(f"{key}: defines no public function to use as a tool")
-    tools = []
-    for name in names:
-        fn = getattr(module, name, None)
-        if not callable(fn):
-            raise ToolConfigError(f"{key}: __all__ names {name!r}, which is not a function")
-        try:
-            tools.append(FunctionTool(fn, schema_from_function(fn)))
-        except SchemaError as exc:
-            raise ToolConfigError(f"{key}: {exc}") from None
-    return tools

@@ -21,12 +21,14 @@ from logicrl.tools.base import Tool, ToolCall, ToolResult
 from logicrl.tools.schema import argument_errors
 
 _MAX_ERROR_CHARS = 500
+_GRACE_S = 5.0  # a sandboxed run's start-up and clean-up past its own timeout
 
 
 class _Slot:
     """One call's hand-off between its thread and the waiting caller."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
         self.lock = threading.Lock()
         self.started = threading.Event()
         self.done = threading.Event()
@@ -59,7 +61,7 @@ class ToolRunner:
             if problem is not None:
                 results[i] = problem
                 continue
-            slot = _Slot()
+            slot = _Slot(self._timeout_for(self.tools[call.name]))
             kwargs = _call_kwargs(tools_kwargs, call.name)
             threading.Thread(target=self._work, args=(self.tools[call.name], call, kwargs, slot),
                              name=f"tool-{call.name}", daemon=True).start()
@@ -67,6 +69,12 @@ class ToolRunner:
         for i, slot in pending:
             results[i] = self._wait(slot)
         return results  # type: ignore[return-value]
+
+    def _timeout_for(self, tool: Tool) -> float:
+        """A tool that enforces its own timeout (`timeout_s`: code_interpreter's default_timeout) gets
+        it plus a grace, so it reports its own timeout with the output so far instead of being abandoned."""
+        own = getattr(tool, "timeout_s", None)
+        return max(self.timeout_s, own + _GRACE_S) if isinstance(own, (int, float)) else self.timeout_s
 
     def _refusal(self, call: ToolCall) -> ToolResult | None:
         """The error for a call that must not run: unparsable, unknown tool, wrong arguments, too many hung."""
@@ -109,7 +117,7 @@ class ToolRunner:
 
     def _wait(self, slot: _Slot) -> ToolResult:
         slot.started.wait()  # queueing for a slot is not the call's time
-        if slot.done.wait(max(0.0, slot.started_at + self.timeout_s - time.monotonic())):
+        if slot.done.wait(max(0.0, slot.started_at + slot.timeout_s - time.monotonic())):
             return slot.result  # type: ignore[return-value]
         with slot.lock:
             if slot.result is not None:  # finished between the wait and the lock
@@ -118,7 +126,7 @@ class ToolRunner:
             self._slots.release()
             with self._lock:
                 self._hung += 1
-        return ToolResult(f"Error (timeout): the tool did not answer within {self.timeout_s:g} s", False,
+        return ToolResult(f"Error (timeout): the tool did not answer within {slot.timeout_s:g} s", False,
                           "timeout", time.monotonic() - slot.started_at)
 
 

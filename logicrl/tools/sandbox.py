@@ -1,12 +1,13 @@
 """Runs a piece of Python in a separate, confined process (the parent's side; sandbox_launch.py is the
-child's). Per run: a fresh temporary work directory (deleted after), an empty environment, `python -I`,
+child's). Per run: a fresh temporary work directory (deleted after), none of the trainer's environment, `python -I`,
 rlimits on memory, CPU time, file size and open files, a wall-clock timeout that kills the whole
 process group, stdout and stderr read with a bound and cut in the middle, and where the kernel allows
 it: no network, a read-only filesystem but the work directory, a pid namespace, a pids cgroup.
 
-Processes: RLIMIT_NPROC does not bind root, so the count is bounded by a pids cgroup where one can be
-made, else by a watchdog thread that counts the launcher's descendants and kills them all past the
-limit (a fork loop may overshoot it between two polls; the pid namespace still ends them all).
+Processes: not RLIMIT_NPROC, which does not bind root and otherwise counts all of the user's processes
+and threads on the machine (a trainer's Ray workers would leave the code none). A pids cgroup where
+one can be made, else a watchdog thread that counts the launcher's descendants and kills them all past
+the limit (a fork loop may overshoot it between two polls; the pid namespace still ends them all).
 docs/tools.md says what this does and does not protect against.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -26,6 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LAUNCHER = Path(__file__).with_name("sandbox_launch.py")
+# The code's whole environment: nothing of the trainer's (no tokens, no paths). Math libraries would
+# otherwise start a thread per core on import, which on a large node breaks the memory and process
+# limits (stacks and buffers count against RLIMIT_AS) and competes with the trainer for its cores.
+CODE_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _CGROUP_V1 = Path("/sys/fs/cgroup/pids")
 _CGROUP_V2 = Path("/sys/fs/cgroup")
 _READ_CHUNK = 65536
@@ -38,12 +44,14 @@ class SandboxLimits:
     cpu_s: int | None = None  # None: the timeout, rounded up
     file_mb: int = 16
     open_files: int = 64
-    processes: int = 16
+    processes: int = 64  # tasks at once: with a pids cgroup threads count too (a BLAS pool is one per core)
     output_chars: int = 4096  # stdout and stderr together, as the model sees them
     isolate_network: bool = True
     read_only_fs: bool = True
     use_cgroup: bool = True  # False: the watchdog only (tests use it to exercise the fallback)
+    use_namespaces: bool = True  # False: no namespace at all (tests use it for machines that allow none)
     site_packages: bool = True  # the interpreter's installed packages importable (numpy, sympy ...)
+    drop_capabilities: bool = True  # root's capabilities gone before the code runs (no effect for non-root)
 
 
 @dataclass
@@ -53,7 +61,7 @@ class SandboxRun:
     returncode: int | None
     timed_out: bool = False
     limit_hit: str | None = None  # "processes", "output" ...: why the sandbox killed it early
-    truncated: bool = False
+    dropped: int = 0  # bytes of output not kept (the middle of a stream past twice output_chars)
     latency_s: float = 0.0
     isolation: dict = field(default_factory=dict)  # what the launcher managed to apply
 
@@ -76,12 +84,10 @@ class _Capped:
             self.tail = (self.tail + chunk)[-self.keep:]
 
     def text(self) -> tuple[str, int]:
-        """The kept bytes decoded, and how many bytes were dropped between head and tail."""
+        """The kept bytes decoded (head and tail joined where the middle was dropped), and how many
+        bytes were dropped."""
         dropped = max(0, self.total - len(self.head) - len(self.tail))
-        if dropped == 0:
-            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace"), 0
-        return (bytes(self.head).decode("utf-8", "replace") + f"\n[... {dropped} bytes cut ...]\n"
-                + bytes(self.tail).decode("utf-8", "replace"), dropped)
+        return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace"), dropped
 
 
 def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun:
@@ -94,18 +100,25 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
         cfg = {"workdir": workdir, "python": sys.executable, "status_fd": status_w,
                "python_flags": ["-I"] if limits.site_packages else ["-I", "-S"],
                "cgroup": str(cgroup) if cgroup else None, "isolate_network": limits.isolate_network,
-               "read_only_fs": limits.read_only_fs, "rlimits": _rlimits(limits)}
+               "read_only_fs": limits.read_only_fs, "rlimits": _rlimits(limits),
+               "drop_capabilities": limits.drop_capabilities, "namespaces": limits.use_namespaces, "env": CODE_ENV}
         proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(cfg)], cwd=workdir, env={},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, pass_fds=(status_w,))
         os.close(status_w)
         status_w = -1
-        keep = max(64, limits.output_chars // 2)
+        # Each stream keeps head and tail of output_chars bytes: a stream up to twice the budget is kept
+        # whole, so the caller's one middle cut of stdout+stderr is exact; past that the middle is dropped
+        # here, counted in `dropped`, and falls inside the caller's cut.
+        keep = max(64, limits.output_chars)
         out, err = _Capped(proc.stdout, keep), _Capped(proc.stderr, keep)
-        watchdog = _Watchdog(proc.pid, limits.processes, cgroup)
+        # The launcher reports what it applied just before the code starts; the watchdog's mode
+        # depends on whether it really joined the cgroup.
+        isolation = _read_status(status_r, timeout=limits.timeout_s)
+        watchdog = _Watchdog(proc.pid, limits.processes, cgroup if isolation.get("cgroup") else None)
         timed_out = False
         try:
-            proc.wait(timeout=limits.timeout_s)
+            proc.wait(timeout=max(0.0, start + limits.timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
         # Always, not only on timeout: background processes the code left behind die with the call.
@@ -117,9 +130,8 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
         out.thread.join(timeout=2.0)
         err.thread.join(timeout=2.0)
         (stdout, dropped_out), (stderr, dropped_err) = out.text(), err.text()
-        isolation = _read_status(status_r)
         return SandboxRun(stdout=stdout, stderr=stderr, returncode=None if timed_out else proc.returncode,
-                          timed_out=timed_out, limit_hit=limit_hit, truncated=bool(dropped_out or dropped_err),
+                          timed_out=timed_out, limit_hit=limit_hit, dropped=dropped_out + dropped_err,
                           latency_s=time.monotonic() - start, isolation=isolation)
     finally:
         if status_w >= 0:
@@ -133,20 +145,38 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRun
 def _rlimits(limits: SandboxLimits) -> dict[str, int]:
     mb = 1024 * 1024
     return {"RLIMIT_AS": limits.memory_mb * mb, "RLIMIT_CPU": int(limits.cpu_s or -(-limits.timeout_s // 1)),
-            "RLIMIT_FSIZE": limits.file_mb * mb, "RLIMIT_NOFILE": limits.open_files,
-            "RLIMIT_NPROC": limits.processes, "RLIMIT_CORE": 0}
+            "RLIMIT_FSIZE": limits.file_mb * mb, "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0}
 
 
-def _read_status(fd: int) -> dict:
-    os.set_blocking(fd, False)
+def _read_status(fd: int, timeout: float) -> dict:
+    """The launcher's one status line; {} if it closed the pipe (died) or said nothing in time."""
+    data, deadline = b"", time.monotonic() + timeout
+    while not data.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:
+            return {}
+        data += chunk
     try:
-        data = os.read(fd, 4096)
-        return json.loads(data.decode().splitlines()[0]) if data else {}
-    except (BlockingIOError, ValueError, IndexError):
+        return json.loads(data.decode())
+    except ValueError:
         return {}
 
 
 def _kill_all(pid: int, cgroup: Path | None) -> None:
+    if cgroup is None:
+        # The launcher's tree first, while the launcher still re-parents orphans to itself: what left
+        # the process group (setsid) is still below it. Where a pid namespace exists, ending the
+        # launcher would be enough.
+        for _ in range(50):
+            tree = descendants(pid)
+            if not tree:
+                break
+            for p in tree:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
     try:
         os.killpg(pid, signal.SIGKILL)  # the launcher's session: launcher, init, and all that stayed
     except ProcessLookupError:
@@ -172,11 +202,33 @@ def _cgroup_root() -> Path | None:
     return None
 
 
+_swept = False
+
+
+def _sweep_stale_cgroups(root: Path) -> None:
+    """Once per process: remove the empty cgroups of trainer processes that died mid-call (SIGKILL)."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for path in root.glob("logicrl-sandbox-*-*"):
+        try:
+            os.kill(int(path.name.split("-")[2]), 0)
+        except ProcessLookupError:
+            try:
+                path.rmdir()  # refused while a member lives: then it stays
+            except OSError:
+                pass
+        except (ValueError, PermissionError):
+            pass
+
+
 def _make_cgroup(processes: int) -> Path | None:
     """A fresh pids cgroup capped at `processes` (+2: the launcher and init), or None where none can be made."""
     root = _cgroup_root()
     if root is None:
         return None
+    _sweep_stale_cgroups(root)
     path = root / f"logicrl-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         path.mkdir()
@@ -203,7 +255,7 @@ def _pids_max_events(cgroup: Path) -> int:
 
 
 def _remove_cgroup(cgroup: Path) -> None:
-    for _ in range(100):
+    for _ in range(100 if cgroup.is_dir() else 0):
         try:
             cgroup.rmdir()
             return

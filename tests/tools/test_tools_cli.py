@@ -34,3 +34,14 @@ def test_function_file_and_listing(tmp_path, capsys):
 def test_bad_config_exits_2(tmp_path, capsys):
     assert main(["call", str(tmp_path / "absent.yaml"), "calculator", "{}"]) == 2
     assert capsys.readouterr().err.startswith(f"error: tool_config_path={tmp_path / 'absent.yaml'}: no such file")
+
+
+def test_row_kwargs(tmp_path, capsys):
+    path = tmp_path / "gsm8k.yaml"
+    path.write_text("tools:\n  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n")
+    kwargs = '{"create_kwargs": {"ground_truth": "72"}}'
+    assert main(["call", str(path), "calc_gsm8k_reward", '{"answer": "72"}', "--kwargs", kwargs]) == 0
+    assert capsys.readouterr().out == "Current parsed answer='72' reward=1.0\n"
+    assert main(["call", str(path), "calc_gsm8k_reward", '{"answer": "72"}']) == 1
+    assert capsys.readouterr().out.startswith("Error (missing_kwargs): calc_gsm8k_reward needs the row's")
+    assert main(["call", str(path), "calc_gsm8k_reward", "{}", "--kwargs", "[1]"]) == 2

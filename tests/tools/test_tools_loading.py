@@ -1,6 +1,7 @@
 """load_tools: the built-ins, verl's tool YAML, plain-function files with derived schemas, and one
 ToolConfigError line (a BadInput) for each way a declaration can be wrong."""
 
+import sys
 import textwrap
 from typing import Literal, Optional
 
@@ -56,7 +57,7 @@ def test_verl_yaml_renames_a_builtin_and_maps_verls_sandbox_class(tmp_path):
     ("tools:\n  - config: {}", "needs `class_name`"),
     ("tools:\n  - class_name: nowhere.Tool", "'nowhere.Tool' cannot be imported"),
     ("tools:\n  - class_name: logicrl.tools.calculator.Nope", "cannot be imported"),
-    ("tools:\n  - class_name: verl.tools.gsm8k_tool.Gsm8kTool", "a verl tool class"),
+    ("tools:\n  - class_name: verl.tools.search_tool.SearchTool", "a verl tool class"),
     ("tools:\n  - class_name: logicrl.tools.calculator.Calculator\n    schema: {}", "unknown key(s) ['schema']"),
     ("tools:\n  - class_name: logicrl.tools.calculator.Calculator\n    tool_schema: {type: function}",
      "tool_schema must be"),
@@ -78,6 +79,14 @@ def test_yaml_refusals_are_one_line(tmp_path, body, message):
         load_tools(path, None)
     assert isinstance(info.value, BadInput) and "\n" not in str(info.value)
     assert str(info.value).startswith(f"tool_config_path={path}") and message in str(info.value)
+
+
+def test_a_tool_module_whose_own_import_fails_says_so(tmp_path, monkeypatch):
+    (tmp_path / "my_tool_mod.py").write_text("import not_installed_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _yaml(tmp_path, "tools:\n  - class_name: my_tool_mod.Tool\n")
+    with pytest.raises(ToolConfigError, match="my_tool_mod failed .No module named 'not_installed_dependency'"):
+        load_tools(path, None)
 
 
 def test_missing_files(tmp_path):
@@ -183,3 +192,87 @@ def _args_only(x: int):
     Args:
         x: a thing.
     """
+
+
+VERL_FILE = '''
+import asyncio
+
+from verl.tools.function_tool import function_tool
+
+
+@function_tool
+def get_weather(city: str) -> dict:
+    """Get the current weather for a city.
+
+    Args:
+        city: The city to look up.
+    """
+    return {"city": city, "temperature_c": 17.3}
+
+
+@function_tool("add")
+async def add_numbers(a: int, b: int) -> str:
+    """Add two integers.
+
+    Args:
+        a: First.
+        b: Second.
+    """
+    await asyncio.sleep(0)
+    return str(a + b), 0.5, {"calls": 1}
+
+
+def not_a_tool(x: int) -> int:
+    """Not decorated: left out, since the file marks its tools.
+
+    Args:
+        x: x.
+    """
+    return x
+'''
+
+
+def test_a_verl_function_tool_file_loads_unchanged(tmp_path):
+    path = tmp_path / "verl_tools.py"
+    path.write_text(VERL_FILE)
+    tools = load_tools(None, str(path))
+    assert sorted(tools) == ["add", "get_weather"]  # the decorated ones, renamed where asked
+    assert tools["add"].schema["function"]["name"] == "add"
+    assert tools["add"].call({"a": 2, "b": 3}).text == "5"  # async, and a (response, reward, metrics) tuple
+    assert tools["get_weather"].call({"city": "Oslo"}).text == '{"city": "Oslo", "temperature_c": 17.3}'
+    assert "verl.tools.function_tool" not in sys.modules  # the stand-in lived only while the file loaded
+
+
+def test_verl_example_configs_map_to_logicrl_tools(tmp_path):
+    path = _yaml(tmp_path, """
+        tools:
+          - class_name: "recipe.retool.retool.CustomSandboxFusionTool"
+            config: {sandbox_fusion_url: "http://localhost:8080/run_code", num_workers: 128,
+                     enable_global_rate_limit: true, rate_limit: 128, default_timeout: 30,
+                     default_language: "python", memory_limit_mb: 1024, type: native}
+            tool_schema:
+              type: "function"
+              function:
+                name: "code_interpreter"
+                description: "A tool for executing code."
+                parameters: {type: "object", properties: {code: {type: "string", description: "The code."}},
+                             required: ["code"]}
+          - class_name: "verl.tools.gsm8k_tool.Gsm8kTool"
+            config: {type: native}
+            tool_schema:
+              type: "function"
+              function:
+                name: "calc_gsm8k_reward"
+                description: "A tool for calculating the reward of gsm8k."
+                parameters: {type: "object", properties: {answer: {type: "string", description: "answer"}},
+                             required: ["answer"]}
+        """)
+    tools = load_tools(path, None)
+    ci, gsm = tools["code_interpreter"], tools["calc_gsm8k_reward"]
+    assert (ci.extract_code_block, ci.print_last_expression, ci.limits.timeout_s) == (True, True, 30.0)
+    assert gsm.call({"answer": "72"}, ground_truth="72").text == "Current parsed answer='72' reward=1.0"
+    assert gsm.call({"answer": "#### 1,000"}, ground_truth="1000").text == (
+        "Current parsed answer='#### 1,000' reward=0.0")  # verl's flexible match keeps the comma
+    assert gsm.call({"answer": "none"}, ground_truth="7").text == "Current parsed answer='none' reward=0"
+    missing = gsm.call({"answer": "72"})
+    assert (missing.ok, missing.error) == (False, "missing_kwargs")

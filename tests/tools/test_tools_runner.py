@@ -104,3 +104,11 @@ def test_row_tools_kwargs_reach_the_tool_merged():
 
 def test_no_calls_no_results():
     assert ToolRunner({}, 1, 1.0).run([]) == []
+
+
+def test_a_tool_with_its_own_timeout_gets_it_plus_a_grace():
+    probe = Probe()
+    probe.timeout_s = 0.4  # e.g. code_interpreter's default_timeout: it stops the run itself
+    runner = ToolRunner({"probe": probe}, max_parallel_calls=1, timeout_s=0.1)
+    ok = runner.run([ToolCall("probe", {"mode": "sleep", "s": 0.3})])[0]
+    assert ok.ok and ok.text == "slept 0.3"  # past the runner's 0.1 s, within the tool's own 0.4 s + 5 s

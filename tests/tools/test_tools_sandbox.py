@@ -8,6 +8,7 @@ sleeping children, so even with every bound failing they cannot take the machine
 sandbox's timeout still ends them.
 """
 
+import json
 import os
 import socket
 import time
@@ -69,6 +70,23 @@ def test_infinite_loop_ends_at_the_timeout_with_its_children():
     assert alive_in(workdir) == []
 
 
+# A child that leaves the process group and double-forks, left sleeping when the program ends.
+ESCAPEE = ("import os, time\nprint(os.getcwd(), flush=True)\n"
+           "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
+           "time.sleep({})\n")
+
+
+@pytest.mark.parametrize("sleep, timeout", [(0.2, 5), (30, 1)], ids=["program-ends", "timeout"])
+def test_nothing_outlives_the_call_without_namespaces_or_cgroup(sleep, timeout):
+    """The weakest machine: no namespace, no cgroup. The launcher is a subreaper and kills what is
+    left; on a timeout the parent kills the launcher's whole tree."""
+    run = run_python(ESCAPEE.format(sleep), SandboxLimits(timeout_s=timeout, use_cgroup=False,
+                                                          use_namespaces=False))
+    assert not run.isolation["pid_ns"] and not run.isolation["cgroup"] and run.timed_out == (sleep > timeout)
+    time.sleep(0.2)
+    assert alive_in(run.stdout.split()[0]) == []
+
+
 def test_cpu_time_limit():
     result = tool(default_timeout=10, cpu_time_s=1).call({"code": "while True:\n    pass\n"})
     assert (result.ok, result.error) == (False, "limit") and "CPU time limit" in result.text
@@ -102,17 +120,19 @@ time.sleep(30)
 """
 
 
-@pytest.mark.parametrize("use_cgroup", [True, False], ids=["pids-cgroup", "watchdog"])
-def test_bounded_fork_loop_is_stopped(use_cgroup, isolation):
-    if use_cgroup and not isolation.get("cgroup"):
+@pytest.mark.parametrize("mode", ["pids-cgroup", "watchdog", "cgroup-join-fails"])
+def test_bounded_fork_loop_is_stopped(mode, isolation, monkeypatch, tmp_path):
+    if mode == "pids-cgroup" and not isolation.get("cgroup"):
         pytest.skip("no pids cgroup can be made here; the watchdog case covers this machine")
-    limits = SandboxLimits(timeout_s=10, processes=8, use_cgroup=use_cgroup)
+    if mode == "cgroup-join-fails":  # a cgroup the launcher cannot join: the watchdog must take over
+        monkeypatch.setattr("logicrl.tools.sandbox._make_cgroup", lambda processes: tmp_path / "absent")
+    limits = SandboxLimits(timeout_s=10, processes=8, use_cgroup=mode != "watchdog")
     start = time.monotonic()
     run = run_python(FORK_LOOP, limits)
     assert run.limit_hit == "processes" and not run.timed_out
     assert time.monotonic() - start < 5.0  # stopped by the limit, not by the 10 s timeout
     lines = run.stdout.splitlines()
-    if use_cgroup:  # the kernel refused the 9th process (8 allowed, the launcher and init aside)
+    if mode == "pids-cgroup":  # the kernel refused the 9th process (8 allowed, the launcher and init aside)
         assert lines[1:] == ["fork refused: Resource temporarily unavailable", "forked 7"]
     else:  # the watchdog killed the group soon after the count passed 8 (polling: a few more may start)
         assert "forked" not in run.stdout
@@ -135,11 +155,14 @@ def test_writes_land_only_in_the_work_directory(tmp_path, isolation):
     assert result.text.endswith("Read-only file system: " + repr(str(outside)) + "\n") and not outside.exists()
 
 
-def test_environment_is_empty(monkeypatch):
+def test_nothing_of_the_trainers_environment(monkeypatch):
     monkeypatch.setenv("LOGICRL_TEST_SECRET", "hunter2")
-    result = tool().call({"code": "import os, sys\nprint(sorted(os.environ), sys.flags.isolated)"})
-    # Python itself sets LC_CTYPE when it starts under the C locale (PEP 538); nothing is inherited.
-    assert result.text in ("['LC_CTYPE'] 1\n", "[] 1\n")
+    result = tool().call({"code": "import json, os, sys\nprint(json.dumps([sorted(os.environ), sys.flags.isolated]))"})
+    names, isolated = json.loads(result.text)
+    # Only the three thread-pool pins the sandbox sets, and LC_CTYPE, which Python itself sets when it
+    # starts under the C locale (PEP 538).
+    assert set(names) - {"LC_CTYPE"} == {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}
+    assert isolated == 1  # python -I
 
 
 def test_no_network(isolation):
@@ -159,10 +182,30 @@ def test_no_network(isolation):
 
 def test_output_is_cut_in_the_middle():
     result = tool(max_output_chars=400).call({"code": "print('a' * 50000)\nprint('THE END')"})
-    assert result.ok and result.text.startswith("a" * 200) and result.text.endswith("THE END\n")
-    assert "bytes cut ...]" in result.text and len(result.text) < 500
+    # 50,000 + 1 + 8 characters printed; 200 kept from each end: 49,609 cut.
+    assert result.ok and result.text == "a" * 200 + "\n[... 49609 characters cut ...]\n" + "a" * 191 + "\nTHE END\n"
+    both = tool(max_output_chars=400).call({"code": "import sys\nprint('o' * 500)\nsys.stderr.write('e' * 500)"})
+    assert both.text == "o" * 200 + "\n[... 601 characters cut ...]\n" + "e" * 200
 
 
 def test_file_size_limit():
     result = tool(max_file_mb=1).call({"code": "open('big', 'wb').write(b'x' * 2_000_000)"})
     assert (result.ok, result.error) == (False, "limit") and "past the size limit" in result.text
+
+
+def test_root_keeps_no_capabilities_and_sees_no_devices(isolation):
+    code = ("import os\nstatus = dict(l.split(':\\t') for l in open('/proc/self/status').read().splitlines() "
+            "if ':\\t' in l)\nprint(status['CapEff'].strip(), status['CapBnd'].strip(), sorted(os.listdir('/dev')))")
+    caps_eff, caps_bnd, devices = tool().call({"code": code}).text.split(" ", 2)
+    assert caps_eff == caps_bnd == "0000000000000000"
+    if not isolation.get("minimal_dev"):
+        pytest.skip("no mount namespace here: the host's /dev is visible (docs/tools.md)")
+    assert devices == "['fd', 'full', 'null', 'random', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"
+
+
+def test_a_sandbox_that_cannot_start_is_its_own_error(monkeypatch, tmp_path):
+    monkeypatch.setattr("logicrl.tools.sandbox.LAUNCHER", tmp_path / "missing_launcher.py")
+    result = tool().call({"code": "print(1)"})
+    assert (result.ok, result.error) == (False, "sandbox")
+    assert result.text.startswith("Error (sandbox): the sandbox could not start the code: ")
+    assert "missing_launcher.py" in result.text

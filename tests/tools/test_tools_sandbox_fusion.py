@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from logicrl.tools.code_interpreter import CodeInterpreter
+from logicrl.tools.code_interpreter import CodeInterpreter, RetoolCodeInterpreter, print_last_expression
 
 
 class FakeFusion(BaseHTTPRequestHandler):
@@ -99,3 +99,20 @@ def test_output_cut_and_service_down(url):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/run_code"  # bound, not listening: refused
         down = remote(dead).call({"code": "#ok"})
     assert (down.ok, down.error) == (False, "service") and "did not answer" in down.text
+
+
+def test_retool_extracts_the_code_block_and_prints_the_last_expression(url):
+    FakeFusion.requests.clear()
+    tool = RetoolCodeInterpreter({"sandbox_fusion_url": url})
+    tool.call({"code": "#ok\nLet me compute:\n```python\n#ok\nx = 6\nx * 7\n```\nDone."})
+    assert FakeFusion.requests[0][1]["code"] == "#ok\nx = 6\nprint(x * 7)"
+
+
+@pytest.mark.parametrize("code, sent", [
+    ("x = 1\nx + 1", "x = 1\nprint(x + 1)"), ("x = 1", "x = 1"), ("print(3)", "print(3)"),
+    ("for i in range(2):\n    i", "for i in range(2):\n    i"), ("1 +", "1 +"),
+    ("a = [1,\n  2]\nsum(a)  # total\n", "a = [1,\n  2]\nprint(sum(a))  # total"),
+    ("é = 1; é * 2", "é = 1; print(é * 2)"),
+])
+def test_print_last_expression(code, sent):
+    assert print_last_expression(code) == sent
