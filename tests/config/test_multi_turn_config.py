@@ -13,16 +13,24 @@ from tests.conftest import assert_refused, check_main
 
 MT = f"{ARR}.rollout.multi_turn"
 
-# A verl tool YAML as its GSM8K/retool examples write them, naming logicrl's calculator.
+# verl's examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml, verbatim.
 TOOL_YAML = """tools:
-  - class_name: logicrl.tools.calculator.Calculator
-    config: {type: native}
+  - class_name: "verl.tools.gsm8k_tool.Gsm8kTool"
+    config:
+      type: native
     tool_schema:
-      type: function
+      type: "function"
       function:
-        name: calculator
-        description: Evaluate an arithmetic expression.
-        parameters: {type: object, properties: {expr: {type: string, description: the expression}}, required: [expr]}
+        name: "calc_gsm8k_reward"
+        description: "A tool for calculating the reward of gsm8k. (1.0 if parsed answer is correct, 0.0 if parsed \
+answer is incorrect or not correctly parsed)"
+        parameters:
+          type: "object"
+          properties:
+            answer:
+              type: "string"
+              description: "The model's answer to the GSM8K math problem, must be a digits"
+          required: ["answer"]
 """
 
 
