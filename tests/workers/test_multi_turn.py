@@ -250,3 +250,57 @@ def test_a_call_the_prompt_opened_the_assistant_turn_with_is_run(tokenizer):
     n = int(out.response_lengths[0])
     tool_turn = ToolTurns(tokenizer).text([{"role": "tool", "name": "calculator", "content": "84"}])
     assert tokenizer.decode(out.responses[0, :n].tolist()) == f"<|im_end|>{tool_turn}<answer>84</answer><|im_end|>"
+
+
+class ClosesFirstTurn:
+    """The HF engine, except that each row's first turn is just the end-of-turn token (so every row's call,
+    opened by the prompt, runs): the turns after the tool's answer are the model's own samples."""
+
+    def __init__(self, engine, end: int):
+        self.engine, self.end, self.first = engine, end, True
+        self.micro_batch_size, self.weights_valid = engine.micro_batch_size, True
+
+    def generate(self, input_ids, attention_mask, params, micro_batch_size=None):
+        if not self.first:
+            return self.engine.generate(input_ids, attention_mask, params, micro_batch_size)
+        self.first = False
+        rows, width = input_ids.shape[0], params.max_tokens
+        responses = torch.zeros((rows, width), dtype=torch.long)
+        responses[:, 0] = self.end
+        mask = torch.zeros((rows, width), dtype=torch.long)
+        mask[:, 0] = 1
+        return RolloutOutput(responses, mask, mask.clone(), torch.where(mask.bool(), -1.0, 0.0))
+
+
+def test_the_trainers_log_probs_after_a_tool_turn_are_the_engines():
+    """The HF engine samples the turn after the tool's answer from the ids so far; the trainer's forward over the
+    whole sequence (both masks as the worker builds them) must give the same log-probs for those tokens."""
+    from logicrl.models.loading import load_causal_lm
+    from logicrl.workers.rollout.hf import HFRolloutEngine
+
+    tok = load_tokenizer("embedded:tiny", quiet=True)
+    model = load_causal_lm("embedded:tiny", torch.float32).eval()
+    turns = ToolTurns(tok)
+    hf = HFRolloutEngine(model, pad_id=tok.pad_token_id, eos_ids=[turns.end_of_turn_id], micro_batch_size=4)
+    questions = ["What is 12*7?", "What is 3+4?", "What is 9*9?"]
+    prompts = []
+    for q, expr in zip(questions, ["12*7", "3+4", "9*9"]):
+        messages = [{"role": "user", "content": q}, {"role": "assistant", "content": CALL.format(expr)}]
+        prompts.append(tok.encode(tok.apply_chat_template(messages, tokenize=False, continue_final_message=True),
+                                  add_special_tokens=False))
+    loop = MultiTurnEngine(ClosesFirstTurn(hf, turns.end_of_turn_id), tok, FakeRunner(), parse_hermes,
+                           TurnLimits(max_assistant_turns=2))
+    ids, mask = left_pad(prompts, tok.pad_token_id)
+    out = loop.generate(ids, mask, SamplingParams(max_tokens=32, seed=3))
+    assert out.extras["tool_calls"].tolist() == [1, 1, 1]
+    full = torch.cat([ids, out.responses], 1)
+    attention = torch.cat([mask, out.response_attention_mask], 1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = model(input_ids=full, attention_mask=attention, position_ids=positions).logits.float()
+    p = ids.shape[1]
+    trainer = torch.log_softmax(logits[:, p - 1:-1], -1).gather(-1, out.responses[..., None]).squeeze(-1)
+    second = out.response_mask.bool()
+    second[:, 0] = False  # the scripted first turn
+    assert second.sum() > 0 and (out.response_mask - out.response_attention_mask).ne(0).any()
+    torch.testing.assert_close(trainer[second], out.log_probs[second], atol=1e-4, rtol=0)
