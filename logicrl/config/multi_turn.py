@@ -37,3 +37,12 @@ def check_multi_turn(cfg: DictConfig) -> None:
         ToolTurns(load_tokenizer(cfg[ARR].model.path, quiet=True))
     except ChatTemplateError as err:
         raise ConfigError(f"{KEY}.enable=true, {ARR}.model.path={cfg[ARR].model.path}: {err}") from None
+
+
+def prompt_tools(cfg: DictConfig) -> list[dict] | None:
+    """The OpenAI function schemas of the run's tools, for the chat template to list in the prompt (as verl
+    renders its prompts); None with tools off, so single-turn prompts render as they always have."""
+    mt = cfg[ARR].rollout.multi_turn
+    if not mt.enable:
+        return None
+    return [tool.schema for tool in load_tools(mt.tool_config_path, mt.function_tool_path).values()]

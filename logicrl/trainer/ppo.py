@@ -22,6 +22,7 @@ from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
 from logicrl.algos.masked import response_lengths
+from logicrl.config.multi_turn import prompt_tools
 from logicrl.config.phases import SCORING_PASSES, UPDATE_PHASES
 from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import ARR, StepPlan
@@ -90,7 +91,8 @@ class PPOTrainer:
         # The preflight checked a sample of the rows (preflight/data.py); this load checks them all,
         # rewards included, with the same one-line errors.
         load = dict(prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
-                    truncation=data.truncation, skip_bad_rows=data.skip_bad_rows, row_check=reward_check(cfg))
+                    truncation=data.truncation, skip_bad_rows=data.skip_bad_rows, row_check=reward_check(cfg),
+                    tools=prompt_tools(cfg))
         self.train_set = load_prompts(data.train_files, self.tokenizer, **load)
         self.val_set = load_prompts(data.val_files, self.tokenizer, **load)
         multi_turn = arr.rollout.multi_turn.enable

@@ -133,3 +133,28 @@ def test_the_dry_run_prints_the_turn_budget(data_files):
     assert "built-in calculator and code_interpreter" in line
     off = check_main(*data_files, "trainer.dry_run=true")
     assert not any(x.startswith("turns") for x in off.out.splitlines())
+
+
+def test_prompts_list_the_tools_where_the_chat_template_does(tmp_path):
+    """As verl renders its prompts: the tool schemas go to the chat template (a Qwen-style one lists them)."""
+    import copy
+
+    from logicrl.config.multi_turn import prompt_tools
+    from logicrl.data.dataset import load_prompts
+    from logicrl.models.loading import load_tokenizer
+    from tests.conftest import row, write_rows
+
+    tok = copy.deepcopy(load_tokenizer("embedded:tiny", quiet=True))
+    tok.chat_template = ("{%- if tools %}{{- '<|im_start|>system\\n' }}{%- for t in tools %}"
+                         "{{- t.function.name + '\\n' }}{%- endfor %}{{- '<|im_end|>\\n' }}{%- endif %}"
+                         "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+                         "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+    files = str(write_rows(tmp_path / "rows.jsonl", [row(0)]))
+    on = compose([f"data.train_files={files}", f"{MT}.enable=true"])
+    off = compose([f"data.train_files={files}"])
+    assert prompt_tools(off) is None
+    schemas = prompt_tools(on)
+    assert sorted(s["function"]["name"] for s in schemas) == ["calculator", "code_interpreter"]
+    listed = load_prompts(files, tok, max_prompt_length=512, tools=schemas)[0].prompt_text
+    plain = load_prompts(files, tok, max_prompt_length=512)[0].prompt_text
+    assert listed == "<|im_start|>system\ncalculator\ncode_interpreter\n<|im_end|>\n" + plain
