@@ -36,3 +36,31 @@ def test_the_model_learns_to_call_its_tool_and_nothing_scores_without_it(tmp_pat
     off = run(tmp_path, "off", data, "actor_rollout_ref.rollout.multi_turn.enable=false",
               "trainer.total_training_steps=5")
     assert all(r["reward/acc/mean"] == 0 and "tool/calls_per_sample" not in r for r in off)
+
+
+def test_a_run_with_tools_killed_in_step_2_resumes_bit_exactly(tmp_path):
+    """Nothing of the tool loop is kept between steps (tools are called afresh, every turn's seed comes from the
+    step's): a run killed while generating step 2 resumes from step 1 and ends as the uninterrupted run does."""
+    from logicrl.config.phases import ARR
+    from tests.conftest import TINY_RUN
+
+    data = tmp_path / "data"
+    write(generate(people=3, train_size=8, test_size=4), data)
+    mt = f"{ARR}.rollout.multi_turn"
+    args = [f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet", *TINY_RUN,
+            "trainer.n_gpus=2", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
+            "data.max_prompt_length=128", "data.max_response_length=40", "trainer.save_freq=1", f"{mt}.enable=true",
+            f"{mt}.function_tool_path={ROOT / 'recipes/tools/lookup.py'}"]
+    whole = run_main(*args, ckpt=tmp_path / "ckpt_a", run_dir=tmp_path / "run_a")
+    assert whole.returncode == 0, tail(whole)
+    reference = read_metrics(tmp_path / "run_a")
+    killed = run_main(*args, ckpt=tmp_path / "ckpt_b", run_dir=tmp_path / "run_b1", fault="sigkill@generate:2")
+    assert killed.returncode == -9, tail(killed)
+    resumed = run_main(*args, ckpt=tmp_path / "ckpt_b", run_dir=tmp_path / "run_b2")
+    assert resumed.returncode == 0, tail(resumed)
+    ours = read_metrics(tmp_path / "run_b2")
+    assert [r["step"] for r in ours] == [2]
+    same = [k for k in reference[1] if k.startswith(("tool/calls", "tool/failure", "tool/token", "num_turns/",
+                                                     "critic/score", "actor/pg_loss", "actor/grad_norm",
+                                                     "response_length/"))]
+    assert len(same) >= 10 and {k: ours[0][k] for k in same} == {k: reference[1][k] for k in same}
