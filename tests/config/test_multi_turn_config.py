@@ -73,6 +73,9 @@ def test_a_verl_multi_turn_script_validates_and_each_verl_only_key_says_what_it_
     for key in ("max_user_turns=None", "tokenization_sanity_check_mode=strict", "use_inference_chat_template=False",
                 "agent.num_workers=8"):
         assert key in warned, key
+    dry = check_main(*overrides, "trainer.dry_run=true")  # main_ppo.py's dry run of the script, in-process
+    assert dry.code == 0, dry.line
+    assert "multi-turn with tools (" in dry.out and "at most 5 assistant turns" in dry.out
 
 
 def test_verls_tool_agent_loop_turns_the_tool_loop_on(data_files, caplog):
