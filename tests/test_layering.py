@@ -35,7 +35,7 @@ LAYERS = [
     (TOP_LEVEL,),
     ("algos", "data"),
     ("models", "reward"),
-    ("config",),
+    ("config", "eval"),  # eval: the statistics of an evaluation, from scored samples
     ("memory",),
     ("preflight",),  # may import memory: it runs the planner
     ("workers", "controller"),
