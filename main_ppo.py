@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from logicrl.checkpoint_layout import complete_checkpoints, holds_checkpoints
 from logicrl.config import check_overrides, validate
 from logicrl.config.cli import hydra_error_line
+from logicrl.config.evaluation import eval_runs, eval_targets
 from logicrl.config.sizing import sizing_note
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
@@ -112,8 +113,8 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     dry_run = runs[0].cfg.trainer.dry_run
     for stage, planned in zip(runs, plans.stages):
         stage.plan = planned.plan  # with trainer.auto_micro_batch's picks and the resolved grad_accumulation
-        if curriculum:
-            print(f"==== stage {stage.index + 1}/{len(runs)}: {stage.name}")
+        if curriculum or len(runs) > 1:
+            print(f"==== {'stage' if curriculum else 'checkpoint'} {stage.index + 1}/{len(runs)}: {stage.name}")
         if dry_run:
             print(OmegaConf.to_yaml(stage.cfg))
         print(summarize(stage.cfg, stage.spec, stage.plan, planned.table))
@@ -154,6 +155,10 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
             run_curriculum(runs, Path(cfg.trainer.default_local_dir), run_dir,
                            carry_optimizer=cfg.curriculum.carry_optimizer,
                            resume=cfg.trainer.resume_mode != "disable", faults=faults)
+        elif runs[0].cfg.trainer.val_only:
+            from logicrl.trainer.evaluation import run_evaluation
+
+            run_evaluation(runs, eval_targets(cfg), run_dir, faults=faults)
         else:
             from logicrl.trainer.ppo import PPOTrainer
 
@@ -216,7 +221,12 @@ def checked(cfg: DictConfig, task: list[str]) -> tuple[list[Stage], Plans]:
     Raises Ended (exit 2, one line) on a bad input; tests call it in-process (tests/conftest.py check_main)."""
     try:
         # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
-        runs = build_stages(cfg, task) if has_stages(cfg) else [Stage(0, "", *validate(cfg))]
+        if has_stages(cfg):
+            runs = build_stages(cfg, task)
+        elif cfg.trainer.val_only:  # an evaluation: one run per eval.checkpoints entry (config/evaluation.py)
+            runs, _ = eval_runs(cfg)
+        else:
+            runs = [Stage(0, "", *validate(cfg))]
         # Memory plans, device, data, directories and disk, model directories: every stage's,
         # before any starts; directories are made only once all passed (logicrl/preflight/).
         return runs, preflight(runs)
