@@ -6,7 +6,8 @@
 A sample is one response: data_source, problem (its row in the evaluation set), sample (0..n-1),
 response, answer (eval/answers.py), score (the reward), correct (the rule's accuracy: trainer/rewards.py
 `accuracy`; None where only a reward model scored), completed (ended by an end-of-sequence token, not by
-the length limit), and for K&K `people`. Groups are the data_sources, and kk_logic/<p>ppl per people count.
+the length limit), and `people` where the row's extra_info has n_people (K&K, the recall task). Groups are
+the data_sources, and <source>/<p>ppl per people count.
 Every metric is a mean over problems: mean@n (each problem's share right), pass@k, maj@k, completed (share
 of responses that ended) and completed_correct (ended and right); intervals as in eval/estimators.py.
 """
@@ -27,11 +28,12 @@ SAMPLE_KEYS = ("data_source", "problem", "sample", "response", "answer", "score"
 def groups_of(sample: dict) -> list[str]:
     source = sample["data_source"]
     people = sample.get("people")
-    return [source] + ([f"{source}/{people}ppl"] if source == "kk_logic" and people is not None else [])
+    return [source] + ([f"{source}/{people}ppl"] if people is not None else [])
 
 
 def _interval(value: float, low: float, high: float) -> dict[str, float]:
-    return {"value": value, "low": low, "high": high}
+    # A bootstrap mean of equal values, or Wilson's bound at a share of 1, can miss the value by a rounding.
+    return {"value": value, "low": min(low, value), "high": max(high, value)}
 
 
 def _share(values: list[float], problems: int) -> dict[str, float]:

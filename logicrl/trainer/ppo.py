@@ -439,6 +439,9 @@ def history_row(step: int, metrics: dict) -> dict:
     for key, name in (*HEADLINE_KEYS, ("response_length/mean", "len_mean"), ("response_length/max", "len_max")):
         if key in metrics:
             row[name] = float(metrics[key])
+    # Accuracy per validation set (data_source, people count): a curriculum's picture shows each stage's data.
+    row.update({key: float(v) for key, v in metrics.items()
+                if key.startswith("val/") and key.endswith("/acc") and key != "val/acc"})
     return row
 
 

@@ -2,7 +2,8 @@
 
 The trainer generates for every validation prompt (rollout.val_kwargs.n each) on the same path
 as a training step (trainer/ppo.py `validate`) and scores the batch; this module turns the
-scored batch into metrics: `val/acc`, `val/<source>/acc` and, for K&K, `val/kk_logic/<k>ppl/acc`, over
+scored batch into metrics: `val/acc`, `val/<source>/acc` and, for rows with extra_info.n_people (K&K, the
+recall task), `val/<source>/<k>ppl/acc`, over
 the rows a rule scored (trainer/rewards.py `accuracy`), and `val/score` over all.
 A sample of generations goes to the run directory as val_generations/step_<N>.jsonl, to read
 what the model actually wrote. Every response also becomes a scored sample (`scored_samples`: its
@@ -36,8 +37,8 @@ def validation_metrics(batch: TensorDict, results: list[dict]) -> dict[str, floa
         groups["val/acc"].append(acc)
         groups[f"val/{source}/acc"].append(acc)
         people = (extra or {}).get("n_people")
-        if source == "kk_logic" and people is not None:
-            groups[f"val/kk_logic/{people}ppl/acc"].append(acc)
+        if people is not None:  # K&K and the recall task: a curriculum's stages differ by people
+            groups[f"val/{source}/{people}ppl/acc"].append(acc)
     return {k: sum(v) / len(v) for k, v in groups.items()}
 
 
