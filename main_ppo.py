@@ -34,6 +34,7 @@ from logicrl.launch.sweep import register_resolver
 from logicrl.memory.fit import DoesNotFit
 from logicrl.preflight import Plans, preflight
 from logicrl.run_lock import one_run_per_directory
+from logicrl.timeplan.report import plan_line, time_plan, time_report
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
@@ -111,6 +112,7 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     curriculum = has_stages(cfg)
     runs, plans = checked(cfg, list(hydra_cfg.overrides.task))
     dry_run = runs[0].cfg.trainer.dry_run
+    time_plans = {}  # stage index -> its time plan (logicrl/timeplan/)
     for stage, planned in zip(runs, plans.stages):
         stage.plan = planned.plan  # with trainer.auto_micro_batch's picks and the resolved grad_accumulation
         if curriculum or len(runs) > 1:
@@ -118,6 +120,8 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
         if dry_run:
             print(OmegaConf.to_yaml(stage.cfg))
         print(summarize(stage.cfg, stage.spec, stage.plan, planned.table))
+        if not stage.cfg.trainer.val_only:  # beside the memory plan: seconds per phase, per step, in all
+            time_plans[stage.index] = planned_time(stage, planned.memory.inputs.device)
         if note := sizing_note(stage.cfg, stage.spec, on_cpu=planned.memory.inputs.device == "cpu"):
             print(note, flush=True)
     if dry_run:
@@ -167,6 +171,10 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
 
         if table := memory_report(plans.peaks_gb, run_dir):  # the plan checked against the run, phase by phase
             print(table)
+        for stage in runs:  # the time plan checked the same way, per stage
+            where = run_dir / stage.dir_name if curriculum else run_dir
+            if (planned := time_plans.get(stage.index)) and (table := time_report(planned.phases, where)):
+                print(table)
     except BadInput as err:  # one the preflight could not see (e.g. a row past the sampled ones)
         fail(err)
     except Diverged as err:  # its line names the lr to lower and the last (finite) checkpoint
@@ -203,6 +211,17 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
         stop_ray()
         held.close()
     return plans
+
+
+def planned_time(stage: Stage, device: str):
+    """The stage's time plan, its line printed; never in the way of a run (no plan, one line saying why)."""
+    try:
+        plan = time_plan(stage.cfg, stage.spec, stage.plan, device)
+    except Exception as err:  # noqa: BLE001 - a prediction must not stop a run that the checks let through
+        print(f"time plan: none ({type(err).__name__}: {err})", flush=True)
+        return None
+    print(plan_line(plan, stage.plan.total_steps), flush=True)
+    return plan
 
 
 def lost_to_signal(err: BaseException, cfg: DictConfig) -> None:

@@ -37,7 +37,7 @@ LAYERS = [
     ("models", "reward"),
     ("config", "eval"),  # eval: the statistics of an evaluation, from scored samples
     ("memory",),
-    ("preflight",),  # may import memory: it runs the planner
+    ("preflight", "timeplan"),  # may import memory: it runs the planner; timeplan reads its shapes
     ("workers", "controller"),
     ("trainer", "launch"),
     ("main_ppo",),  # main_ppo.py at the repository root: nothing in logicrl/ imports it
