@@ -155,10 +155,11 @@ def plot(rows: list[dict], path: Path) -> dict[str, dict[str, list[tuple[float, 
                         if points[label]:
                             style = "--" if label == "validation accuracy" else "-"
                             # Later jobs thinner and marked differently: identical curves stay visible.
-                            ax.plot([p[x] for p in points[label]], [p[2] for p in points[label]], style,
-                                    color=f"C{n}", marker=MARKERS[n % len(MARKERS)], markevery=max(1, len(
-                                        points[label]) // 20), markersize=max(3.0, 8.0 - 1.5 * n), linewidth=max(1.0, 4.0 - n),
-                                    alpha=0.85, label=f"{job}" + (" (val)" if style == "--" else ""))
+                            drawn = points[label]
+                            ax.plot([p[x] for p in drawn], [p[2] for p in drawn], style, color=f"C{n}",
+                                    marker=MARKERS[n % len(MARKERS)], markevery=max(1, len(drawn) // 20),
+                                    markersize=max(3.0, 8.0 - 1.5 * n), linewidth=max(1.0, 4.0 - n), alpha=0.85,
+                                    label=f"{job}" + (" (val)" if style == "--" else ""))
                 ax.set_xlabel(xlabel)
                 ax.set_ylabel("reward (mean score)" if col == 0 else "accuracy")
                 what = "reward" if col == 0 else "accuracy (validation dashed)"
