@@ -155,9 +155,9 @@ def plot(rows: list[dict], path: Path) -> dict[str, dict[str, list[tuple[float, 
                         if points[label]:
                             style = "--" if label == "validation accuracy" else "-"
                             # Later jobs thinner and marked differently: identical curves stay visible.
-                            drawn = points[label]
-                            ax.plot([p[x] for p in drawn], [p[2] for p in drawn], style, color=f"C{n}",
-                                    marker=MARKERS[n % len(MARKERS)], markevery=max(1, len(drawn) // 20),
+                            line = points[label]
+                            ax.plot([p[x] for p in line], [p[2] for p in line], style, color=f"C{n}",
+                                    marker=MARKERS[n % len(MARKERS)], markevery=max(1, len(line) // 20),
                                     markersize=max(3.0, 8.0 - 1.5 * n), linewidth=max(1.0, 4.0 - n), alpha=0.85,
                                     label=f"{job}" + (" (val)" if style == "--" else ""))
                 ax.set_xlabel(xlabel)
