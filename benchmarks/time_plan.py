@@ -5,11 +5,13 @@ default) and the four-model PPO recipe (recipes/tiny_rm_ppo.yaml), on this machi
 
 Each case runs main_ppo.py as a user would (validation and saving off), reads the `time plan: N s/step` line it
 printed before training and the median measured step (metrics.jsonl, the first step left out), and prints the
-run's own closing table (planned vs measured per phase) and one summary table. Exit code 1 when a case is
-off by more than TARGET.
+run's own closing table (planned vs measured per phase) and one summary table. Before each case the CPU
+calibration is measured again, so a shared machine's load at the time is in the plan. Exit code 1 when a
+case is off by more than TARGET.
 """
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -19,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from logicrl.timeplan.report import measured_phases  # noqa: E402
+from logicrl.timeplan.calibrate import cpu_rates  # noqa: E402
+from logicrl.timeplan.report import cpu_threads, measured_phases  # noqa: E402
 
 TARGET = 1.5
 CASES = {"make train (embedded default)": [], "tiny_rm_ppo (actor, critic, ref, reward model)": ["+recipe=tiny_rm_ppo"]}
@@ -27,6 +30,8 @@ QUIET = ["trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.save
 
 
 def run_case(overrides: list[str], steps: int, tmp: Path) -> tuple[float, float, str]:
+    # The machine as it is now: the cached calibration measured again (others' jobs share these cores).
+    cpu_rates(cpu_threads(1), fresh=True)
     argv = [sys.executable, str(ROOT / "main_ppo.py"), *overrides, *QUIET, f"trainer.total_training_steps={steps}",
             f"hydra.run.dir={tmp / 'run'}", f"trainer.default_local_dir={tmp / 'ckpt'}"]
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -48,6 +53,7 @@ def main() -> int:
             planned, measured, closing = run_case([*overrides, *extra], args.steps, Path(tmp))
         print(f"== {name}\n{closing}")
         rows.append((name, planned, measured, measured / planned))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"| case | planned s/step | measured s/step (median) | measured / planned | within {TARGET}x |")
     print("|---|---|---|---|---|")
     for name, planned, measured, ratio in rows:

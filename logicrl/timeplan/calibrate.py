@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,22 +33,21 @@ class CpuRates:
     threads: int
 
 
-def _best(fn, budget_s: float = 0.08, most: int = 50) -> float:
-    """The fastest of up to `most` calls within about `budget_s`: on a shared machine the minimum is the
-    machine's speed, the rest is other work's interference."""
+def _typical(fn, budget_s: float = 0.08, most: int = 50) -> float:
+    """The median of up to `most` calls within about `budget_s`: on a shared machine, the speed a run gets
+    while the others' work goes on (the fastest call would be the idle machine's)."""
     fn()  # warm-up: the first call pays for allocation and thread start-up
-    best, spent, calls = float("inf"), 0.0, 0
-    while calls < most and (calls < 3 or spent < budget_s):
+    times: list[float] = []
+    while len(times) < most and (len(times) < 5 or sum(times) < budget_s):
         start = time.perf_counter()
         fn()
-        took = time.perf_counter() - start
-        best, spent, calls = min(best, took), spent + took, calls + 1
-    return best
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def measure(threads: int) -> CpuRates:
     """The rates at `threads` threads, each no lower than one thread's: on a busy machine OpenMP's threads
-    wait on each other's cores, a transient the run's steps mostly do not see."""
+    can wait on each other's cores far longer than a run's steps do."""
     one = _measure(1)
     if threads <= 1:
         return one
@@ -66,15 +66,15 @@ def _measure(threads: int) -> CpuRates:
         matmul = {}
         for w in WIDTHS:
             a, b = torch.randn(ROWS, w), torch.randn(w, w)
-            matmul[w] = 2.0 * ROWS * w * w / _best(lambda a=a, b=b: a @ b)
+            matmul[w] = 2.0 * ROWS * w * w / _typical(lambda a=a, b=b: a @ b)
         q = torch.randn(4, 4, 256, 64)
         attn = 2.0 * 4 * 4 * 256 * 256 * 64  # QK^T and AV, each half of L x L (causal)
-        attention = attn / _best(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True))
+        attention = attn / _typical(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True))
         small = torch.randn(16, 16)
         ops = 200
-        op_s = _best(lambda: [small.add(small) for _ in range(ops)]) / ops
+        op_s = _typical(lambda: [small.add(small) for _ in range(ops)]) / ops
         big = torch.empty(8 * 2**20)
-        bandwidth = 2 * big.numel() * 4 / _best(lambda: big.clone())  # read + write
+        bandwidth = 2 * big.numel() * 4 / _typical(lambda: big.clone())  # read + write
     finally:
         torch.set_num_threads(before)
     return CpuRates(matmul, attention, op_s, bandwidth, threads)
@@ -98,8 +98,9 @@ def cache_root() -> Path:
     return Path(os.environ.get("LOGICRL_CACHE", Path.home() / ".cache" / "logicrl"))
 
 
-def cpu_rates(threads: int, cache: Path | None = None) -> tuple[CpuRates, bool]:
-    """(this machine's rates at `threads` threads, whether they came from the cache)."""
+def cpu_rates(threads: int, cache: Path | None = None, fresh: bool = False) -> tuple[CpuRates, bool]:
+    """(this machine's rates at `threads` threads, whether they came from the cache); `fresh` measures again
+    and replaces the cached rates (benchmarks/time_plan.py, before each case on a shared machine)."""
     path = (cache or cache_root()) / CACHE_FILE
     key = _machine_key(threads)
     try:
@@ -107,7 +108,7 @@ def cpu_rates(threads: int, cache: Path | None = None) -> tuple[CpuRates, bool]:
     except (OSError, json.JSONDecodeError):
         saved = {}
     row = saved.get(key)
-    if row and row.get("format") == FORMAT:
+    if row and row.get("format") == FORMAT and not fresh:
         row = {k: v for k, v in row.items() if k != "format"}
         row["matmul_flops"] = {int(k): v for k, v in row["matmul_flops"].items()}
         return CpuRates(**row), True

@@ -53,10 +53,15 @@ def rates_for(device: str, ranks_per_node: int) -> Rates | None:
 
         row = device_row(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
         return Rates(gpu=row) if row else None
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or max(1, cpus // max(1, ranks_per_node))
-    rates, _ = cpu_rates(threads)
+    rates, _ = cpu_rates(cpu_threads(ranks_per_node))
     return Rates(cpu=rates)
+
+
+def cpu_threads(ranks_per_node: int) -> int:
+    """The threads one CPU rank gets: OMP_NUM_THREADS where set, else this machine's CPUs shared by its ranks
+    (controller/placement.py threads_per_rank)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return int(os.environ.get("OMP_NUM_THREADS") or 0) or max(1, cpus // max(1, ranks_per_node))
 
 
 def _prompt_tokens(cfg: DictConfig) -> int:
