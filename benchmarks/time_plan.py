@@ -46,11 +46,13 @@ def run_case(overrides: list[str], steps: int, tmp: Path) -> tuple[float, float,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--out", type=Path, help="keep each case's run directory under OUT (default: deleted)")
     args, extra = parser.parse_known_args()
     rows = []
-    for name, overrides in CASES.items():
+    for i, (name, overrides) in enumerate(CASES.items()):
         with tempfile.TemporaryDirectory(prefix="time-plan-") as tmp:
-            planned, measured, closing = run_case([*overrides, *extra], args.steps, Path(tmp))
+            where = args.out / f"case{i}" if args.out else Path(tmp)
+            planned, measured, closing = run_case([*overrides, *extra], args.steps, where)
         print(f"== {name}\n{closing}")
         rows.append((name, planned, measured, measured / planned))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
