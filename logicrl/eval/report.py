@@ -137,7 +137,9 @@ def plot_pass_at_k(results: dict[str, dict], out: Path) -> Path | None:
             ks = [k for k, _ in points]
             ax.plot(ks, [v["value"] for _, v in points], marker="o", label=checkpoint)
             ax.fill_between(ks, [v["low"] for _, v in points], [v["high"] for _, v in points], alpha=0.2)
-            ax.set_xticks(ks)
+            if ks[-1] >= 8 * ks[0]:  # 1, 2, 4, ..., 64: evenly spaced, as pass@k curves are read
+                ax.set_xscale("log", base=2)
+            ax.set_xticks(ks, [str(k) for k in ks])
         ax.set_title(group)
         ax.set_xlabel("k (samples per problem)")
         ax.set_ylabel("pass@k (95% bootstrap band)")
