@@ -11,6 +11,7 @@ of its own (the EXIT_* constants below; docs/faults.md has the table), with the 
 HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the traceback.
 """
 
+import datetime
 import os
 import signal
 import sys
@@ -121,7 +122,9 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
             print(OmegaConf.to_yaml(stage.cfg))
         print(summarize(stage.cfg, stage.spec, stage.plan, planned.table))
         if not stage.cfg.trainer.val_only:  # beside the memory plan: seconds per phase, per step, in all
-            time_plans[stage.index] = planned_time(stage, planned.memory.inputs.device)
+            # A curriculum's stages run one after another: each ETA counts the stages before it.
+            after_s = sum(p.step_s * runs[i].plan.total_steps for i, p in time_plans.items() if p)
+            time_plans[stage.index] = planned_time(stage, planned.memory.inputs.device, after_s)
         if note := sizing_note(stage.cfg, stage.spec, on_cpu=planned.memory.inputs.device == "cpu"):
             print(note, flush=True)
     if dry_run:
@@ -213,14 +216,16 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     return plans
 
 
-def planned_time(stage: Stage, device: str):
-    """The stage's time plan, its line printed; never in the way of a run (no plan, one line saying why)."""
+def planned_time(stage: Stage, device: str, after_s: float = 0.0):
+    """The stage's time plan, its line printed (its ETA `after_s` seconds later than its own run would end);
+    never in the way of a run (no plan: one line saying why)."""
     try:
         plan = time_plan(stage.cfg, stage.spec, stage.plan, device)
     except Exception as err:  # noqa: BLE001 - a prediction must not stop a run that the checks let through
         print(f"time plan: none ({type(err).__name__}: {err})", flush=True)
         return None
-    print(plan_line(plan, stage.plan.total_steps), flush=True)
+    start = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=after_s)
+    print(plan_line(plan, stage.plan.total_steps, start), flush=True)
     return plan
 
 

@@ -9,7 +9,7 @@ so it is memory-bound (bandwidth at DECODE_BW_EFFICIENCY) unless its FLOPs take 
 and updates are FLOP-bound at MFU of the bf16 peak. On CPU the rates are this machine's, calibrated
 (timeplan/calibrate.py), and a small model's time is mostly its kernels' latency (OPS_PER_LAYER).
 Lengths are the caller's (timeplan/report.py): full-length responses unless trainer.expected_response_length
-or a resumed run says otherwise.
+or a resumed run says otherwise. Dynamic sampling is planned at one generation round a step.
 """
 
 from __future__ import annotations
