@@ -83,7 +83,7 @@ def _measure(threads: int) -> CpuRates:
 def _machine_key(threads: int) -> str:
     import torch
 
-    cpu = platform.processor() or platform.machine()
+    cpu = platform.machine()  # not processor(): it may run `uname -p`
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
