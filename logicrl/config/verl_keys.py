@@ -284,27 +284,7 @@ def take_verl_keys(cfg: DictConfig) -> DictConfig:
         _delete(cfg, key)
     for key, value in updates:
         OmegaConf.update(cfg, key, value, merge=False)
-    warn_unset_rollout_n(cfg, command_line())
     return cfg
-
-
-def command_line() -> list[str] | None:
-    """The run's command-line overrides, or None outside a Hydra run (tests composing directly)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
-
-
-def warn_unset_rollout_n(cfg: DictConfig, overrides: list[str] | None) -> None:
-    """A verl script (it set verl-only keys) that leaves rollout.n to the default: verl's is 1, logicrl's 8
-    (GRPO needs a group), so a PPO script would sample 8 responses per prompt, 8x the batch it asked for."""
-    if overrides is None or any(o.lstrip("+~").startswith("recipe=") or o.split("=", 1)[0].endswith("rollout.n")
-                                for o in overrides):
-        return  # a recipe or the command line chose it
-    n = OmegaConf.select(cfg, f"{ARR}.rollout.n")
-    if n is not None and n != 1:
-        log.warning(f"{ARR}.rollout.n={n} is logicrl's default (verl's is 1) and this verl-style command line does "
-                    f"not set it: each prompt gets {n} responses; set {ARR}.rollout.n=1 for verl's batch")
 
 
 def _delete(cfg: DictConfig, key: str) -> None:
