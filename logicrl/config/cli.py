@@ -95,6 +95,10 @@ def check_overrides(argv: list[str]) -> list[str]:
                     raise ConfigError(f"preset={name}: there is no conf/preset/{name}.yaml (available: "
                                       f"{', '.join(presets)})")
             continue
+        if o.package and key not in valid:  # verl's `group@package=option`: its defaults list, not a key
+            raise ConfigError(f"{o.input_line}: selects verl's config group `{key}` (option {o.value()}) for "
+                              f"{o.package}; logicrl has no such group: it trains with FSDP2 only, its groups are "
+                              "conf/*/ (a recipe: +recipe=NAME)")
         # +key / ++key may add keys; the schema merge catches unknown ones with the same message.
         # A stage's overlay (curriculum.stages.1.overrides.data.train_batch_size=4) is checked with
         # its stage (config/stages.py), where the stage is named in the error.

@@ -350,9 +350,10 @@ def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:
     """Type, migrate, normalise and check a composed config; returns it typed and resolved, with its
     model and its step plan (over the rows in the training files; the trainer re-plans over the
     rows it keeps after truncation=filter / skip_bad_rows)."""
-    # A user's loss module first: its losses are loss_mode choices, its keys not the schema's.
-    cfg, loss_params = take_loss_params(cfg)
-    typed = typed_config(take_verl_keys(cfg))
+    # verl's keys first (its policy_loss.tau_* are renamed out of the loss group), then a user's loss module:
+    # its losses are loss_mode choices, its keys not the schema's.
+    cfg, loss_params = take_loss_params(take_verl_keys(cfg))
+    typed = typed_config(cfg)
     check_fields(typed)
     migrate(typed, rank_count(typed))
     check_fields(typed)  # migrated values obey the same bounds
