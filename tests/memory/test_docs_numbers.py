@@ -49,3 +49,20 @@ def test_the_example_refusal_is_what_its_dry_run_says(tmp_path):
     readme = (ROOT / "README.md").read_text()
     quoted = re.search(r"^(error: update_actor needs .*) \.\.\.$", readme, re.M)
     assert quoted and line.startswith(quoted.group(1)), quoted
+
+
+def test_the_sequence_parallel_table_is_the_plans(data_files):
+    from logicrl.memory.phases import GB
+    from logicrl.memory.planner import plan_inputs
+    from tests.memory.test_plan_sequence_parallel import seed_001
+
+    doc = MEMORY_MD.read_text()
+    section = doc[doc.index("### Sequence parallelism"):doc.index("## The model")]
+    rows = re.findall(r"^\| (\d) \| ([\d.]+) GB \| ([\d.]+) GB \| ([\d.]+) GB \|", section, re.M)
+    assert [r[0] for r in rows] == ["1", "2", "4"]
+    for sp, *shown in rows:
+        plan = seed_001(data_files, int(sp))
+        assert shown == [f"{plan.phase(p).total / GB:.1f}" for p in ("generate", "ref", "update_actor")], sp
+    one = seed_001(data_files, 1)
+    ckpt = plan_inputs(one.inputs.with_model("actor", ckpt=True), one.capacity).phase("update_actor").total
+    assert f"With gradient checkpointing SP 1 fits too (update_actor {ckpt / GB:.1f} GB)" in section
