@@ -128,6 +128,13 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
         if note := sizing_note(stage.cfg, stage.spec, on_cpu=planned.memory.inputs.device == "cpu"):
             print(note, flush=True)
     if dry_run:
+        # What a launch would refuse, after the plan it would have run: the first ends the run (exit 2), as at
+        # a launch; any later one is said before it.
+        refusals = [err for planned in plans.stages for err in planned.refusals]
+        for err in refusals[1:]:
+            print(f"error: {err}", file=sys.stderr)
+        if refusals:
+            fail(refusals[0])
         return plans
     # Heavy imports (torch, Ray, transformers) only once the config is known to be good.
     from logicrl.logs import pin_ray_auth

@@ -59,8 +59,10 @@ def _common(shape: str, gpus: int, gpu_gb: float) -> list[str]:
             "trainer.device=cuda", f"{ARR}.rollout.name=vllm"]
 
 
+# Gradient checkpointing off, as each case's first try: the refusals name it (verl's default turns it on).
+NO_CKPT = [f"{ARR}.model.enable_gradient_checkpointing=false", "critic.model.enable_gradient_checkpointing=false"]
 # The rollout.n 32 and 64 runs differ only in n.
-QWEN7B_GRPO = ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
+QWEN7B_GRPO = [*NO_CKPT, "algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
                "data.max_response_length=4096", "data.train_batch_size=8", f"{ARR}.actor.ppo_mini_batch_size=4",
                f"{ARR}.actor.ppo_micro_batch_size_per_gpu=8", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=16",
                f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=16", f"{ARR}.rollout.gpu_memory_utilization=0.6"]
@@ -68,7 +70,7 @@ QWEN7B_GRPO = ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", 
 CASES = [
     Case("PPO on Llama-3-8B: actor, critic, reference and reward model on 4 x 48 GB, 1024-token prompts",
          "llama-3.1-8b", 4, 48,
-         ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "data.max_prompt_length=1024",
+         [*NO_CKPT, "algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "data.max_prompt_length=1024",
           "data.max_response_length=1024", "data.train_batch_size=64", f"{ARR}.rollout.n=1",
           f"{ARR}.actor.ppo_mini_batch_size=16", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
           "critic.ppo_micro_batch_size_per_gpu=4", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=16",
@@ -85,7 +87,7 @@ CASES = [
          [*QWEN7B_GRPO, f"{ARR}.rollout.n=32"]),
     Case("The same at rollout.n 64", "qwen2.5-7b", 4, 80, [*QWEN7B_GRPO, f"{ARR}.rollout.n=64"]),
     Case("GRPO with a 4-bit Qwen2.5-7B, LoRA and vLLM on 2 x 40 GB", "qwen2.5-7b", 2, 40,
-         ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
+         [*NO_CKPT, "algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
           "data.max_response_length=2048", "data.train_batch_size=16", f"{ARR}.rollout.n=8",
           f"{ARR}.model.lora_rank=64", f"{ARR}.model.lora_alpha=128", f"{ARR}.actor.ppo_mini_batch_size=8",
           f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=32",
@@ -99,7 +101,7 @@ CASES = [
               "and takes the dequantized base once, at build, then the adapters alone (15.2 GB in vLLM's "
               "share). The bf16 LoRA run follows it."),
     Case("The same LoRA run in bf16 (what logicrl loads)", "qwen2.5-7b", 2, 40,
-         ["algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
+         [*NO_CKPT, "algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
           "data.max_response_length=2048", "data.train_batch_size=16", f"{ARR}.rollout.n=8",
           f"{ARR}.model.lora_rank=64", f"{ARR}.model.lora_alpha=128", f"{ARR}.actor.ppo_mini_batch_size=8",
           f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=32",
@@ -226,11 +228,17 @@ def render(case: Case, data: Path) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
+def cases_markdown() -> str:
+    """docs/memory.md's case sections, from its first `### ` case to the end of the page
+    (tests/memory/test_docs_numbers.py compares them)."""
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "prompts.jsonl"
         data.write_text("".join(f'{{"prompt": "puzzle {i}"}}\n' for i in range(64)))
-        print("\n\n".join(render(case, data) for case in CASES))
+        return "\n\n".join(render(case, data) for case in CASES)
+
+
+def main() -> None:
+    print(cases_markdown())
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ ROLE_DATA = [f"data.train_files={ROLE}/train.parquet", f"data.val_files={ROLE}/t
 # The tiny run most integration tests start from: 2 steps of 4 prompts x n=2 on the embedded tiny
 # model, 4-token responses, one mini-batch per step, the HF engine (vLLM's start-up costs ~7 s a
 # rank; tests about vLLM say rollout.name=vllm), metrics in metrics.jsonl and no validation. A test
-# adds what it is about after it: later overrides of the same key win.
-TINY_RUN = ["data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
+# adds what it is about after it: later overrides of the same key win. preset=embedded: the embedded
+# default's values also where a test points it at another tiny checkpoint (which would select verl's).
+TINY_RUN = ["preset=embedded", "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
             "data.max_response_length=4", "trainer.total_training_steps=2", f"{ARR}.rollout.name=hf",
             "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1"]
 # Tiers whose tests may start processes (the unit tier may not: see guard_unit_tier).

@@ -4,6 +4,8 @@ Hydra rejects an unknown override key with a multi-line message and exit code 1;
 one line, exit code 2 and the closest valid key. So main_ppo checks the override keys against
 the schema before handing argv to Hydra. Keys only verl has (verl_keys.py) are let through as
 `++key=value`, which Hydra adds to the composed config, where validate maps, ignores or refuses them.
+A command line that names a checkpoint (actor_rollout_ref.model.path) gets verl's defaults: `preset=verl`
+is added unless it selects a preset itself; the embedded model keeps the embedded default's.
 What only composing can find (a `+` on a key the recipe already set, a list index past its end, a
 missing config group option) comes out of Hydra as an exception; `hydra_error_line` makes it one line.
 """
@@ -33,6 +35,11 @@ STAGE_OVERLAY = re.compile(r"^\+{0,2}(curriculum\.stages\.\d+\.overrides\..+)$")
 # Hydra flags that take the next argument as their value.
 FLAGS_WITH_VALUE = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg",
                     "-p", "--package", "--experimental-rerun", "-i", "--info"}
+
+
+PRESET = "preset"
+MODEL_PATH = "actor_rollout_ref.model.path"
+EMBEDDED = "embedded:"
 
 
 def recipe_names() -> list[str]:
@@ -80,6 +87,18 @@ def check_overrides(argv: list[str]) -> list[str]:
                     raise ConfigError(f"+recipe={name}: there is no recipes/{name}.yaml "
                                       f"(available: {', '.join(recipe_names())})")
             continue
+        if key == PRESET:
+            values = o.value()
+            presets = sorted(p.stem for p in (CONF_DIR / PRESET).glob("*.yaml"))
+            for name in getattr(values, "list", None) or [values]:
+                if name not in presets:
+                    raise ConfigError(f"preset={name}: there is no conf/preset/{name}.yaml (available: "
+                                      f"{', '.join(presets)})")
+            continue
+        if o.package and key not in valid:  # verl's `group@package=option`: its defaults list, not a key
+            raise ConfigError(f"{o.input_line}: selects verl's config group `{key}` (option {o.value()}) for "
+                              f"{o.package}; logicrl has no such group: it trains with FSDP2 only, its groups are "
+                              "conf/*/ (a recipe: +recipe=NAME)")
         # +key / ++key may add keys; the schema merge catches unknown ones with the same message.
         # A stage's overlay (curriculum.stages.1.overrides.data.train_batch_size=4) is checked with
         # its stage (config/stages.py), where the stage is named in the error.
@@ -112,7 +131,35 @@ def for_hydra(argv: list[str]) -> list[str]:
             return f"++{stage.group(1)}"
         return f"++{arg}" if not arg.startswith("+") and verl_rule_key(arg.split("=", 1)[0]) else arg
 
-    return [rewrite(arg) if is_override else arg for arg, is_override in _tagged(argv)]
+    out = [rewrite(arg) if is_override else arg for arg, is_override in _tagged(argv)]
+    if preset := preset_for(argv):  # beside the model's path: Hydra's parser wants the overrides together
+        at = max(i for i, (arg, is_override) in enumerate(_tagged(argv))
+                 if is_override and arg.split("=", 1)[0].lstrip("+") == MODEL_PATH)
+        out.insert(at + 1, preset)
+    return out
+
+
+def preset_for(argv: list[str]) -> str | None:
+    """`preset=verl` when the overrides name a checkpoint and select no preset, else None. The embedded
+    default's values (conf/preset/embedded.yaml) serve the embedded model; a verl script, which always
+    names its model, gets verl's defaults for every key it leaves out."""
+    paths = []
+    for arg in override_args(argv):
+        key = arg.split("=", 1)[0].lstrip("+~")
+        if key == PRESET:
+            return None
+        if key == MODEL_PATH and "=" in arg and not arg.startswith("~"):
+            try:
+                o = OverridesParser.create().parse_override(arg)
+            except HydraException:
+                return None  # check_overrides says what is wrong with it
+            values = o.value()
+            paths = [str(v) for v in getattr(values, "list", None) or [values]]  # a sweep's choices, or the one
+    kinds = {p.startswith(EMBEDDED) for p in paths}
+    if len(kinds) > 1:
+        raise ConfigError(f"{MODEL_PATH}={','.join(paths)} sweeps the embedded model and checkpoints, whose "
+                          "defaults differ (conf/preset/): name preset=verl or preset=embedded")
+    return f"{PRESET}=verl" if kinds == {False} else None
 
 
 def hydra_error_line(err: HydraException) -> str:

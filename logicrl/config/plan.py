@@ -94,6 +94,8 @@ class StepPlan:
     filter_groups: bool = False
     gen_prompts: int = 0  # 0: `prompts` (plans built by hand in tests)
     max_gen_rounds: int | None = 1
+    # A dry run's refusals that a launch gives at validation (config/quantization.py): said after its plan.
+    launch_refusals: tuple[str, ...] = ()
     # trainer.val_only: nothing trains, so the training files need not fill a batch (an evaluation set of 4).
     val_only: bool = False
 

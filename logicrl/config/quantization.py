@@ -8,19 +8,20 @@
 - a pre-quantized checkpoint (config.json quantization_config): always without LoRA (full fine-tuning
   of int4 weights) or as the critic (trained in full). GPTQ loads (models/gptq.py) on an engine whose row
   holds it (config/engines.py: hf) with the adapter sync, once its packages are installed (the gptq extra,
-  at launch); another method is refused at launch. A dry run still plans any of them
-  (memory/planner_inputs.py reads its bits per weight), so the plan of such a run can be read before the
-  refusal.
+  at launch); another method is refused. A dry run plans any of them (memory/planner_inputs.py reads its
+  bits per weight) and hands these refusals to `defer`, said after its plan; a package missing is only a
+  warning there, as the machine that launches may have it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from omegaconf import DictConfig
 
 from logicrl.config.engines import ENGINES
-from logicrl.config.errors import ConfigError
+from logicrl.config.errors import ConfigError, log
 from logicrl.config.plan import ARR
 from logicrl.models.quant_methods import PRE_QUANTIZED, package_missing, pre_quantized_missing, pre_quantized_refusal
 from logicrl.models.spec import ModelSpec
@@ -34,7 +35,16 @@ def linear_sizes(spec: ModelSpec) -> dict[str, int]:
             "up_proj": i * h, "down_proj": h * i}
 
 
-def check_quantization(cfg: DictConfig, spec: ModelSpec, critic_spec: ModelSpec | None = None) -> None:
+def check_quantization(cfg: DictConfig, spec: ModelSpec, critic_spec: ModelSpec | None = None,
+                       defer: Callable[[str], None] | None = None) -> None:
+    """Raises ConfigError; with trainer.dry_run and `defer`, what only stops a launch goes to `defer`."""
+    dry = bool(cfg.trainer.dry_run) and defer is not None
+
+    def refuse(line: str) -> None:
+        if not dry:
+            raise ConfigError(line)
+        defer(line)
+
     model = cfg[ARR].model
     key = f"{ARR}.model.quantization"
     if critic_spec is not None and critic_spec.quant_method:
@@ -49,23 +59,22 @@ def check_quantization(cfg: DictConfig, spec: ModelSpec, critic_spec: ModelSpec 
         if model.quantization:
             raise ConfigError(f"{key}={model.quantization} but {ARR}.model.path={model.path} is already quantized "
                               f"({spec.quant_method}): drop {key}")
-        if cfg.trainer.dry_run:
-            return  # planned with the engine holding the int4 checkpoint, whatever runs it
+        # A dry run plans it with the engine holding the int4 checkpoint, whatever runs it, then says these.
         if spec.quant_method not in PRE_QUANTIZED:
-            raise ConfigError(pre_quantized_refusal(f"{ARR}.model.path", model.path, spec.quant_method))
+            return refuse(pre_quantized_refusal(f"{ARR}.model.path", model.path, spec.quant_method))
         rollout = cfg[ARR].rollout
         if spec.quant_method not in ENGINES[rollout.name].prequantized:
             holders = [name for name, row in ENGINES.items() if spec.quant_method in row.prequantized]
-            raise ConfigError(f"{ARR}.rollout.name={rollout.name} with a {spec.quant_method} base ({model.path}): "
-                              f"only the {' or '.join(holders)} engine holds it as the trainer does (the same int4 "
-                              f"Linears, adapters synced alone); set {ARR}.rollout.name={holders[0]} "
-                              "(docs/quantization.md)")
+            refuse(f"{ARR}.rollout.name={rollout.name} with a {spec.quant_method} base ({model.path}): only the "
+                   f"{' or '.join(holders)} engine holds it as the trainer does (the same int4 Linears, adapters "
+                   f"synced alone); set {ARR}.rollout.name={holders[0]} (docs/quantization.md)")
         if rollout.lora_sync != "adapters":
-            raise ConfigError(f"{ARR}.rollout.lora_sync={rollout.lora_sync} with a {spec.quant_method} base "
-                              f"({model.path}): int4 weights cannot absorb the merged W + BA; set "
-                              f"{ARR}.rollout.lora_sync=adapters")
+            refuse(f"{ARR}.rollout.lora_sync={rollout.lora_sync} with a {spec.quant_method} base ({model.path}): "
+                   f"int4 weights cannot absorb the merged W + BA; set {ARR}.rollout.lora_sync=adapters")
         if problem := pre_quantized_missing(spec.quant_method):
-            raise ConfigError(f"{ARR}.model.path={model.path}: {problem}")
+            if not dry:
+                raise ConfigError(f"{ARR}.model.path={model.path}: {problem}")
+            log.warning(f"{ARR}.model.path={model.path}: {problem} (a launch here would refuse it)")
         return
     if not model.quantization:
         return
@@ -73,8 +82,10 @@ def check_quantization(cfg: DictConfig, spec: ModelSpec, critic_spec: ModelSpec 
         raise ConfigError(f"{key}={model.quantization} with {ARR}.model.lora_rank=0: a 4-bit base is frozen, so "
                           "nothing would train; set lora_rank > 0 (QLoRA), or drop the quantization to train every "
                           "weight")
-    if not cfg.trainer.dry_run and (problem := package_missing(model.quantization)):
-        raise ConfigError(f"{ARR}.model.{problem}")
+    if problem := package_missing(model.quantization):
+        if not cfg.trainer.dry_run:
+            raise ConfigError(f"{ARR}.model.{problem}")
+        log.warning(f"{ARR}.model.{problem} (a launch here would refuse it)")
     block = model.quantization_block_size
     for name, numel in linear_sizes(spec).items():
         if numel % block:

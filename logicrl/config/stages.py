@@ -32,8 +32,8 @@ from logicrl.models.spec import ModelSpec
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 GROUPS = {f for f in RootConfig.__dataclass_fields__}
-# Selecting a config group (`+recipe=x`, `data=default`) shaped the base; it is not a value to re-apply.
-GROUP_SELECTIONS = {"recipe", *GROUPS}
+# Selecting a config group (`+recipe=x`, `preset=verl`, `data=default`) shaped the base; it is not a value to re-apply.
+GROUP_SELECTIONS = {"recipe", "preset", *GROUPS}
 
 
 @dataclass

@@ -119,11 +119,12 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
             "LoRA adapters only, the engine holds the base once" if cfg[ARR].rollout.lora_sync == "adapters" else
             "LoRA merged into full weights, the whole model every sync (rollout.lora_sync=merged)"))
     if cfg[ARR].model.quantization:
-        lines.append(f"{'':<10} base quantized to {cfg[ARR].model.quantization} as it loads, whole on every rank; "
-                     "only the LoRA adapters train (docs/quantization.md)")
+        lines.append(f"{'':<10} base quantized to {cfg[ARR].model.quantization} as it loads, replicated whole on "
+                     "every rank; only the LoRA adapters train (docs/quantization.md)")
     elif spec.quant_method:
-        lines.append(f"{'':<10} base stored as {spec.quant_method} int{spec.quant_bits}, loaded as it is, "
-                     "whole on every rank and in the engine; only the LoRA adapters train (docs/quantization.md)")
+        lines.append(f"{'':<10} base pre-quantized: {spec.quant_method} int{spec.quant_bits}, loaded as it is, "
+                     "replicated whole on every rank and in the engine (not sharded); only the LoRA adapters train "
+                     "(docs/quantization.md)")
     lines.append(memory)
     return "\n".join(lines)
 

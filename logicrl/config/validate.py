@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 import operator
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -115,7 +117,8 @@ def check_model(key: str, path: str) -> ModelSpec:
         raise ConfigError(f"{key}: {e}") from None
 
 
-def check_cross_fields(cfg: DictConfig) -> ModelSpec:
+def check_cross_fields(cfg: DictConfig, defer: Callable[[str], None] | None = None) -> ModelSpec:
+    """Raises ConfigError; a dry run hands what only stops a launch to `defer` (config/quantization.py)."""
     arr, algo, data, trainer = cfg[ARR], cfg.algorithm, cfg.data, cfg.trainer
 
     check_files("data.train_files", data.train_files)
@@ -129,7 +132,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
             f" = {total} tokens exceed the model's max_position_embeddings={spec.max_position_embeddings}"
             f" ({ARR}.model.path={arr.model.path}): lower them")
     critic_spec = check_model("critic.model.path", cfg.critic.model.path) if model("critic").in_use(cfg) else None
-    check_quantization(cfg, spec, critic_spec)
+    check_quantization(cfg, spec, critic_spec, defer)
 
     if algo.adv_estimator in NEEDS_GROUPS and arr.rollout.n < 2:
         raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator} compares responses to the same prompt: "
@@ -354,16 +357,18 @@ def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:
     """Type, migrate, normalise and check a composed config; returns it typed and resolved, with its
     model and its step plan (over the rows in the training files; the trainer re-plans over the
     rows it keeps after truncation=filter / skip_bad_rows)."""
-    # A user's loss module first: its losses are loss_mode choices, its keys not the schema's.
-    cfg, loss_params = take_loss_params(cfg)
-    typed = typed_config(take_verl_keys(cfg))
+    # verl's keys first (its policy_loss.tau_* are renamed out of the loss group), then a user's loss module:
+    # its losses are loss_mode choices, its keys not the schema's.
+    cfg, loss_params = take_loss_params(take_verl_keys(cfg))
+    typed = typed_config(cfg)
     check_fields(typed)
     migrate(typed, rank_count(typed))
     check_fields(typed)  # migrated values obey the same bounds
     normalize(typed)
-    spec = check_cross_fields(typed)
+    launch_refusals: list[str] = []  # a dry run's, said after its plan (main_ppo.py)
+    spec = check_cross_fields(typed, launch_refusals.append)
     typed = with_loss_params(typed, loss_params)
-    plan = build_plan(typed, dataset_rows(typed.data.train_files))
+    plan = replace(build_plan(typed, dataset_rows(typed.data.train_files)), launch_refusals=tuple(launch_refusals))
     if plan.max_steps and plan.total_steps < plan.max_steps:
         log.warning(f"trainer.total_training_steps={plan.max_steps}, but {plan.train_rows} prompts make "
                     f"{plan.steps_per_epoch} steps per epoch x trainer.total_epochs={plan.total_epochs}: the run "

@@ -75,11 +75,16 @@ def filter_overlong(key: str, value: Any) -> list[tuple[str, Any]]:
     return ignore("verl's default; over-long prompts follow data.truncation")(key, value)
 
 
-def resume_from_path(key: str, value: Any) -> list[tuple[str, Any]]:
-    if value is None:
-        return ignore("no path given")(key, value)
-    log.warning(f"{key}={value} is verl's spelling: using trainer.resume_mode={value}")
+def resume_from_path(key: str, value: Any, cfg: DictConfig) -> list[tuple[str, Any]]:
+    # verl resumes from it only with trainer.resume_mode=resume_path; logicrl's resume_mode takes the path itself.
+    if value is None or OmegaConf.select(cfg, "trainer.resume_mode") != "resume_path":
+        return ignore("verl reads it only with trainer.resume_mode=resume_path")(key, value)
+    log.warning(f"{key}={value} with trainer.resume_mode=resume_path is verl's spelling: using "
+                f"trainer.resume_mode={value}")
     return [("trainer.resume_mode", value)]
+
+
+resume_from_path.reads_config = True  # type: ignore[attr-defined]
 
 
 def agent_loop(key: str, value: Any) -> list[tuple[str, Any]]:
@@ -113,6 +118,49 @@ def sandbox_fusion(key: str, value: Any) -> list[tuple[str, Any]]:
     return ignore("without a url verl runs no sandbox")(key, value)
 
 
+def subtree_switch(switch: str, what: str) -> Rule:
+    """A verl feature's subtree (`key.enable`, `key.enabled`): its settings are ignored while it is off, and the
+    subtree is refused once it is on."""
+    def rule(key: str, value: Any) -> list[tuple[str, Any]]:
+        if isinstance(value, dict) and value.get(switch) not in (None, False):
+            raise ConfigError(f"{key}.{switch}={value[switch]}: {what} is not implemented: drop the {key} keys")
+        return ignore(f"settings of {what}, which is off")(key, value)
+    return rule
+
+
+def mixed_precision_dtype(key: str, value: Any) -> list[tuple[str, Any]]:
+    # FSDP2's param_dtype is the compute dtype, which logicrl takes from model.dtype for every model.
+    dtype = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+             "fp32": "float32", "float32": "float32"}.get(str(value))
+    if dtype is None:
+        raise ConfigError(f"{key}={value}: not a dtype logicrl computes in: set {ARR}.model.dtype (bfloat16, float16 "
+                          "or float32)")
+    log.warning(f"{key}={value} is verl's spelling: using {ARR}.model.dtype={dtype}")
+    return [(f"{ARR}.model.dtype", dtype)]
+
+
+def offload_policy(key: str, value: Any) -> list[tuple[str, Any]]:
+    # verl's FSDP2 CPUOffloadPolicy (parameters and gradients on the host, the step there) is what logicrl's
+    # param_offload builds (workers/fsdp.py).
+    if not value:
+        return ignore("verl's default: no FSDP2 CPU offload policy")(key, value)
+    target = key.rsplit(".", 1)[0] + ".param_offload"
+    log.warning(f"{key}={value} is verl's spelling: using {target}=true (FSDP2's CPUOffloadPolicy)")
+    return [(target, True)]
+
+
+def lora_subtree(key: str, value: Any) -> list[tuple[str, Any]]:
+    # verl's model.lora.merge syncs W + BA into the engine instead of adapters: logicrl's rollout.lora_sync. Its
+    # other keys (rank, alpha, init) configure Megatron's LoRA.
+    value = value if isinstance(value, dict) else {}
+    if set(value) - {"merge"}:
+        raise ConfigError(f"{shown(key, value)}: Megatron's LoRA settings; logicrl's are {ARR}.model.lora_rank, "
+                          "lora_alpha and target_modules")
+    sync = "merged" if value.get("merge") else "adapters"
+    log.warning(f"{shown(key, value)} is verl's spelling: using {ARR}.rollout.lora_sync={sync}")
+    return [(f"{ARR}.rollout.lora_sync", sync)]
+
+
 STRATEGY = ignore_only(("fsdp", "fsdp2"), "every model trains and runs with FSDP2",
                        "logicrl implements FSDP2 only: set fsdp or fsdp2")
 LOGPROB_INTERNALS = ("logicrl computes log-probs and entropy chunked over tokens (models/spec.py "
@@ -123,6 +171,8 @@ OFFLOAD_MEMORY = "only moves memory, which the preflight plan checks: the same r
 REWARD_LOOP = ("how verl serves the reward model (its reward loop, an inference engine); logicrl scores with it "
                "as an FSDP2 forward on every rank: the same scores")
 CUSTOM_REWARD_LOOP = "a custom verl reward loop is not loaded: use reward.custom.path"
+OTHER_ENGINE = "logicrl trains with FSDP2 only (verl's dp engine): drop the {} keys, or run it under verl"
+PROFILER = "logicrl reports each phase's time and memory in its metrics"
 
 VERL_KEYS: dict[str, Rule] = {
     # ---- data
@@ -154,10 +204,10 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.ref.entropy_checkpointing": ignore(LOGPROB_INTERNALS),
     f"{ARR}.ref.strategy": STRATEGY,
     "critic.strategy": STRATEGY,
-    f"{ARR}.actor.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
-    f"{ARR}.ref.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
-    "critic.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
-    "global_profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
+    f"{ARR}.actor.profiler": ignore(PROFILER),
+    f"{ARR}.ref.profiler": ignore(PROFILER),
+    "critic.profiler": ignore(PROFILER),
+    "global_profiler": ignore(PROFILER),
     f"{ARR}.actor.checkpoint": ignore("a logicrl checkpoint always holds model, optimizer and trainer state"),
     f"{ARR}.actor.optim.clip_grad": rename(f"{ARR}.actor.grad_clip"),
     "critic.optim.clip_grad": rename("critic.grad_clip"),
@@ -237,7 +287,7 @@ VERL_KEYS: dict[str, Rule] = {
         "not in a pool of its own: drop it"),
     "reward_model.n_gpus_per_node": ignore("verl reads it only with enable_resource_pool=True"),
     "reward_model.nnodes": ignore("verl reads it only with enable_resource_pool=True"),
-    "reward_model.profiler": ignore("logicrl reports each phase's time and memory in its metrics"),
+    "reward_model.profiler": ignore(PROFILER),
     "reward_model.model.use_shm": ignore("logicrl loads the checkpoint from its directory, not through /dev/shm"),
     "reward_model.model.use_fused_kernels": ignore("fused kernels compute the same scores faster; logicrl uses "
                                                    "transformers' modules"),
@@ -271,7 +321,103 @@ VERL_KEYS: dict[str, Rule] = {
     "trainer.log_val_generations": ignore("logicrl writes validation samples to val_generations/ in the run dir"),
     "trainer.max_critic_ckpt_to_keep": ignore("a checkpoint holds actor and critic together: "
                                               "trainer.max_actor_ckpt_to_keep prunes both"),
+    # ---- what verl's current example scripts set besides (tests/config/verl_examples.json)
+    "model_engine": ignore_only(("dp",), "verl's FSDP engine, the one logicrl has",
+                                "logicrl trains with FSDP2 only (verl's dp engine): drop it, or run it under verl"),
+    f"{ARR}.actor.model_engine": ignore_only(("dp",), "verl's FSDP engine, the one logicrl has",
+                                             "logicrl trains with FSDP2 only (verl's dp engine): drop it"),
+    f"{ARR}.actor.fsdp_config.offload_policy": offload_policy,
+    f"{ARR}.ref.fsdp_config.offload_policy": offload_policy,
+    f"{ARR}.actor.fsdp_config.mixed_precision.param_dtype": mixed_precision_dtype,
+    f"{ARR}.actor.fsdp_config.mixed_precision.reduce_dtype": ignore("logicrl reduces gradients in fp32 whatever is "
+                                                                   "asked: the same sums, rounded less"),
+    f"{ARR}.actor.fsdp_config.mixed_precision.buffer_dtype": ignore("logicrl keeps buffers in the dtype they load in"),
+    f"{ARR}.actor.fsdp_config.entropy_checkpointing": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.actor.fsdp_config.entropy_from_logits_with_chunking": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.ref.fsdp_config.entropy_from_logits_with_chunking": ignore(LOGPROB_INTERNALS),
+    f"{ARR}.ref.fsdp_config.optimizer_offload": ignore("the reference has no optimizer"),
+    f"{ARR}.ref.fsdp_config.model_dtype": ignore_only(
+        ("bf16", "bfloat16"), f"the reference computes in {ARR}.model.dtype: bfloat16 on CUDA",
+        f"the reference computes in {ARR}.model.dtype: set that instead"),
+    f"{ARR}.actor.pad_to_length": ignore("pads rows to fixed lengths for verl's compiled kernels; logicrl packs or "
+                                         "pads per micro-batch: the same log-probs"),
+    f"{ARR}.actor.use_prefix_grouper": ignore("computes a group's shared prompt once; logicrl computes each row "
+                                              "whole: the same log-probs"),
+    f"{ARR}.actor.calculate_sum_pi_squared": ignore_only(
+        (False,), "verl's default", "the sum of squared probabilities feeds verl's optimal-token-baseline "
+        "estimator, which logicrl does not implement: drop it"),
+    f"{ARR}.actor.optim.optimizer": ignore_only(("AdamW", "adamw"), "logicrl's optimizer is AdamW",
+                                                "logicrl trains with AdamW only: drop it"),
+    f"{ARR}.actor.optim.betas": ignore_only(([0.9, 0.999],), "torch's AdamW betas, which logicrl uses",
+                                            "logicrl's AdamW keeps torch's betas [0.9, 0.999]: drop it"),
+    f"{ARR}.actor.optim.lr_decay_style": rename(f"{ARR}.actor.optim.lr_scheduler_type"),
+    f"{ARR}.actor.optim.min_lr": refuse("a floor for the learning-rate schedule is not implemented (logicrl's cosine "
+                                        "decays to 0): drop it"),
+    f"{ARR}.actor.optim.override_optimizer_config": refuse(
+        f"Megatron's optimizer settings; logicrl's optimizer offload is {ARR}.actor.fsdp_config.optimizer_offload"),
+    f"{ARR}.model.exclude_modules": ignore_only((None,), "no module excluded",
+                                                f"logicrl's LoRA takes {ARR}.model.target_modules only: list the "
+                                                "modules to adapt there"),
+    f"{ARR}.model.lora": lora_subtree,
+    f"{ARR}.model.lora_adapter_path": ignore_only((None,), "no adapter to start from",
+                                                  "starting from a saved LoRA adapter is not implemented: merge it "
+                                                  "into the checkpoint first"),
+    f"{ARR}.model.mtp": subtree_switch("enable", "multi-token prediction (MTP)"),
+    f"{ARR}.model.override_config": ignore_only(({},), "no override given", "overriding the checkpoint's config.json "
+                                                "is not implemented: edit a copy of the checkpoint"),
+    f"{ARR}.rollout.data_parallel_size": ignore("each rank (or tensor-parallel group) runs its own engine: "
+                                                "generation is data-parallel over them already"),
+    f"{ARR}.rollout.dtype": ignore_only(("bfloat16", "bf16"), f"the engine computes in {ARR}.model.dtype: bfloat16 "
+                                        "on CUDA", f"the engine computes in {ARR}.model.dtype: set that instead"),
+    f"{ARR}.rollout.expert_parallel_size": ignore_only((1,), "no expert parallelism",
+                                                       "expert parallelism (MoE) is not implemented: drop it"),
+    f"{ARR}.rollout.moe_tensor_parallel_size": refuse("MoE tensor parallelism in the engine is not implemented: "
+                                                      "drop it"),
+    f"{ARR}.rollout.enable_rollout_routing_replay": ignore_only((False,), "verl's default",
+                                                                "MoE routing replay is not implemented: drop it"),
+    f"{ARR}.rollout.ignore_eos": ignore_only((False,), "logicrl's engines stop at EOS",
+                                             "generating past EOS is not implemented: drop it"),
+    f"{ARR}.rollout.profiler": ignore(PROFILER),
+    f"{ARR}.rollout.prompt_length": ignore("the engine's room for the prompt: logicrl sizes it to "
+                                           "data.max_prompt_length"),
+    f"{ARR}.rollout.response_length": rename("data.max_response_length"),
+    "algorithm.gdpo_reward_keys": refuse("GDPO's per-reward normalisation is not implemented: drop it"),
+    "critic.enable": ignore_only((None, False), "logicrl builds a critic exactly when algorithm.adv_estimator=gae",
+                                 "logicrl builds a critic exactly when algorithm.adv_estimator=gae: set that"),
+    "data.apply_chat_template_kwargs": ignore_only(({},), "no arguments", "passing arguments to the chat template "
+                                                   "is not implemented: render the prompts with them into the data"),
+    "data.custom_cls": ignore_only(({"path": None, "name": None}, {"path": None}), "verl's own dataset class",
+                                   "a custom dataset class is not loaded: write the prompts into .parquet or .jsonl "
+                                   "in verl's schema"),
+    "data.image_key": ignore("logicrl reads text prompts; a multimodal checkpoint is refused by its architecture"),
+    "data.image_patch_size": ignore("logicrl reads text prompts; a multimodal checkpoint is refused by its "
+                                    "architecture"),
+    "distillation": subtree_switch("enabled", "on-policy distillation"),
+    # verl's newest spellings of the reward settings, under reward.
+    "reward.custom_reward_function.path": rename("reward.custom.path"),
+    "reward.custom_reward_function.name": rename("reward.custom.name"),
+    "reward.num_workers": ignore(REWARD_LOOP),
+    "reward.reward_manager.name": ignore_only(("naive", "dapo"), "logicrl scores rules by data_source (DAPO's "
+                                              "overlong penalty is reward.overlong_buffer.*)",
+                                              "verl's other reward managers are not implemented: score with a "
+                                              "reward.custom.path function"),
+    "reward.reward_kwargs.overlong_buffer_cfg.enable": rename("reward.overlong_buffer.enable"),
+    "reward.reward_kwargs.overlong_buffer_cfg.len": rename("reward.overlong_buffer.len"),
+    "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor": rename("reward.overlong_buffer.penalty_factor"),
+    "reward.reward_kwargs.overlong_buffer_cfg.log": ignore("logicrl always logs reward/overlong_penalty/mean"),
+    "reward.reward_kwargs.max_resp_len": ignore("the overlong penalty counts to data.max_response_length"),
+    "reward.reward_model.enable": rename("reward_model.enable"),
+    "reward.reward_model.model_path": rename("reward_model.model.path"),
+    "reward.reward_model.rollout": ignore(REWARD_LOOP),
 }
+# Other training engines' subtrees (Megatron-LM, Megatron-lite, VeOmni, FSDP-turbo's plans).
+for _role in (f"{ARR}.actor", f"{ARR}.ref", "critic"):
+    VERL_KEYS[f"{_role}.megatron"] = refuse(OTHER_ENGINE.format("megatron"))
+    VERL_KEYS[f"{_role}.veomni"] = refuse(OTHER_ENGINE.format("veomni"))
+    VERL_KEYS[f"{_role}.engine"] = refuse(OTHER_ENGINE.format("Megatron-lite engine"))
+for _root in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.fsdp"):
+    VERL_KEYS[f"{_root}.turbo_config"] = refuse("FSDP-turbo's expert-parallel, sharding and recompute plans are not "
+                                                "implemented: drop the turbo_config keys")
 # FSDP wrapping and prefetch settings under each role's fsdp_config (the critic's under critic.model).
 for _root in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config", "critic.fsdp",
               "reward_model.model.fsdp_config"):
@@ -304,31 +450,12 @@ def take_verl_keys(cfg: DictConfig) -> DictConfig:
     updates = []
     for key, value in found:
         plain = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-        updates += VERL_KEYS[key](key, plain)
+        rule = VERL_KEYS[key]
+        updates += rule(key, plain, cfg) if getattr(rule, "reads_config", False) else rule(key, plain)
         _delete(cfg, key)
     for key, value in updates:
         OmegaConf.update(cfg, key, value, merge=False)
-    warn_unset_rollout_n(cfg, command_line())
     return cfg
-
-
-def command_line() -> list[str] | None:
-    """The run's command-line overrides, or None outside a Hydra run (tests composing directly)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
-
-
-def warn_unset_rollout_n(cfg: DictConfig, overrides: list[str] | None) -> None:
-    """A verl script (it set verl-only keys) that leaves rollout.n to the default: verl's is 1, logicrl's 8
-    (GRPO needs a group), so a PPO script would sample 8 responses per prompt, 8x the batch it asked for."""
-    if overrides is None or any(o.lstrip("+~").startswith("recipe=") or o.split("=", 1)[0].endswith("rollout.n")
-                                for o in overrides):
-        return  # a recipe or the command line chose it
-    n = OmegaConf.select(cfg, f"{ARR}.rollout.n")
-    if n is not None and n != 1:
-        log.warning(f"{ARR}.rollout.n={n} is logicrl's default (verl's is 1) and this verl-style command line does "
-                    f"not set it: each prompt gets {n} responses; set {ARR}.rollout.n=1 for verl's batch")
 
 
 def _delete(cfg: DictConfig, key: str) -> None:

@@ -30,6 +30,13 @@ def live_tensor_bytes(device_type: str = "cpu") -> int:
     """
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+    if gc.get_freeze_count():
+        # vLLM freezes the heap once its engine is built (vllm/utils/gc_utils.py freeze_gc_heap, for serving
+        # latency), and gc.get_objects() leaves frozen objects out: the engine's weights and KV cache, and all
+        # the trainer held by then, would be missing from the count. Unfrozen for good, not re-frozen: a
+        # re-freeze would also pin whatever cyclic garbage the trainer makes later; the cost is a slower
+        # collection over the engine's objects.
+        gc.unfreeze()
     seen: dict[int, int] = {}
     for obj in gc.get_objects():
         # DTensor and other wrapper subclasses own no storage; their local tensors are found on their own.

@@ -9,17 +9,20 @@ stage's memory plan (memory.py), then every stage's inputs (device.py, data.py a
 models.py, whose tokenizer lets data.py tokenize the sampled prompts, and checkpoints.py: does the
 one it resumes from fit), so a later stage's bad data file stops the first from starting.
 The directories are made (disk.py) only once every stage passed: a refused run leaves nothing on
-disk. Each stage is planned once; its StagePlan carries the numbers the later checks need.
+disk. Each stage is planned once; its StagePlan carries the numbers the later checks need. A dry run
+keeps each stage's refusals on its StagePlan (validation's, memory's, the inputs') for main_ppo to say
+after the plan; what only the launching machine knows (a package, weight files) is a warning there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
 from logicrl.config.stages import Stage
+from logicrl.errors import BadInput
 from logicrl.memory.phases import GB
 from logicrl.preflight.checkpoints import check_checkpoint
 from logicrl.preflight.data import check_data
@@ -65,8 +68,16 @@ def preflight(stages: Sequence[Stage]) -> Plans:
         check_weights(stage.cfg, dry_run=stage.cfg.trainer.dry_run)
         check_lora(stage.cfg, stage.spec)  # the planner sizes the adapters it picks: none would break it
     plans = Plans(tuple(check_memory(stage.cfg, stage.spec, stage.plan) for stage in stages))
+    checked = []
     for stage, planned in zip(stages, plans.stages):
-        check_inputs(stage.cfg, planned)
+        try:
+            check_inputs(stage.cfg, planned)
+        except BadInput as err:
+            if not stage.cfg.trainer.dry_run:
+                raise
+            planned = replace(planned, refusals=(*planned.refusals, err))  # said after the plan, as the others
+        checked.append(planned)
+    plans = Plans(tuple(checked))
     for stage in stages:
         create_directories(stage.cfg)
     return plans

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from logicrl.config.engines import resolve_engine
 from logicrl.config.errors import ConfigError
 from logicrl.config.plan import ARR, StepPlan, token_key
+from logicrl.errors import BadInput
 from logicrl.memory.fit import auto_micro_batch, check_fit, stop_lengths, worst_phase
 from logicrl.memory.lengths import EXPECTED, plan_lengths
 from logicrl.memory.phases import GB
@@ -36,6 +37,8 @@ class StagePlan:
     table: str  # the plan as printed: mode and lengths, the table, auto_micro_batch's picks
     plan: StepPlan  # the step plan to run: picked micro-batches, resolved grad_accumulation
     memory: MemoryPlan  # the planner's result the table shows (inputs, peak bytes per phase)
+    # A dry run's refusals, in the order a launch meets them: main_ppo says them after the plan (exit 2).
+    refusals: tuple[BadInput, ...] = ()
 
     @property
     def peaks_gb(self) -> dict[str, float]:
@@ -64,8 +67,10 @@ def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
     # (vLLM: seconds, and half a GB this process keeps).
     dry = cfg.trainer.dry_run
     engine = resolve_engine(x.engine, x.rollout_tp, "installed" if dry else "import")
-    if not engine.runs and not dry:
-        raise ConfigError(engine.line)
+    if not engine.runs:
+        if not dry:
+            raise ConfigError(engine.line)
+        log.warning(f"{engine.line} (a launch here would refuse it; the plan is for where it is installed)")
     if engine.runs and engine.reason:
         log.warning(engine.line)
         x = replace(x, engine=engine.name)
@@ -89,12 +94,18 @@ def check_memory(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> StagePlan:
     by_rows = {token_key(p.micro.key) for p in plan.phases if p.micro is not None and not p.micro.by_tokens}
     memory = plan_inputs(x, cap)
     table = _table(memory, source, picked, by_rows)
-    check_fit(memory, auto=cfg.trainer.auto_micro_batch)
+    refusals = [ConfigError(line) for line in plan.launch_refusals]  # validation's come first at a launch
+    try:
+        check_fit(memory, auto=cfg.trainer.auto_micro_batch)
+    except ConfigError as err:
+        if not cfg.trainer.dry_run:
+            raise
+        refusals.append(err)  # a dry run prints the plan that does not fit, then this
     # The workers run the grad_accumulation the plan resolved ("auto": unsharded unless it does not fit).
     chosen = memory.inputs
     modes = {role: inputs.grad_accum for role, inputs in chosen.models.items()}
     step_plan = plan.with_micro(picked).with_grad_accumulation(modes)
-    return StagePlan(table, step_plan, memory)
+    return StagePlan(table, step_plan, memory, tuple(refusals))
 
 
 def _table(plan, source: str, picked: dict[str, int], by_rows: set[str] = frozenset()) -> str:

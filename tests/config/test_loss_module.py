@@ -66,5 +66,11 @@ def test_a_new_key_without_plus_says_how_to_add_it():
 
 
 def test_a_key_the_actor_already_passes_is_refused(data_files):
-    with pytest.raises(ConfigError, match=f"{GROUP}.tau_pos: the actor passes tau_pos .*{ARR}.actor.tau_pos"):
-        validated(data_files, *WITH_MODULE, f"+{GROUP}.loss_offset=0.375", f"+{GROUP}.tau_pos=2")
+    with pytest.raises(ConfigError, match=f"{GROUP}.clip_ratio_c: the actor passes clip_ratio_c .*{ARR}.actor"):
+        validated(data_files, *WITH_MODULE, f"+{GROUP}.loss_offset=0.375", f"+{GROUP}.clip_ratio_c=2")
+
+
+def test_verls_spelling_of_sapos_temperatures_lands_on_the_actors_keys(data_files):
+    # verl's SAPO scripts set them under policy_loss; its loss (and logicrl's) reads the actor's.
+    cfg = validated(data_files, *WITH_MODULE, f"+{GROUP}.loss_offset=0.375", f"+{GROUP}.tau_pos=2")
+    assert cfg[ARR].actor.tau_pos == 2 and "tau_pos" not in cfg[ARR].actor.policy_loss

@@ -153,7 +153,6 @@ def test_what_would_change_results_is_refused_in_one_line(kk_role, override, nee
     (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096", f"{ARR}.rollout.update_weights_bucket_mb",
      4096),
     (f"{ARR}.actor.optim.clip_grad=0.5", f"{ARR}.actor.grad_clip", 0.5),
-    ("trainer.resume_from_path=/tmp", "trainer.resume_mode", "/tmp"),
 ])
 def test_renamed_keys_land_on_logicrl_keys(data_files, verl, logicrl_key, value, caplog):
     with caplog.at_level(logging.WARNING, logger="logicrl.config"):
@@ -162,6 +161,20 @@ def test_renamed_keys_land_on_logicrl_keys(data_files, verl, logicrl_key, value,
 
     assert OmegaConf.select(cfg, logicrl_key) == value
     assert any("is verl's spelling: using " + logicrl_key in w for w in warnings_of(caplog))
+
+
+def test_resume_from_path_is_read_only_with_resume_mode_resume_path(data_files, caplog):
+    # verl resumes from trainer.resume_from_path only when trainer.resume_mode=resume_path; logicrl's resume_mode
+    # takes the path itself.
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        cfg, _, _ = validate(compose([*data_files, "trainer.resume_mode=resume_path", "trainer.resume_from_path=/tmp"]))
+        assert cfg.trainer.resume_mode == "/tmp"
+        cfg, _, _ = validate(compose([*data_files, "trainer.resume_from_path=checkpoints/"]))
+        assert cfg.trainer.resume_mode == "auto"
+    said = warnings_of(caplog)
+    assert any(w.startswith("trainer.resume_from_path=/tmp with trainer.resume_mode=resume_path is verl") for w in said)
+    assert "trainer.resume_from_path=checkpoints/ is ignored: verl reads it only with trainer.resume_mode=resume_path" \
+        in said
 
 
 def test_verl_keys_are_not_schema_keys():
@@ -361,9 +374,10 @@ def test_entry_point_dry_runs_verl_ppo_script_with_a_reward_model(kk_role, tmp_p
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, tail(result)
     out = result.stdout + result.stderr
-    # verl's PPO with a reward model: a critic, no reference, the learned score as the reward.
+    # verl's PPO with a reward model: a critic, no reference, the learned score as the reward; 1024 prompts x n=1
+    # (verl's default) over 8 ranks.
     assert "algorithm  gae, rollout vllm, critic yes, reference no" in out
-    assert f"reward     reward model {rm}, per rank 128 forwards of <= 8; reward.combine.mode=model" in out
+    assert f"reward     reward model {rm}, per rank 16 forwards of <= 8; reward.combine.mode=model" in out
     # The memory plan counts the reward model's own phase (not skipped) between generate and old_log_prob.
     table = out[out.index("memory plan per device"):].splitlines()
     # Below the attention line and the column header.
@@ -376,32 +390,8 @@ def test_entry_point_dry_runs_verl_ppo_script_with_a_reward_model(kk_role, tmp_p
     for key in ("reward_model.use_reward_loop=True", "reward_model.num_workers=8", "reward_model.rollout.name=vllm"):
         assert any(f"- {key}" in line for line in ignored), key
     assert not ckpt.exists()  # a dry run makes no directory
-    # The script never sets rollout.n: verl's default is 1, logicrl's 8, and that is said once.
-    said = [line for line in out.splitlines() if f"{ARR}.rollout.n=8 is logicrl's default (verl's is 1)" in line]
-    assert len(said) == 1, said
-
-
-@pytest.mark.parametrize("overrides, warned", [
-    (["++reward_model.use_reward_loop=True"], True),  # a verl script that leaves rollout.n alone
-    (["++reward_model.use_reward_loop=True", f"{ARR}.rollout.n=8"], False),  # chose 8 on the command line
-    (["++reward_model.use_reward_loop=True", "+recipe=stage1"], False),  # a recipe chose it
-    (["++reward_model.use_reward_loop=True", "curriculum.stages.0.overrides.actor_rollout_ref.rollout.n=4"], False),
-    (None, False),  # not under Hydra (composed directly): the command line is unknown
-])
-def test_an_unset_rollout_n_in_a_verl_script_is_said(overrides, warned, caplog):
-    from logicrl.config.verl_keys import warn_unset_rollout_n
-
-    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
-        warn_unset_rollout_n(compose([]), overrides)
-    assert (f"{ARR}.rollout.n=8 is logicrl's default (verl's is 1)" in " ".join(warnings_of(caplog))) == warned
-
-
-def test_rollout_n_of_1_from_anywhere_is_verls_batch_already(caplog):
-    from logicrl.config.verl_keys import warn_unset_rollout_n
-
-    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
-        warn_unset_rollout_n(compose([f"{ARR}.rollout.n=1"]), ["++reward_model.use_reward_loop=True"])
-    assert not warnings_of(caplog)
+    # The script never sets rollout.n: it names a checkpoint, so it gets verl's default, 1.
+    assert "1024 prompts x n=1 = 1024 responses" in out
 
 
 # ---------------------------------------------------------------- keys verl's current scripts set

@@ -15,9 +15,11 @@ from pathlib import Path
 from tests.conftest import BASE_BATCH, write_jsonl
 from tests.gpu.local_group import LocalGroup
 
-# Two steps of the trainer on the GPU with the hf engine, saved at the end (tests/gpu/test_train_cuda.py).
-TWO_STEPS = ["trainer.total_training_steps=2", "trainer.device=cuda", "actor_rollout_ref.rollout.name=hf",
-             "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=2"]
+# Two steps of the trainer on the GPU with the hf engine, saved at the end (tests/gpu/test_train_cuda.py);
+# the embedded default's values (GRPO, its batch and lr) over the checkpoint each test names.
+TWO_STEPS = ["preset=embedded", "trainer.total_training_steps=2", "trainer.device=cuda",
+             "actor_rollout_ref.rollout.name=hf", "trainer.val_before_train=false", "trainer.test_freq=-1",
+             "trainer.save_freq=2"]
 # A Qwen2.5-0.5B-shaped model (494M parameters) with random weights: the GPU tier's realistic size.
 QWEN25_05B = dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=896, num_hidden_layers=24,
                   num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,

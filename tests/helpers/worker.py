@@ -28,7 +28,9 @@ def make_worker(engine: str, *overrides: str):
     if engine == "vllm":
         pytest.importorskip("vllm")
     data = need_data("kk_role")
-    cfg, _, plan = validate(compose([f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet",
+    # preset=embedded: the embedded default's values whatever model.path an override names.
+    cfg, _, plan = validate(compose(["preset=embedded", f"data.train_files={data}/train.parquet",
+                                     f"data.val_files={data}/test.parquet",
                                      f"{ARR}.actor.use_kl_loss=true", "data.max_response_length=4",
                                      "data.train_batch_size=4", f"{ARR}.rollout.n=4",
                                      f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.actor.optim.lr=1e-2",

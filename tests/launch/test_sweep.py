@@ -17,7 +17,8 @@ from tests.launch.conftest import summary_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SEVEN_B = ["actor_rollout_ref.model.path=logicrl/memory/shapes/qwen2.5-7b", "trainer.n_gpus=4",
-           "trainer.gpu_memory_gb=80", "data.max_response_length=4096", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4"]
+           "trainer.gpu_memory_gb=80", "data.max_response_length=4096", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
+           "algorithm.adv_estimator=grpo", "data.train_batch_size=16", "data.max_prompt_length=128"]
 
 
 def planned_generate_gb() -> float:
@@ -25,7 +26,8 @@ def planned_generate_gb() -> float:
     from logicrl.memory.planner import plan_inputs
     from logicrl.preflight.memory import peaks_gb, plan_for
 
-    x, cap, _ = plan_for(*validate(compose(SEVEN_B)))  # refused as it is: the planner's peaks, not check_memory's
+    # Refused as it is: the planner's peaks, not check_memory's.
+    x, cap, _ = plan_for(*validate(compose([*SEVEN_B, f"{ARR}.rollout.n=8"])))
     return peaks_gb(plan_inputs(x, cap))["generate"]
 
 

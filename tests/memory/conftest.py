@@ -12,7 +12,7 @@ GRPO_7B = [f"{ARR}.model.path={QWEN7B}", "algorithm.adv_estimator=grpo", f"{ARR}
            "trainer.n_gpus=4", "trainer.device=cuda", "data.train_batch_size=8", f"{ARR}.rollout.n=16",
            f"{ARR}.actor.ppo_mini_batch_size=4", "data.max_prompt_length=512", "data.max_response_length=2048",
            f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", f"{ARR}.rollout.name=vllm",
-           f"{ARR}.model.use_remove_padding=false"]
+           f"{ARR}.model.use_remove_padding=false", f"{ARR}.model.enable_gradient_checkpointing=false"]
 
 
 def planned(*overrides: str, device: str = "cuda"):

@@ -18,7 +18,8 @@ PPO = [f"{ARR}.model.path={QWEN}", "algorithm.adv_estimator=gae", "trainer.n_gpu
        f"{ARR}.actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4", "data.max_prompt_length=1024",
        "data.max_response_length=4096",
        f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.kv_cache_gb=4", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1",
-       f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=1"]
+       f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=1", f"{ARR}.model.enable_gradient_checkpointing=false",
+       "critic.model.enable_gradient_checkpointing=false"]
 
 
 def inputs(data, *overrides):

@@ -87,7 +87,8 @@ def test_a_gptq_checkpoint_is_refused_at_launch_where_it_cannot_run_in_one_line(
     import json
     import shutil
 
-    lora = [*data, *BASE_BATCH, f"{ARR}.model.path={GPTQ}", f"{ARR}.model.lora_rank=4"]
+    grpo = [*data, *BASE_BATCH, "algorithm.adv_estimator=grpo"]  # a critic would train every (int4) weight
+    lora = [*grpo, f"{ARR}.model.path={GPTQ}", f"{ARR}.model.lora_rank=4"]
     with pytest.raises(ConfigError, match="rollout.name=hf") as e:  # that run's vLLM
         validate(compose([*lora, f"{ARR}.rollout.name=vllm"]))
     assert "\n" not in str(e.value)
@@ -99,7 +100,7 @@ def test_a_gptq_checkpoint_is_refused_at_launch_where_it_cannot_run_in_one_line(
         validate(compose([*lora, f"{ARR}.rollout.name=hf"]))
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="lora_rank=0"):
-        validate(compose([*data, *BASE_BATCH, f"{ARR}.model.path={GPTQ}", "trainer.dry_run=true"]))
+        validate(compose([*grpo, f"{ARR}.model.path={GPTQ}", "trainer.dry_run=true"]))
     # Another method (AWQ here) is refused at launch, pointing at NF4 over the bf16 checkpoint.
     awq = tmp_path / "awq"
     shutil.copytree(GPTQ, awq)
@@ -107,7 +108,7 @@ def test_a_gptq_checkpoint_is_refused_at_launch_where_it_cannot_run_in_one_line(
     config["quantization_config"]["quant_method"] = "awq"
     (awq / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match="loads gptq checkpoints only") as e:
-        validate(compose([*data, *BASE_BATCH, f"{ARR}.model.path={awq}", f"{ARR}.model.lora_rank=4"]))
+        validate(compose([*grpo, f"{ARR}.model.path={awq}", f"{ARR}.model.lora_rank=4"]))
     assert "quantization=nf4" in str(e.value)
 
 

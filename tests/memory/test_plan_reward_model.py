@@ -19,7 +19,9 @@ PPO_7B = [f"{ARR}.model.path={QWEN7B}", "algorithm.adv_estimator=gae", "algorith
           f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_mini_batch_size=4", "data.max_prompt_length=512",
           "data.max_response_length=1024", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
           "critic.ppo_micro_batch_size_per_gpu=4", f"{ARR}.rollout.name=hf", "trainer.memory_plan=worst_case",
-          f"{ARR}.model.use_remove_padding=false"]  # padded rows (the hand counts below), unless a test packs
+          # Padded rows (the hand counts below), unless a test packs; no checkpointing.
+          f"{ARR}.model.use_remove_padding=false", "critic.model.use_remove_padding=false",
+          f"{ARR}.model.enable_gradient_checkpointing=false", "critic.model.enable_gradient_checkpointing=false"]
 
 
 @pytest.fixture(scope="module")

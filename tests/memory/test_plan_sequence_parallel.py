@@ -20,7 +20,8 @@ SP = f"{ARR}.actor.ulysses_sequence_parallel_size"
 
 def seed_001(data_files, sp: int):
     cfg, spec, plan = validate(compose([
-        *data_files, "data.train_batch_size=16", "data.max_prompt_length=1024", "data.max_response_length=16384",
+        *data_files, "algorithm.adv_estimator=grpo", "data.train_batch_size=16", "data.max_prompt_length=1024",
+        "data.max_response_length=16384",
         f"{ARR}.model.path={QWEN7B}", f"{ARR}.model.use_remove_padding=true",
         f"{ARR}.model.enable_gradient_checkpointing=false", f"{ARR}.actor.ppo_mini_batch_size=16",
         f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1", f"{ARR}.actor.use_kl_loss=true",
@@ -64,7 +65,8 @@ def test_auto_micro_batch_names_the_sp_size_when_no_micro_batch_fits(data_files)
     # refusal is SP alone, without a micro-batch (auto picks it at that size); at that size auto fits.
     def stage(sp: int):
         cfg, spec, plan = validate(compose([
-            *data_files, "data.train_batch_size=16", "data.max_prompt_length=1024", "data.max_response_length=31744",
+            *data_files, "algorithm.adv_estimator=grpo", "data.train_batch_size=16", "data.max_prompt_length=1024",
+            "data.max_response_length=31744",
             f"{ARR}.model.path={QWEN7B}", f"{ARR}.model.use_remove_padding=true", "trainer.auto_micro_batch=true",
             f"{ARR}.model.enable_gradient_checkpointing=true", f"{ARR}.actor.ppo_mini_batch_size=16",
             f"{ARR}.rollout.n=16", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.gpu_memory_utilization=0.5",

@@ -19,7 +19,7 @@ WAYS_OUT = "start over with trainer.resume_mode=disable, or use another trainer.
 
 def config(data_files, root, *overrides):
     cfg, _, _ = validate(compose([*data_files, f"{ARR}.rollout.name=hf", f"trainer.default_local_dir={root}",
-                                  *overrides]))
+                                  "algorithm.adv_estimator=grpo", f"{ARR}.rollout.n=8", *overrides]))
     return cfg
 
 
