@@ -19,12 +19,13 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.checkpoint_layout import complete_checkpoints, holds_checkpoints
 from logicrl.config import check_overrides, validate
-from logicrl.config.cli import hydra_error_line
+from logicrl.config.cli import hydra_error_line, yaml_error_line
 from logicrl.config.sizing import sizing_note
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
@@ -50,6 +51,8 @@ EXIT_PREEMPTED = 75
 # The user's own HYDRA_FULL_ERROR: __main__ sets it for Hydra (see there) and keeps the user's value in
 # LOGICRL_FULL_ERROR, for this process and for what inherits its environment (a submitit sweep job).
 FULL_ERROR = os.environ.get("LOGICRL_FULL_ERROR", os.environ.get("HYDRA_FULL_ERROR")) == "1"
+# Hydra has composed the config and made the run's directory: an OSError before this is the directory's.
+STARTED = False
 
 
 class Ended(Exception):
@@ -67,6 +70,8 @@ def fail(err: BadInput) -> None:
 
 @hydra.main(config_path="conf", config_name="ppo_trainer", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    global STARTED
+    STARTED = True
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -80,7 +85,7 @@ def main(cfg: DictConfig) -> None:
         return
     from logicrl.launch.sweep import job_name, swept_from_env, write_result
 
-    task = list(hydra_cfg.overrides.task)
+    task = overrides_of(hydra_cfg)
     # Sweep jobs must not resume from each other's checkpoints: each combination gets its own
     # directory, named by its swept values, so re-running the sweep resumes every job from its own.
     cfg.trainer.default_local_dir = f"{cfg.trainer.default_local_dir}/{job_name(task, swept_from_env())}"
@@ -108,7 +113,7 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     """Validate, plan, check the inputs, then train (unless a dry run). Returns the plans (the planned peak
     per phase in GB, the largest over a curriculum's stages: .peaks_gb); raises Ended."""
     curriculum = has_stages(cfg)
-    runs, plans = checked(cfg, list(hydra_cfg.overrides.task))
+    runs, plans = checked(cfg, overrides_of(hydra_cfg))
     dry_run = runs[0].cfg.trainer.dry_run
     for stage, planned in zip(runs, plans.stages):
         stage.plan = planned.plan  # with trainer.auto_micro_batch's picks and the resolved grad_accumulation
@@ -211,6 +216,12 @@ def lost_to_signal(err: BaseException, cfg: DictConfig) -> None:
         raise Ended(cluster.signalled_code(signum), f"error: {cluster.signalled_line(signum)}", err) from None
 
 
+def overrides_of(hydra_cfg) -> list[str]:
+    """The command line's overrides as typed: a value that is a broken interpolation (`key=${oops}`) reaches
+    validation, which names its key, instead of failing here as it is read."""
+    return OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
+
+
 def checked(cfg: DictConfig, task: list[str]) -> tuple[list[Stage], Plans]:
     """Everything decided before Ray or a model starts: every stage validated and through the preflight.
     Raises Ended (exit 2, one line) on a bad input; tests call it in-process (tests/conftest.py check_main)."""
@@ -275,9 +286,22 @@ if __name__ == "__main__":
             traceback.print_exc()
         print(f"error: {BadInput(hydra_error_line(err))}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    except yaml.YAMLError as err:  # a recipe or conf/ file that does not parse (Hydra reads them as it composes)
+        print(f"error: {yaml_error_line(err)}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    except OSError as err:
+        if STARTED:
+            raise
+        # Hydra makes hydra.run.dir (and writes .hydra/ there) before the run starts.
+        print(f"error: hydra.run.dir: cannot write {err.filename or 'the run directory'} ({err.strerror or err}): "
+              "set hydra.run.dir=<a writable directory>", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
     except Stopped as err:  # before any model or Ray started: nothing to save
         print(f"error: stopped by {err} before training started", file=sys.stderr)
         sys.exit(stopped_code(err))
+    except KeyboardInterrupt:  # Ctrl-C while the config was checked or the imports ran: nothing started yet
+        print("error: interrupted (Ctrl-C) before training started; nothing was written", file=sys.stderr)
+        sys.exit(EXIT_SIGINT)
     from logicrl.launch import sweep
 
     if sweep.NOT_DONE:  # a sweep with jobs that did not finish: its summary says which and why

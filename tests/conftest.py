@@ -293,6 +293,8 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
     from hydra.errors import HydraException
     from omegaconf import open_dict
 
+    import yaml
+
     import main_ppo
     from logicrl.config.cli import CONF_DIR, CONFIG_NAME, hydra_error_line
     from logicrl.errors import BadInput
@@ -332,7 +334,7 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
                 if cfg.trainer.dry_run:
                     main_ppo.run(cfg, hydra_cfg)
                 else:
-                    main_ppo.checked(cfg, list(hydra_cfg.overrides.task))
+                    main_ppo.checked(cfg, main_ppo.overrides_of(hydra_cfg))
             except main_ppo.Ended as end:
                 return Checked(end.code, end.line, out.getvalue(), err.getvalue())
             except BadInput as bad:
@@ -340,6 +342,9 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
             except HydraException as hydra_err:
                 return Checked(main_ppo.EXIT_CONFIG, f"error: {BadInput(hydra_error_line(hydra_err))}",
                                out.getvalue(), err.getvalue())
+            except yaml.YAMLError as yaml_err:
+                return Checked(main_ppo.EXIT_CONFIG, f"error: {main_ppo.yaml_error_line(yaml_err)}", out.getvalue(),
+                               err.getvalue())
             finally:
                 HydraConfig.instance().cfg = None  # tests that compose later are not under a Hydra run
         return Checked(0, "", out.getvalue(), err.getvalue())

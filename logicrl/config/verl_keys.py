@@ -292,7 +292,9 @@ def command_line() -> list[str] | None:
     """The run's command-line overrides, or None outside a Hydra run (tests composing directly)."""
     from hydra.core.hydra_config import HydraConfig
 
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+    # Unresolved: an override whose value is a broken interpolation (`key=${oops}`) is validation's to name.
+    return OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False) if HydraConfig.initialized() \
+        else None
 
 
 def warn_unset_rollout_n(cfg: DictConfig, overrides: list[str] | None) -> None:

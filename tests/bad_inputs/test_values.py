@@ -1,0 +1,73 @@
+"""Values that used to pass validation and fail later, or never: each is now one `error:` line naming the
+key and the fix, exit 2, before anything starts. In-process (`check_main`): the entry point's own checks,
+without a launch; the entry point's wiring of the two refusals Hydra raises before main (a YAML file that
+does not parse, a run directory it cannot make) is checked with one launch each."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from logicrl.config.cli import yaml_error_line
+from logicrl.config.phases import ARR
+from tests.bad_inputs.conftest import refused, timed_main
+from tests.conftest import ROLE_DATA, TINY_RUN, assert_refused, check_main
+
+RC = "algorithm.rollout_correction"
+
+
+@pytest.mark.parametrize("overrides, says", [
+    # lr=inf passed `> 0`; the run then stopped at its divergence guard 19 s later.
+    ([f"{ARR}.actor.optim.lr=inf"], [f"{ARR}.actor.optim.lr=inf must be a finite number > 0"]),
+    ([f"{ARR}.actor.optim.lr=nan"], ["optim.lr=nan must be a finite number > 0"]),
+    ([f"{ARR}.actor.optim.lr=-1e-6"], ["optim.lr=-1e-06 must be a finite number > 0"]),
+    (["algorithm.filter_groups.max_num_gen_batches=-7"], ["algorithm.filter_groups.max_num_gen_batches=-7 must be >= 0"]),
+    # YAML reads 0.5_2 as 0.52: one bound u means 1/u_u, here 1.92_0.52, which holds no ratio at all.
+    ([f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=0.5_2"],
+     ["rollout_rs_threshold=0.52", "does not hold ratio 1", "quote it"]),
+    ([f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold='2.0_0.5'"],
+     ["rollout_rs_threshold=2.0_0.5", "band 2.0_0.5 does not hold ratio 1"]),
+    # A band above 1 rejects the on-policy tokens (ratio 1) too.
+    ([f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold='1.5_3'"], ["band 1.5_3 does not hold ratio 1"]),
+    ([f"{ARR}.actor.policy_loss.clip_cov_lb=5", f"{ARR}.actor.policy_loss.clip_cov_ub=1"],
+     ["clip_cov_lb=5.0 > ", "clip_cov_ub=1.0"]),
+    (["trainer.experiment_name=../../../../x"], ["trainer.experiment_name='../../../../x'", "inside the output tree"]),
+    (["trainer.project_name=/tmp/elsewhere"], ["trainer.project_name='/tmp/elsewhere'"]),
+    (["trainer.default_local_dir="], ["trainer.default_local_dir is empty"]),
+    # The key is named (OmegaConf's own error names none here: the line used to say "None").
+    (["data.train_batch_size=${oops}"], ["data.train_batch_size: Interpolation key 'oops' not found"]),
+    (["reward.timeout_s=0"], ["reward.timeout_s=0.0 must be a finite number > 0"]),
+    (["algorithm.filter_groups.max_empty_rounds=0"], ["algorithm.filter_groups.max_empty_rounds=0 must be >= 1"]),
+])
+def test_a_value_that_cannot_work_is_refused_in_one_line(tmp_path, overrides, says):
+    result = check_main(*ROLE_DATA, *TINY_RUN, *overrides, f"hydra.run.dir={tmp_path / 'run'}")
+    assert_refused(result, *says)
+
+
+@pytest.mark.parametrize("overrides", [
+    [f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold='0.5_2.0'"],
+    [f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=2.0"],  # 1/2_2
+    ["trainer.experiment_name=group/run-1"],  # a subdirectory stays inside the tree
+])
+def test_the_values_next_to_them_pass(tmp_path, overrides):
+    result = check_main(*ROLE_DATA, *TINY_RUN, *overrides, f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.code == 0, result.line
+
+
+def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data:\n  train_batch_size: 4\n   oops: [1\n")
+    with pytest.raises(yaml.YAMLError) as raised, initialize_config_dir(str(tmp_path), version_base="1.3"):
+        compose("bad")  # as Hydra reads a recipe or a conf/ group file
+    line = yaml_error_line(raised.value)
+    assert line.startswith(f"{bad} line 3, column 8: YAML syntax error: mapping values are not allowed here"), line
+
+
+@pytest.mark.integration
+def test_an_unwritable_run_directory_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the run directory's parent should be: no user can make it
+    result, seconds = timed_main(*ROLE_DATA, *TINY_RUN, "trainer.dry_run=true", f"hydra.run.dir={blocker}/run")
+    refused(result, seconds, f"hydra.run.dir: cannot write {blocker}", "set hydra.run.dir=", bound=15)
