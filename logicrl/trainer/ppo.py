@@ -328,17 +328,24 @@ class PPOTrainer:
                 raise BadInput(str(err)) from None
             return Round(batch, values, reward_metrics)
 
-        filled = fill(next_round, plan.prompts, plan.n, plan.max_gen_rounds,
+        filled = fill(next_round, plan.prompts, plan.n, plan.max_gen_rounds, fg.max_empty_rounds,
                       cat=lambda parts: cat_rounds(parts, self.tokenizer.pad_token_id))
         metrics.update(filled.reward_metrics)
         metrics.update(filled.step_metrics())
         batch = filled.batch
         if filled.short:
-            limit = (f"{filled.rounds} generation rounds (algorithm.filter_groups.max_num_gen_batches="
-                     f"{fg.max_num_gen_batches})")
+            if filled.empty >= fg.max_empty_rounds:
+                limit = (f"{filled.rounds} generation rounds, the last {filled.empty} keeping no group (algorithm."
+                         f"filter_groups.max_empty_rounds={fg.max_empty_rounds}: is the reward the same for every "
+                         "response of a prompt?)")
+                raise_it = "check the reward, raise max_empty_rounds"
+            else:
+                limit = (f"{filled.rounds} generation rounds (algorithm.filter_groups.max_num_gen_batches="
+                         f"{fg.max_num_gen_batches})")
+                raise_it = "raise the limit (0: none)"
             if fg.on_limit == "error":
                 raise BadInput(f"step {step}: {filled.kept} of data.train_batch_size={plan.prompts} groups have a "
-                               f"spread in {fg.metric} after {limit}: raise the limit (0: none), or set "
+                               f"spread in {fg.metric} after {limit}: {raise_it}, or set "
                                "algorithm.filter_groups.on_limit=train")
             minis = [plan.actor.mini_prompts] + ([plan.critic.mini_prompts] if plan.critic else [])
             kept = trainable_prompts(filled.kept, minis)
