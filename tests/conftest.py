@@ -287,13 +287,12 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
     import io
     import logging
 
+    import yaml
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import HydraException
     from omegaconf import open_dict
-
-    import yaml
 
     import main_ppo
     from logicrl.config.cli import CONF_DIR, CONFIG_NAME, hydra_error_line

@@ -8,8 +8,8 @@ Groups whose metric does not vary are dropped (algos/group_filter.py); kept grou
 `target` are kept, and any beyond it are dropped as verl does (the first ones kept are trained). At
 `max_rounds` short of the target, or after `max_empty` rounds in a row that kept nothing (whatever
 `max_rounds` is, None included: a constant reward would otherwise generate forever), `Filled.short` says
-so and the trainer trains on what it has (or ends the run: algorithm.filter_groups.on_limit). The prompts a step consumes vary, so the
-trainer checkpoints its round count, not its step, as the sampler's position.
+so and the trainer trains on what it has (or ends the run: algorithm.filter_groups.on_limit). The
+prompts a step consumes vary, so the trainer checkpoints its round count, not its step, as the sampler's position.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from tensordict import TensorDict
 
 from logicrl.algos.group_filter import groups_with_spread
-from logicrl.trainer.rewards import accuracy
+from logicrl.trainer.rewards import TIMEOUTS, accuracy
 
 # Metrics computed from the token-level scores; any other name is read from each response's result.
 FROM_SCORES = ("seq_reward", "seq_final_reward")
@@ -102,7 +102,9 @@ def merge_round_metrics(rounds: list[tuple[int, dict]]) -> dict[str, float]:
     out = {}
     for key in keys:
         have = [(rows, m[key]) for rows, m in rounds if key in m]
-        if key.endswith("/max"):
+        if key == TIMEOUTS:  # a count: the step's is the rounds' sum
+            out[key] = sum(v for _, v in have)
+        elif key.endswith("/max"):
             out[key] = max(v for _, v in have)
         elif key.endswith("/min"):
             out[key] = min(v for _, v in have)

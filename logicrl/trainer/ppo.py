@@ -33,7 +33,7 @@ from logicrl.logs import quiet_driver
 from logicrl.models.loading import load_tokenizer
 from logicrl.models.spec import load_model_spec
 from logicrl.preflight.checkpoints import write_run_shape
-from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
+from logicrl.reward.pool import make_scorer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
 from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch
@@ -102,11 +102,11 @@ class PPOTrainer:
         self.sampler = EpochSampler(plan, data.shuffle, data.seed)
         self.total_steps = plan.total_steps
         custom = cfg.reward.custom
-        custom_fn = wrap_custom_reward(load_custom_reward(custom.path, custom.name), custom.name) \
-            if custom.path else None
+        scorer = make_scorer((custom.path, custom.name) if custom.path else None, cfg.reward.timeout_s,
+                             cfg.reward.timeout_score)
         overlong = cfg.reward.overlong_buffer
-        self.rewards = RewardManager(self.tokenizer, custom_fn,
-                                     dict(overlong) if overlong.enable else None, combine_rule(cfg))
+        self.rewards = RewardManager(self.tokenizer, None, dict(overlong) if overlong.enable else None,
+                                     combine_rule(cfg), scorer=scorer, custom=bool(custom.path))
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, kl_coef=cfg.algorithm.kl_ctrl.kl_coef,
                                           target_kl=cfg.algorithm.kl_ctrl.target_kl,
                                           horizon=cfg.algorithm.kl_ctrl.horizon)
@@ -206,6 +206,7 @@ class PPOTrainer:
                         raise Preempted(stop, step, str(step_dir(self.ckpt_root, step)))
         finally:
             tracker.close()
+            self.rewards.close()
             self.workers.shutdown()
         png, phases_png = plot_curves(self.run_dir), plot_phases(self.run_dir)
         shares = phase_shares(self.phase_totals)

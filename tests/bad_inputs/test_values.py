@@ -21,7 +21,8 @@ RC = "algorithm.rollout_correction"
     ([f"{ARR}.actor.optim.lr=inf"], [f"{ARR}.actor.optim.lr=inf must be a finite number > 0"]),
     ([f"{ARR}.actor.optim.lr=nan"], ["optim.lr=nan must be a finite number > 0"]),
     ([f"{ARR}.actor.optim.lr=-1e-6"], ["optim.lr=-1e-06 must be a finite number > 0"]),
-    (["algorithm.filter_groups.max_num_gen_batches=-7"], ["algorithm.filter_groups.max_num_gen_batches=-7 must be >= 0"]),
+    (["algorithm.filter_groups.max_num_gen_batches=-7"],
+     ["algorithm.filter_groups.max_num_gen_batches=-7 must be >= 0"]),
     # YAML reads 0.5_2 as 0.52: one bound u means 1/u_u, here 1.92_0.52, which holds no ratio at all.
     ([f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=0.5_2"],
      ["rollout_rs_threshold=0.52", "does not hold ratio 1", "quote it"]),
