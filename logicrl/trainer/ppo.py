@@ -12,6 +12,7 @@ many steps there are and every batch size come from the step plan (config/plan.p
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -137,7 +138,9 @@ class PPOTrainer:
         if group_cls is None:
             # Imported here: the step loop needs only a group's call/dispatch/shutdown, so the GPU
             # tests can run it in-process (tests/gpu/local_group.py) on a machine without Ray.
-            from logicrl.controller.worker_group import WorkerGroup as group_cls
+            from logicrl.controller.worker_group import WorkerGroup
+
+            group_cls = functools.partial(WorkerGroup, heartbeat_s=cfg.trainer.collective_timeout_s)
         self.workers = group_cls(HybridWorker, plan.ranks, use_cuda, cfg.trainer.nnodes, cfg.trainer.ray_address,
                                  config=OmegaConf.to_container(cfg, resolve=True),
                                  plan=plan, faults=self.faults, log_file=log_file)
