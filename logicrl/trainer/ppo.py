@@ -53,6 +53,7 @@ from logicrl.trainer.dispatch import PhaseDispatch, timed
 from logicrl.trainer.divergence import (
     Diverged,
     DivergenceGuard,
+    RejectionGuard,
     diverged_line,
     learning_rates,
     nonfinite_roles,
@@ -168,6 +169,7 @@ class PPOTrainer:
         last: dict = {}
         save_freq, test_freq = self.cfg.trainer.save_freq, self.cfg.trainer.test_freq
         guard = DivergenceGuard(self.cfg.trainer.max_nonfinite_steps)
+        rejection = RejectionGuard(self.cfg.algorithm.rollout_correction)
         try:
             # A stop request (SIGUSR1/SIGTERM: preemption) ends the loop after the step in flight,
             # with that step saved (logicrl/signals.py).
@@ -192,6 +194,8 @@ class PPOTrainer:
                     try:  # a step that ends the run is logged too: its NaN show where the run diverged
                         if reason := guard.observe(step, metrics):
                             raise self.diverged(reason, nonfinite_roles(metrics))
+                        if reason := rejection.observe(step, metrics):
+                            raise BadInput(reason)
                         periodic = save_freq > 0 and step % save_freq == 0
                         if periodic and guard.streak and not stop and step < self.total_steps:
                             # Its weights produce NaN, or soon may: the checkpoint from before the streak
