@@ -11,6 +11,7 @@ of its own (the EXIT_* constants below; docs/faults.md has the table), with the 
 HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the traceback.
 """
 
+import errno
 import os
 import signal
 import sys
@@ -48,6 +49,8 @@ EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
 # Stopped by SIGUSR1/SIGTERM at a step boundary with a checkpoint, or by SIGUSR1 before training:
 # resumable, so slurm/train.sbatch requeues the job (EX_TEMPFAIL: "try again later").
 EXIT_PREEMPTED = 75
+# A file system that refuses a write: what an OSError escaping the run is said to be (any other is a bug's).
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 # The user's own HYDRA_FULL_ERROR: __main__ sets it for Hydra (see there) and keeps the user's value in
 # LOGICRL_FULL_ERROR, for this process and for what inherits its environment (a submitit sweep job).
 FULL_ERROR = os.environ.get("LOGICRL_FULL_ERROR", os.environ.get("HYDRA_FULL_ERROR")) == "1"
@@ -193,6 +196,14 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
         if stopped is None:
             stop(err, f"interrupted (Ctrl-C); {resume_hint(cfg)}", EXIT_SIGINT, show_all)
         stop(err, f"stopped by {stopped}; {resume_hint(cfg)}", stopped_code(stopped), show_all)
+    except OSError as err:
+        if err.errno not in DISK_ERRNOS:
+            raise
+        # The run directory's files (metrics.jsonl, logs, samples): checkpoint writes fail as SaveFailed above.
+        why = "the disk is full: free space there" if err.errno in (errno.ENOSPC, errno.EDQUOT) else \
+            "it is not writable: fix its permissions or point hydra.run.dir elsewhere"
+        stop(err, f"cannot write {err.filename or run_dir} ({err.strerror}): {why}; {resume_hint(cfg, newest=True)}",
+             EXIT_FAILED, show_all)
     except SystemExit as err:
         # Nothing in the run calls sys.exit: this is Ray's own SIGTERM handler, which holds the
         # signal while ray.init starts the cluster (it kills Ray's processes, then exits).

@@ -89,3 +89,17 @@ def test_a_hung_reward_is_ended_a_constant_one_ends_each_step_and_a_nan_is_one_l
     log = (tmp_path / "run").glob("*.log")
     said = out + err + "".join(Path(p).read_text() for p in log)
     assert "the last 2 keeping no group (algorithm.filter_groups.max_empty_rounds=2" in said, tail(said)
+
+
+def test_a_full_disk_under_the_run_directory_is_one_line_naming_the_intact_checkpoint(tmp_path):
+    # metrics.jsonl on /dev/full: every write to it fails with ENOSPC, as on a full disk. Step 1 is saved, then its
+    # metrics row cannot be written.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").symlink_to("/dev/full")
+    proc = start(tmp_path, "trainer.total_training_steps=2")
+    returncode, _, err, _ = finish(proc, timeout=300)
+    assert returncode == 1, tail(err)
+    assert one_error_line(err) == (
+        f"error: cannot write {run / 'metrics.jsonl'} (No space left on device): the disk is full: free space there; "
+        f"{tmp_path / 'ckpt' / 'global_step_1'} is intact: run the same command to resume from it"), tail(err)

@@ -72,3 +72,17 @@ def test_an_unwritable_run_directory_is_one_line(tmp_path):
     blocker.write_text("")  # a file where the run directory's parent should be: no user can make it
     result, seconds = timed_main(*ROLE_DATA, *TINY_RUN, "trainer.dry_run=true", f"hydra.run.dir={blocker}/run")
     refused(result, seconds, f"hydra.run.dir: cannot write {blocker}", "set hydra.run.dir=", bound=15)
+
+
+def test_a_damaged_trainer_state_names_the_file_and_the_checkpoint_that_reads(tmp_path):
+    # Two checkpoints marked complete; the newest's trainer_state.json damaged after saving (its manifest's CRC
+    # updated too, so only parsing finds it): refused before anything starts, naming the file and step 1.
+    ckpt = tmp_path / "ckpt"
+    for step, state in ((1, '{"format": 1, "step": 1}'), (2, '{"format": 1, "step": 2,,')):
+        (ckpt / f"global_step_{step}").mkdir(parents=True)
+        (ckpt / f"global_step_{step}" / "COMPLETE").write_text("")
+        (ckpt / f"global_step_{step}" / "trainer_state.json").write_text(state)
+    result = check_main(*ROLE_DATA, *TINY_RUN, f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_refused(result, f"{ckpt / 'global_step_2' / 'trainer_state.json'} does not read (JSONDecodeError: ",
+                   "global_step_2 is marked complete", f"{ckpt / 'global_step_1'} is the newest other checkpoint whose "
+                   f"state reads: move {ckpt / 'global_step_2'} aside", "trainer.resume_mode=disable")
