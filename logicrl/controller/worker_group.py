@@ -11,6 +11,7 @@ gloo, each with its share of its node's cores for torch's threads.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -25,6 +26,8 @@ from logicrl.controller.pending import Pending
 from logicrl.controller.placement import place
 from logicrl.errors import BadInput
 
+# `pickle.UnpicklingError: ...`, `ValueError: ...`: how a traceback's last line names the exception.
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:")
 WAIT_SLICE_S = 0.2  # how often a wait for the ranks returns to Python (its signal handlers)
 # A rank whose peer died often fails first, in the collective they shared (gloo's "Connection reset by
 # peer"): this long a wait for another rank's death lets the run name the cause, not the symptom.
@@ -50,6 +53,11 @@ def failure(rank: int, phase: str, err: Exception, node: str = "") -> Exception:
             return cause
         first = (str(cause).strip().splitlines() or [""])[0]
         return WorkerFailed(rank, phase, cause, f"{type(cause).__name__}: {first}".rstrip(": "), node)
+    if getattr(err, "actor_init_failed", False):
+        # Its constructor raised, but Ray kept only the text of the error: its last line is the exception.
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raised = next((line for line in reversed(lines) if EXCEPTION_LINE.match(line)), lines[-1] if lines else "")
+        return WorkerFailed(rank, phase, err, raised[:300], node)
     return WorkerFailed(rank, phase, None, "its process ended without an exception (killed, e.g. by the kernel's "
                                            "OOM killer, or exited; or its node was lost)", node)
 

@@ -86,3 +86,30 @@ def test_a_damaged_trainer_state_names_the_file_and_the_checkpoint_that_reads(tm
     assert_refused(result, f"{ckpt / 'global_step_2' / 'trainer_state.json'} does not read (JSONDecodeError: ",
                    "global_step_2 is marked complete", f"{ckpt / 'global_step_1'} is the newest other checkpoint whose "
                    f"state reads: move {ckpt / 'global_step_2'} aside", "trainer.resume_mode=disable")
+
+
+class _Code:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("true",))
+
+
+def test_weights_whose_pickle_torch_refuses_are_named_before_anything_starts(tmp_path, tiny_dir):
+    # A model directory whose pytorch_model.bin pickles a call (os.system): torch's weights_only load refuses it,
+    # inside the rank, which used to be reported as a process killed by the OOM killer.
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dir, model)
+    state = {}
+    for file in model.glob("*.safetensors"):
+        state.update(load_file(file))
+        file.unlink()
+    torch.save({**state, "extra": _Code()}, model / "pytorch_model.bin")
+    result = check_main(*ROLE_DATA, *TINY_RUN, f"{ARR}.model.path={model}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_refused(result, f"{model / 'pytorch_model.bin'} names posix.system in its pickle, which is code, not "
+                           "tensors", "convert the weights to safetensors")
