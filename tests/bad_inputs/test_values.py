@@ -113,3 +113,14 @@ def test_weights_whose_pickle_torch_refuses_are_named_before_anything_starts(tmp
     result = check_main(*ROLE_DATA, *TINY_RUN, f"{ARR}.model.path={model}", f"hydra.run.dir={tmp_path / 'run'}")
     assert_refused(result, f"{model / 'pytorch_model.bin'} names posix.system in its pickle, which is code, not "
                            "tensors", "convert the weights to safetensors")
+
+
+def test_an_unwritable_model_cache_is_named_as_such(tmp_path, monkeypatch):
+    # The embedded model is built into $LOGICRL_CACHE: one that cannot be made (under a file: even root cannot)
+    # used to be reported as a tokenizer to copy.
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("LOGICRL_CACHE", str(blocker / "cache"))
+    result = check_main(*ROLE_DATA, *TINY_RUN, f"hydra.run.dir={tmp_path / 'run'}")
+    assert_refused(result, f"{ARR}.model.path=embedded:tiny is built into the cache directory {blocker / 'cache'} "
+                           "($LOGICRL_CACHE", "set LOGICRL_CACHE to a writable directory")
