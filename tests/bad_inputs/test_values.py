@@ -51,7 +51,8 @@ def test_a_value_that_cannot_work_is_refused_in_one_line(tmp_path, overrides, sa
     ["trainer.experiment_name=group/run-1"],  # a subdirectory stays inside the tree
 ])
 def test_the_values_next_to_them_pass(tmp_path, overrides):
-    result = check_main(*ROLE_DATA, *TINY_RUN, *overrides, f"hydra.run.dir={tmp_path / 'run'}")
+    result = check_main(*ROLE_DATA, *TINY_RUN, *overrides, f"hydra.run.dir={tmp_path / 'run'}",
+                        f"trainer.default_local_dir={tmp_path / 'ckpt'}")
     assert result.code == 0, result.line
 
 
