@@ -125,3 +125,20 @@ def test_an_unwritable_model_cache_is_named_as_such(tmp_path, monkeypatch):
     result = check_main(*ROLE_DATA, *TINY_RUN, f"hydra.run.dir={tmp_path / 'run'}")
     assert_refused(result, f"{ARR}.model.path=embedded:tiny is built into the cache directory {blocker / 'cache'} "
                            "($LOGICRL_CACHE", "set LOGICRL_CACHE to a writable directory")
+
+
+@pytest.mark.integration
+def test_ctrl_c_while_the_config_is_checked_exits_130_quietly(tmp_path):
+    import signal
+
+    from tests.conftest import run_main
+    from tests.helpers.signals import finish, one_error_line, wait_for
+
+    proc = run_main(*ROLE_DATA, *TINY_RUN, f"hydra.run.dir={tmp_path / 'run'}",
+                    f"trainer.default_local_dir={tmp_path / 'ckpt'}", popen=True)
+    # Hydra has composed and written the run's config: main is validating and checking the inputs (seconds).
+    wait_for(lambda: (tmp_path / "run" / ".hydra" / "config.yaml").is_file(), timeout=60)
+    proc.send_signal(signal.SIGINT)
+    returncode, _, err, _ = finish(proc)
+    assert returncode == 130, err[-2000:]
+    assert one_error_line(err).startswith("error: interrupted (Ctrl-C)"), err[-2000:]
