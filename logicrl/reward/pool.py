@@ -152,7 +152,14 @@ class PoolScorer:
             while todo or busy:
                 while todo and self.idle:
                     worker, i = self.idle.pop(), todo.popleft()
-                    worker.conn.send((i, rows[i]))
+                    try:
+                        worker.conn.send((i, rows[i]))
+                    except OSError:  # it died while idle (killed from outside): replace it, the row waits
+                        worker.kill()
+                        fresh = Worker(self.custom_file)
+                        self.starting[fresh.conn] = fresh
+                        todo.appendleft(i)
+                        continue
                     busy[worker.conn] = (worker, i, time.monotonic())
                 now = time.monotonic()
                 deadlines = [started + self.timeout_s for _, _, started in busy.values()]
