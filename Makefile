@@ -56,7 +56,7 @@ $(STAMP): pyproject.toml
 KK_PEOPLE := 3 4 5 6 7
 KK_SETS := $(foreach p,$(KK_PEOPLE),data/kk/instruct/$(p)ppl/train.parquet)
 
-data: $(KK_SETS) data/kk_role/train.parquet data/kk_role_5ppl/train.parquet
+data: $(KK_SETS) data/kk_role/train.parquet data/kk_role_5ppl/train.parquet data/kk_role_tool/train.parquet
 
 # The embedded default's task (logicrl/data/role_task.py): learnable by the tiny model in minutes.
 data/kk_role/train.parquet: | $(STAMP)
@@ -65,6 +65,10 @@ data/kk_role/train.parquet: | $(STAMP)
 # Its harder second stage, for recipes/tiny_curriculum.yaml.
 data/kk_role_5ppl/train.parquet: | $(STAMP)
 	$(PY) -m logicrl.data.role_task --people 5 --train-size 2000 --test-size 200 --out data/kk_role_5ppl
+
+# The tool demo (logicrl/data/role_tool_task.py, recipes/tiny_tools.yaml): a role only a lookup tool knows.
+data/kk_role_tool/train.parquet: | $(STAMP)
+	$(PY) -m logicrl.data.role_tool_task --people 3 --train-size 2000 --test-size 200 --out data/kk_role_tool
 
 data/kk/instruct/%ppl/train.parquet: | $(STAMP)
 	$(PY) -m logicrl.data.kk --people $* --train-size 900 --test-size 100 --template qwen-instruct --out data/kk/instruct/$*ppl

@@ -163,6 +163,18 @@ class ValKwargs:
 
 
 @dataclass
+class MultiTurnConfig:
+    enable: bool = key()
+    max_assistant_turns: Optional[int] = key(ge=1)
+    max_parallel_calls: int = key(ge=1)
+    max_tool_response_length: int = key(ge=1)
+    tool_response_truncate_side: str = key(choices=("left", "right", "middle"))
+    tool_config_path: Optional[str] = key()
+    function_tool_path: Optional[str] = key()
+    format: str = key(choices=("hermes",))
+
+
+@dataclass
 class RolloutConfig:
     name: str = key(choices=ENGINES)  # the engine table itself: an engine registered later is a choice too
     n: int = key(ge=1)
@@ -183,6 +195,7 @@ class RolloutConfig:
     free_cache_engine: bool = key()
     update_weights_bucket_mb: int = key(ge=1)
     lora_sync: str = key(choices=("adapters", "merged"))
+    multi_turn: MultiTurnConfig = group(MultiTurnConfig)
     val_kwargs: ValKwargs = group(ValKwargs)
 
 
@@ -377,6 +390,15 @@ class CurriculumConfig:
     carry_optimizer: bool = key()
 
 
+# ---------------------------------------------------------------- eval
+@dataclass
+class EvalConfig:
+    n: Optional[int] = key(ge=1)  # null: rollout.val_kwargs.n
+    k: Any = key()  # list of ints in 1..n (config/evaluation.py)
+    temperature: Optional[float] = key(ge=0)  # null: rollout.val_kwargs as given
+    checkpoints: Any = key()  # list of paths (config/evaluation.py)
+
+
 # ---------------------------------------------------------------- root
 @dataclass
 class CustomRewardFunctionAlias:
@@ -396,6 +418,7 @@ class RootConfig:
     reward: RewardConfig = group(RewardConfig)
     trainer: TrainerConfig = group(TrainerConfig)
     curriculum: CurriculumConfig = group(CurriculumConfig)
+    eval: EvalConfig = group(EvalConfig)
     custom_reward_function: CustomRewardFunctionAlias = group(CustomRewardFunctionAlias)
 
 

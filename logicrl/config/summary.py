@@ -10,6 +10,7 @@ import json
 
 from omegaconf import DictConfig
 
+from logicrl.config.eval_keys import eval_sampling
 from logicrl.config.plan import ARR, StepPlan, Update
 from logicrl.data.files import dataset_rows
 from logicrl.models.spec import ModelSpec
@@ -64,6 +65,19 @@ def _sampling_lines(cfg: DictConfig, plan: StepPlan) -> list[str]:
             f"{fg.max_empty_rounds} rounds in a row keep none; short at the limit: {short}"]
 
 
+def _turn_lines(cfg: DictConfig) -> list[str]:
+    """The tool loop's turn budget (workers/rollout/multi_turn.py); nothing with tools off."""
+    mt = cfg[ARR].rollout.multi_turn
+    if not mt.enable:
+        return []
+    turns = "no turn limit" if mt.max_assistant_turns is None else f"at most {mt.max_assistant_turns} assistant turns"
+    tools = ", ".join(p for p in (mt.tool_config_path, mt.function_tool_path) if p) or \
+        "the built-in calculator and code_interpreter"
+    return [f"{'turns':<10} multi-turn with tools ({tools}): {turns}, {mt.max_parallel_calls} call(s) per turn, "
+            f"answers cut to {mt.max_tool_response_length} characters; sampled and tool tokens together fit "
+            f"data.max_response_length={cfg.data.max_response_length}, the length every phase is planned for"]
+
+
 def _steps(plan: StepPlan) -> str:
     line = f"{plan.steps_per_epoch} steps per epoch, {plan.total_steps} steps in all"
     if plan.max_steps and plan.total_steps < plan.max_steps:
@@ -75,6 +89,8 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
     """The dry-run summary; `memory` is the preflight's table (logicrl.preflight.memory)."""
     data, trainer = cfg.data, cfg.trainer
     val_rows = dataset_rows(data.val_files)
+    if trainer.val_only:
+        return _eval_summary(cfg, spec, val_rows, memory)
     lines = [
         "logicrl dry run: the config is valid; no model was loaded and no Ray worker was started."
         if trainer.dry_run else "logicrl: the config is valid; the plan:",
@@ -89,6 +105,7 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
         f"{'per step':<10} {plan.prompts} prompts x n={plan.n} = {plan.responses} responses; "
         f"{plan.per_rank_responses} responses per rank",
         *_sampling_lines(cfg, plan),
+        *_turn_lines(cfg),
         _reward_line(cfg, plan),
         *_update_lines("actor", plan, plan.actor),
         *(_update_lines("critic", plan, plan.critic) if plan.critic else []),
@@ -109,6 +126,21 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
                      "whole on every rank and in the engine; only the LoRA adapters train (docs/quantization.md)")
     lines.append(memory)
     return "\n".join(lines)
+
+
+def _eval_summary(cfg: DictConfig, spec: ModelSpec, val_rows: int, memory: str) -> str:
+    """trainer.val_only's summary: what is generated and reported; no training step to describe."""
+    n, params = eval_sampling(cfg)
+    sampling = f"temperature {params['temperature']}" if params["do_sample"] else "greedy"
+    return "\n".join([
+        "logicrl dry run: the config is valid; no model was loaded and no Ray worker was started."
+        if cfg.trainer.dry_run else "logicrl: the config is valid; the plan:",
+        f"{'model':<10} {spec.describe()}, dtype {cfg[ARR].model.dtype}",
+        f"{'evaluate':<10} {val_rows} prompts ({_files(cfg.data.val_files)}) x n={n} responses ({sampling}, "
+        f"<= {cfg.data.max_response_length} tokens) on {cfg.trainer.n_gpus} rank(s); nothing is trained or saved",
+        f"{'report':<10} per data_source: mean@{n}, pass@k and maj@k for k in {list(cfg.eval.k)}, completed, "
+        "completed_correct, each with a 95% interval over problems",
+        memory])
 
 
 def _files(files) -> str:

@@ -19,9 +19,11 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 
 from logicrl.config.engines import ENGINES, engines_with
 from logicrl.config.errors import ConfigError, log
+from logicrl.config.eval_keys import check_eval
 from logicrl.config.loss_module import take_loss_params, with_loss_params
 from logicrl.config.migrate import migrate
 from logicrl.config.models import model
+from logicrl.config.multi_turn import check_multi_turn
 from logicrl.config.normalize import normalize, rank_count
 from logicrl.config.plan import ARR, StepPlan, build_plan
 from logicrl.config.quantization import check_quantization
@@ -165,6 +167,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
     check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
     check_lora_sync(arr)
     check_engine_logprobs(cfg)
+    check_multi_turn(cfg)
     check_reward_model(cfg)
     check_sequence_parallel(cfg, lambda path_key: spec if path_key == f"{ARR}.model.path" else
                             check_model(path_key, OmegaConf.select(cfg, path_key)))
@@ -175,6 +178,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
         raise ConfigError(f"reward.overlong_buffer.len={overlong.len} exceeds data.max_response_length="
                           f"{data.max_response_length}: the ramp must fit inside the response")
     check_filter_groups(cfg)
+    check_eval(cfg)
     check_clip_cov(cfg)
     check_output_names(trainer)
     actor = arr.actor

@@ -82,11 +82,16 @@ def resume_from_path(key: str, value: Any) -> list[tuple[str, Any]]:
     return [("trainer.resume_mode", value)]
 
 
-def multi_turn(key: str, value: Any) -> list[tuple[str, Any]]:
-    if isinstance(value, dict) and value.get("enable"):
-        raise ConfigError(f"{key}.enable={value['enable']}: multi-turn rollout (tools, interactions) is not "
-                          "implemented; logicrl generates one response per prompt: drop the multi_turn keys")
-    return ignore("multi-turn settings take effect only with multi_turn.enable=True")(key, value)
+def agent_loop(key: str, value: Any) -> list[tuple[str, Any]]:
+    # verl runs the tool loop for tool_agent; here multi_turn.enable does, so the script's choice becomes it
+    # rather than quietly generating one turn (verl's own silent fallback to single_turn_agent).
+    if value == "tool_agent":
+        log.warning(f"{key}={value} is verl's spelling: using {ARR}.rollout.multi_turn.enable=True")
+        return [(f"{ARR}.rollout.multi_turn.enable", True)]
+    if value == "single_turn_agent":
+        return ignore("one response per prompt unless multi_turn.enable=True")(key, value)
+    raise ConfigError(f"{key}={value}: logicrl's agent loops are single_turn_agent and tool_agent "
+                      f"({ARR}.rollout.multi_turn.enable=True): use one of them")
 
 
 def rollout_mode(key: str, value: Any) -> list[tuple[str, Any]]:
@@ -182,7 +187,26 @@ VERL_KEYS: dict[str, Rule] = {
     "critic.forward_max_token_len_per_gpu": ignore("the values pass uses critic.ppo_max_token_len_per_gpu"),
     # ---- rollout
     f"{ARR}.rollout.mode": rollout_mode,
-    f"{ARR}.rollout.multi_turn": multi_turn,
+    # verl's multi_turn keys that logicrl's (conf/actor_rollout_ref) lack: user turns need an interaction,
+    # which logicrl does not run; the others ask for what logicrl does anyway.
+    f"{ARR}.rollout.multi_turn.max_user_turns": ignore_only(
+        (None,), "no user turns: only tools answer the model",
+        "user turns (an interaction answering the model) are not implemented; tools are: drop it"),
+    f"{ARR}.rollout.multi_turn.interaction_config_path": ignore_only(
+        (None,), "no interaction configured",
+        "interactions (a simulated user) are not implemented; tools are: drop it"),
+    f"{ARR}.rollout.multi_turn.use_inference_chat_template": ignore_only(
+        (False,), "logicrl renders tool turns with the model's own chat template",
+        "logicrl renders tool turns with the model's own chat template only: drop it"),
+    f"{ARR}.rollout.multi_turn.tokenization_sanity_check_mode": ignore(
+        "logicrl never re-tokenizes a conversation (tool turns are appended as token ids); its tests check the "
+        "ids equal the chat template's rendering"),
+    f"{ARR}.rollout.agent.default_agent_loop": agent_loop,
+    f"{ARR}.rollout.agent.num_workers": ignore("each rank runs its own rows' turns; tools run in parallel up to "
+                                               "multi_turn.max_parallel_calls"),
+    f"{ARR}.rollout.agent.agent_loop_config_path": ignore_only(
+        (None,), "no custom agent loop", "custom agent loops are not loaded; multi_turn.enable=true runs the tool "
+        "loop: drop it"),
     f"{ARR}.rollout.load_format": ignore("how verl's engine initialises weights before the first sync; logicrl's "
                                          "engine loads model.path"),
     f"{ARR}.rollout.layered_summon": ignore("logicrl syncs weights in buckets of rollout.update_weights_bucket_mb"),

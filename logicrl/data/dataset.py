@@ -85,6 +85,7 @@ def load_prompts(
     skip_bad_rows: bool = False,
     row_check: Callable[[str, Any], str | None] | None = None,
     sample: int | None = None,
+    tools: list[dict] | None = None,
 ) -> PromptDataset:
     """Read `files` (one path or a list; .parquet or .jsonl) into tokenized prompts.
 
@@ -97,7 +98,8 @@ def load_prompts(
     `row_check(data_source, ground_truth)` is the caller's check of a row's reward fields (the
     reward lives above this package); a problem it returns is a bad row like any other.
     `sample`: check at most that many rows per file (the preflight's look: see `_sample`); the
-    dataset then holds only those, and nothing is logged.
+    dataset then holds only those, and nothing is logged. `tools`: the tool schemas a chat template lists
+    (multi-turn rollouts; data/prompts.py).
     """
     if truncation not in TRUNCATION_MODES:
         raise ValueError(f"data.truncation={truncation!r} must be one of {', '.join(TRUNCATION_MODES)}")
@@ -115,7 +117,7 @@ def load_prompts(
         for index, record in _read(path, sample):
             total += 1
             try:
-                rows.append(_prompt_row(record, path, index, tokenizer, prompt_key, row_check))
+                rows.append(_prompt_row(record, path, index, tokenizer, prompt_key, row_check, tools))
             except _BadRow as err:
                 if not skip_bad_rows:
                     raise DatasetError(f"{err}; {_SKIP_HINT}") from err.__cause__
@@ -233,7 +235,8 @@ def _read(path: str, sample: int | None = None) -> Iterator[tuple[int, Any]]:
 
 
 def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: str,
-                row_check: Callable[[str, Any], str | None] | None = None) -> PromptRow:
+                row_check: Callable[[str, Any], str | None] | None = None,
+                tools: list[dict] | None = None) -> PromptRow:
     """Check one record and tokenize its prompt; a problem raises _BadRow naming the row."""
     if isinstance(record, _BadRow):
         raise record
@@ -244,7 +247,7 @@ def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: 
         raise _BadRow(f"{path} row {index}: {problem}")
     extra_info = record.get("extra_info") or {}
     try:
-        text, add_special_tokens = render_prompt(record[prompt_key], tokenizer, extra_info)
+        text, add_special_tokens = render_prompt(record[prompt_key], tokenizer, extra_info, tools)
     except Exception as err:  # noqa: BLE001 - a user's Jinja template can raise anything; it is this row's fault
         raise _BadRow(f"{path} row {index}: the tokenizer's chat template failed on this prompt "
                       f"({type(err).__name__}: {' '.join(str(err).split())})") from err

@@ -53,8 +53,10 @@ def text_problem(prompt: str) -> str | None:
     return None
 
 
-def render_prompt(prompt: str | list[dict], tokenizer: Any, extra_info: dict) -> tuple[str, bool]:
-    """(text, add_special_tokens) for a validated prompt; see the module docstring."""
+def render_prompt(prompt: str | list[dict], tokenizer: Any, extra_info: dict,
+                  tools: list[dict] | None = None) -> tuple[str, bool]:
+    """(text, add_special_tokens) for a validated prompt; see the module docstring. `tools`: the OpenAI function
+    schemas of a multi-turn run's tools, which a chat template lists for the model (Qwen's, in the system turn)."""
     if isinstance(prompt, str):
         return prompt, True
     if extra_info.get("template") == "base":
@@ -62,7 +64,7 @@ def render_prompt(prompt: str | list[dict], tokenizer: Any, extra_info: dict) ->
     continues = prompt[-1]["role"] == "assistant"
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(prompt, tokenize=False, continue_final_message=continues,
-                                             add_generation_prompt=not continues)
+                                             add_generation_prompt=not continues, **({"tools": tools} if tools else {}))
         return text, False
     lines = [f"{m['role'].capitalize()}: {m['content']}" for m in prompt]
     return "\n".join(lines if continues else [*lines, "Assistant:"]), True

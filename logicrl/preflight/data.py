@@ -14,6 +14,7 @@ import logging
 
 from omegaconf import DictConfig
 
+from logicrl.config.multi_turn import prompt_tools
 from logicrl.config.rewards import reward_check
 from logicrl.data.dataset import SAMPLE_ROWS, DatasetError, check_rows, load_prompts
 from logicrl.data.files import as_paths, dataset_rows
@@ -35,7 +36,7 @@ def check_data(cfg: DictConfig, tokenizer) -> None:
             else:
                 load_prompts(files, tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                              truncation=data.truncation, skip_bad_rows=data.skip_bad_rows,
-                             row_check=reward_check(cfg), sample=SAMPLE_ROWS)
+                             row_check=reward_check(cfg), sample=SAMPLE_ROWS, tools=prompt_tools(cfg))
                 checked = min(total, SAMPLE_ROWS * len(files))
         except DatasetError as err:
             raise DatasetError(f"data.{key}: {err}") from None

@@ -12,6 +12,7 @@ Registered data sources:
     openai/gsm8k, gsm8k           logicrl.reward.math  (numeric final answer after ####)
     math, lighteval/MATH, ...     logicrl.reward.symbolic  (final answer, symbolic equivalence: math-verify)
     kk_role                       logicrl.reward.role  (the embedded default's recall task)
+    kk_role_tool                  logicrl.reward.role_tool  (the tool demo: the role a lookup tool returns)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import math as _math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from logicrl.reward import kk, role, symbolic
+from logicrl.reward import kk, role, role_tool, symbolic
 from logicrl.reward import math as math_reward
 
 # Takes (data_source, solution_str, ground_truth, extra_info) by keyword; returns a float or a
@@ -107,3 +108,4 @@ register("kk_logic")(kk.compute_score)
 register("openai/gsm8k", "gsm8k")(math_reward.compute_score)
 register(*symbolic.SYMBOLIC_SOURCES)(symbolic.compute_score)
 register("kk_role")(role.compute_score)
+register("kk_role_tool")(role_tool.compute_score)

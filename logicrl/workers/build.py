@@ -39,6 +39,7 @@ from logicrl.workers.devices import pick_device
 from logicrl.workers.fsdp import build_optimizer, init_distributed
 from logicrl.workers.oom import MicroSize
 from logicrl.workers.rollout.engines import build_engine
+from logicrl.workers.rollout.multi_turn import with_tools
 from logicrl.workers.sharded_load import load_sharded_model
 from logicrl.workers.update import Trained
 
@@ -222,4 +223,6 @@ def trained(name: str, module: torch.nn.Module, role_cfg: DictConfig, loss_agg_m
 def build_rollout(cfg: DictConfig, plan: StepPlan, tokenizer, rank: Rank):
     """The rollout engine. It holds its own full copy of the policy: generation lengths differ per rank, and
     a sharded model would need every rank in lock-step for each decode step."""
-    return build_engine(cfg, tokenizer, rank.dtype, rank.device, plan.micro("generate").value)
+    engine = build_engine(cfg, tokenizer, rank.dtype, rank.device, plan.micro("generate").value)
+    # With tools the engine generates turn by turn around the one built above (workers/rollout/multi_turn.py).
+    return with_tools(cfg, engine, tokenizer) if cfg.actor_rollout_ref.rollout.multi_turn.enable else engine

@@ -35,6 +35,7 @@ from logicrl.workers.build import build_models, build_rollout, init_rank, micro_
 from logicrl.workers.oom import MicroSize
 from logicrl.workers.phase_worker import PhaseWorker, worker_phase
 from logicrl.workers.rollout import SamplingParams
+from logicrl.workers.rollout.multi_turn import row_tools_kwargs
 from logicrl.workers.transport import InProcess, Payload
 from logicrl.workers.weight_sync import adapter_meta, engine_weight_meta, iter_adapter_weights, iter_engine_weights
 
@@ -94,13 +95,15 @@ class HybridWorker(PhaseWorker):
             # critic warm-up steps skip it): stream the actor's (unchanged) weights back in first,
             # through the transport, at the version the engine had.
             self._update_weights(None, None, version=self.transport.version)
+        # The rows' verl-style extra_info.tools_kwargs, sent (keep=extra_info) only to a multi-turn engine.
+        tools = {"tools_kwargs": row_tools_kwargs(batch["extra_info"])} if "extra_info" in batch.keys() else {}
         if self.engine.micro_batch_size is None:
             # vLLM schedules its own batches: no micro-batch to halve, so its OOM is not retried.
-            out = self.engine.generate(prompts, prompt_mask, sampling)
+            out = self.engine.generate(prompts, prompt_mask, sampling, **tools)
         else:
             # hf decodes in micro-batches; rows are seeded one by one, so a halved retry gives the same responses.
             out = retry(lambda size: self.engine.generate(prompts, prompt_mask, sampling,
-                                                          micro_batch_size=size.value))
+                                                          micro_batch_size=size.value, **tools))
         if self.cfg.actor_rollout_ref.rollout.free_cache_engine:
             # Training gets the engine's memory back until the next generate (vLLM sleep mode on
             # CUDA; on CPU only the prefix cache is dropped, see rollout/vllm.py).
@@ -118,6 +121,7 @@ class HybridWorker(PhaseWorker):
             "response_attention_mask": attended,
             "response_mask": out.response_mask.to(self.device).long(),  # the loss mask
             "rollout_log_probs": out.log_probs.to(self.device),
+            **{name: value.to(self.device) for name, value in out.extras.items()},
         }, batch_size=[len(responses)]), {}
 
     @worker_phase("old_log_prob", retried=True)

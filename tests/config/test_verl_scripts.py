@@ -136,7 +136,7 @@ def test_verl_internal_keys_are_ignored_one_warning_each(kk_role, caplog):
 
 @pytest.mark.parametrize("override, needle", [
     (f"{ARR}.rollout.mode=agent", "set actor_rollout_ref.rollout.mode=sync"),
-    (f"{ARR}.rollout.multi_turn.enable=True", "multi-turn rollout"),
+    (f"{ARR}.rollout.multi_turn.max_user_turns=2", "user turns"),
     ("reward_model.enable=True", "needs reward_model.model.path"),  # a learned reward model needs its checkpoint
     (f"{ARR}.actor.fsdp_config.model_dtype=bfloat16", f"set {ARR}.model.dtype"),
     ("critic.strategy=megatron", "FSDP2 only"),

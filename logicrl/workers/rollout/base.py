@@ -17,7 +17,7 @@ is applied; the vLLM engine must produce the tempered, unfiltered value to honou
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -78,6 +78,8 @@ class RolloutOutput:
     # 0 for padding and for attended tokens it did not sample. Never 1 where the attention is 0.
     response_mask: torch.Tensor
     log_probs: torch.Tensor  # [N, R] float32, the engine's log-probs (module docstring); 0 where loss-masked
+    # Per-row [N] tensors an engine adds to the batch (a multi-turn engine's turn and tool counts); none for one turn.
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self):
         if bool((self.response_mask.bool() & ~self.response_attention_mask.bool()).any()):

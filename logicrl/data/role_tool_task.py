@@ -1,0 +1,110 @@
+"""A task the embedded tiny model can only solve with its tool ("kk_role_tool"): look up a role, then say it.
+
+The kk_role prompt (data/role_task.py) without the sentence that states the role: only the `lookup` tool
+(recipes/tools/lookup.py) knows it, from the row's verl-style `extra_info.tools_kwargs`. The assistant turn
+opens with the call already written, so what the model learns is to end its turn there (and so hand over to
+the tool), then to read the tool's answer and name the role:
+
+    user:       Knights always tell the truth and knaves always lie. You meet Zoey, Noah and Liam.
+                Which one is Noah? Look it up.
+    assistant:  <answer><tool_call>{"name": "lookup", "arguments": {"name": "Noah"}}</tool_call></answer>
+                                      <- the prompt ends here; the model should end the turn
+    tool:       Noah is a knight.
+    assistant:  ... knight ...        <- the first role word after the tool's answer earns the reward
+
+With multi_turn.enable=false no tool answers and the role is a guess (accuracy 0.5 at best). Reward:
+reward/role_tool.py. The call sits inside answer tags because after `</answer>` the tiny model ends its
+turn now and then; after a bare `</tool_call>` it never does, and nothing would be learned.
+
+    python -m logicrl.data.role_tool_task --people 3 --train-size 2000 --test-size 200 --out data/kk_role_tool
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from logicrl.data.kk.render import NAMES
+from logicrl.data.role_task import INTRO, ROLES, _listing
+
+DATA_SOURCE = "kk_role_tool"
+TOOL = "lookup"
+
+
+def tool_answer(name: str, role: str) -> str:
+    """What the lookup tool says of an islander it knows; the reward reads what the model wrote after it."""
+    return f"{name} is a {role}."
+
+
+def make_row(names: list[str], role: str, asked: int, split: str, index: int) -> dict:
+    who = names[asked]
+    call = json.dumps({"name": TOOL, "arguments": {"name": who}})
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": f"{INTRO} You meet {_listing(names)}. Which one is {who}? Look it up."},
+                   {"role": "assistant", "content": f"<answer><tool_call>{call}</tool_call></answer>"}],
+        "ability": "tool use",
+        "reward_model": {"style": "rule", "ground_truth": {"name": who, "role": role}},
+        # verl's per-row tool arguments: the lookup tool gets the roles this row's islanders have.
+        "extra_info": {"split": split, "index": index, "n_people": len(names),
+                       "tools_kwargs": {TOOL: {"execute_kwargs": {"roles": {who: role}}}}},
+    }
+
+
+def generate(people: int, train_size: int, test_size: int, seed: int = 0) -> dict[str, list[dict]]:
+    """Train and test rows that never share a (names, role, asked) triple."""
+    rng = np.random.default_rng(seed)
+    seen: set[tuple] = set()
+    splits: dict[str, list[dict]] = {"test": [], "train": []}
+    for split, size in (("test", test_size), ("train", train_size)):
+        for _ in range(100 * size):
+            if len(splits[split]) == size:
+                break
+            names = [NAMES[i] for i in rng.choice(len(NAMES), size=people, replace=False)]
+            role, asked = ROLES[int(rng.integers(0, 2))], int(rng.integers(0, people))
+            if (key := (tuple(names), role, asked)) not in seen:
+                seen.add(key)
+                splits[split].append(make_row(names, role, asked, split, len(splits[split])))
+        if len(splits[split]) < size:
+            raise ValueError(f"only {len(splits[split])} distinct {split} prompts for {people} people: ask for fewer")
+    return splits
+
+
+def write(splits: dict[str, list[dict]], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for split, rows in splits.items():
+        pq.write_table(pa.Table.from_pylist(rows), out / f"{split}.parquet")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m logicrl.data.role_tool_task", description=__doc__.splitlines()[0])
+    parser.add_argument("--people", type=int, default=3, help="islanders named per prompt (1 to 8)")
+    parser.add_argument("--train-size", type=int, default=2000)
+    parser.add_argument("--test-size", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if not 1 <= args.people <= 8 or args.train_size < 1 or args.test_size < 1:
+        print("error: --people must be 1..8 and the sizes positive", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    try:
+        splits = generate(args.people, args.train_size, args.test_size, args.seed)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    write(splits, args.out)
+    print(f"{DATA_SOURCE}: {args.train_size} train + {args.test_size} test prompts of {args.people} people "
+          f"in {time.perf_counter() - start:.1f}s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

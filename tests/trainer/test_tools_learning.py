@@ -1,0 +1,66 @@
+"""The tool demo learns to use its tool (+recipe=tiny_tools, HF engine): within a few steps nearly every response
+hands its turn to the lookup tool, which only the reward's rule (an answer counts after the tool's answer)
+makes worth it; with multi_turn.enable=false nothing scores. Naming the role the tool returned (accuracy above
+the 0.5 a guess after the lookup gets) takes the tiny model longer than this test runs: docs/multi_turn.md."""
+
+import statistics
+
+import pytest
+
+from logicrl.data.role_tool_task import generate, write
+from tests.conftest import ROOT, read_metrics, run_main, tail
+
+pytestmark = pytest.mark.slow
+
+
+def run(tmp_path, name, data, *overrides) -> list[dict]:
+    run_dir = tmp_path / name
+    result = run_main("+recipe=tiny_tools", f"data.train_files={data}/train.parquet",
+                      f"data.val_files={data}/test.parquet", "actor_rollout_ref.rollout.name=hf",
+                      "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1",
+                      "trainer.seed=7", *overrides, f"hydra.run.dir={run_dir}",
+                      f"trainer.default_local_dir={run_dir}/ckpt", cwd=ROOT)
+    assert result.returncode == 0, tail(result)
+    return read_metrics(run_dir)
+
+
+def test_the_model_learns_to_call_its_tool_and_nothing_scores_without_it(tmp_path):
+    data = tmp_path / "data"
+    write(generate(people=3, train_size=2000, test_size=200), data)
+    rows = run(tmp_path, "tools", data, "trainer.total_training_steps=20")
+    calls = [r["tool/calls_per_sample"] for r in rows]
+    acc = [r["reward/acc/mean"] for r in rows]
+    print(f"with tools: calls per sample {calls[0]:.2f} -> {calls[-1]:.2f}, accuracy {acc[0]:.2f} -> {acc[-1]:.2f}")
+    assert calls[0] < 0.5 and min(calls[-5:]) > 0.9
+    assert statistics.mean(acc[-5:]) > 0.3  # a role guessed after the lookup: about half right
+    off = run(tmp_path, "off", data, "actor_rollout_ref.rollout.multi_turn.enable=false",
+              "trainer.total_training_steps=5")
+    assert all(r["reward/acc/mean"] == 0 and "tool/calls_per_sample" not in r for r in off)
+
+
+def test_a_run_with_tools_killed_in_step_2_resumes_bit_exactly(tmp_path):
+    """Nothing of the tool loop is kept between steps (tools are called afresh, every turn's seed comes from the
+    step's): a run killed while generating step 2 resumes from step 1 and ends as the uninterrupted run does."""
+    from logicrl.config.phases import ARR
+    from tests.conftest import TINY_RUN
+
+    data = tmp_path / "data"
+    write(generate(people=3, train_size=8, test_size=4), data)
+    mt = f"{ARR}.rollout.multi_turn"
+    args = [f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet", *TINY_RUN,
+            "trainer.n_gpus=2", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
+            "data.max_prompt_length=128", "data.max_response_length=40", "trainer.save_freq=1", f"{mt}.enable=true",
+            f"{mt}.function_tool_path={ROOT / 'recipes/tools/lookup.py'}"]
+    whole = run_main(*args, ckpt=tmp_path / "ckpt_a", run_dir=tmp_path / "run_a")
+    assert whole.returncode == 0, tail(whole)
+    reference = read_metrics(tmp_path / "run_a")
+    killed = run_main(*args, ckpt=tmp_path / "ckpt_b", run_dir=tmp_path / "run_b1", fault="sigkill@generate:2")
+    assert killed.returncode == -9, tail(killed)
+    resumed = run_main(*args, ckpt=tmp_path / "ckpt_b", run_dir=tmp_path / "run_b2")
+    assert resumed.returncode == 0, tail(resumed)
+    ours = read_metrics(tmp_path / "run_b2")
+    assert [r["step"] for r in ours] == [2]
+    same = [k for k in reference[1] if k.startswith(("tool/calls", "tool/failure", "tool/token", "num_turns/",
+                                                     "critic/score", "actor/pg_loss", "actor/grad_norm",
+                                                     "response_length/"))]
+    assert len(same) >= 10 and {k: ours[0][k] for k in same} == {k: reference[1][k] for k in same}
