@@ -1,6 +1,6 @@
 """DAPO's dynamic sampling on the controller: generate rounds of prompts until the step's batch is full.
 
-    filled = fill(next_round, target=plan.prompts, n=plan.n, max_rounds=plan.max_gen_rounds)
+    filled = fill(next_round, target=plan.prompts, n=plan.n, max_rounds=plan.max_gen_rounds, max_empty=10)
 
 `next_round(i)` draws the next data.gen_batch_size prompts, generates and scores them (the trainer's
 generate, reward_model and reward phases) and returns them with the filter's metric per response.
