@@ -12,6 +12,7 @@ HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the traceback.
 """
 
 import datetime
+import errno
 import os
 import signal
 import sys
@@ -20,12 +21,13 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.checkpoint_layout import complete_checkpoints, holds_checkpoints
 from logicrl.config import check_overrides, validate
-from logicrl.config.cli import hydra_error_line
+from logicrl.config.cli import hydra_error_line, yaml_error_line
 from logicrl.config.evaluation import eval_runs, eval_targets
 from logicrl.config.sizing import sizing_note
 from logicrl.config.stages import Stage, build_stages, has_stages
@@ -50,9 +52,13 @@ EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # the shell's 128 + signal number
 # Stopped by SIGUSR1/SIGTERM at a step boundary with a checkpoint, or by SIGUSR1 before training:
 # resumable, so slurm/train.sbatch requeues the job (EX_TEMPFAIL: "try again later").
 EXIT_PREEMPTED = 75
+# A file system that refuses a write: what an OSError escaping the run is said to be (any other is a bug's).
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 # The user's own HYDRA_FULL_ERROR: __main__ sets it for Hydra (see there) and keeps the user's value in
 # LOGICRL_FULL_ERROR, for this process and for what inherits its environment (a submitit sweep job).
 FULL_ERROR = os.environ.get("LOGICRL_FULL_ERROR", os.environ.get("HYDRA_FULL_ERROR")) == "1"
+# Hydra has composed the config and made the run's directory: an OSError before this is the directory's.
+STARTED = False
 
 
 class Ended(Exception):
@@ -70,6 +76,8 @@ def fail(err: BadInput) -> None:
 
 @hydra.main(config_path="conf", config_name="ppo_trainer", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    global STARTED
+    STARTED = True
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -83,7 +91,7 @@ def main(cfg: DictConfig) -> None:
         return
     from logicrl.launch.sweep import job_name, swept_from_env, write_result
 
-    task = list(hydra_cfg.overrides.task)
+    task = overrides_of(hydra_cfg)
     # Sweep jobs must not resume from each other's checkpoints: each combination gets its own
     # directory, named by its swept values, so re-running the sweep resumes every job from its own.
     cfg.trainer.default_local_dir = f"{cfg.trainer.default_local_dir}/{job_name(task, swept_from_env())}"
@@ -111,7 +119,7 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     """Validate, plan, check the inputs, then train (unless a dry run). Returns the plans (the planned peak
     per phase in GB, the largest over a curriculum's stages: .peaks_gb); raises Ended."""
     curriculum = has_stages(cfg)
-    runs, plans = checked(cfg, list(hydra_cfg.overrides.task))
+    runs, plans = checked(cfg, overrides_of(hydra_cfg))
     dry_run = runs[0].cfg.trainer.dry_run
     time_plans = {}  # stage index -> its time plan (logicrl/timeplan/)
     for stage, planned in zip(runs, plans.stages):
@@ -211,6 +219,14 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
         if stopped is None:
             stop(err, f"interrupted (Ctrl-C); {resume_hint(cfg)}", EXIT_SIGINT, show_all)
         stop(err, f"stopped by {stopped}; {resume_hint(cfg)}", stopped_code(stopped), show_all)
+    except OSError as err:
+        if err.errno not in DISK_ERRNOS:
+            raise
+        # The run directory's files (metrics.jsonl, logs, samples): checkpoint writes fail as SaveFailed above.
+        why = "the disk is full: free space there" if err.errno in (errno.ENOSPC, errno.EDQUOT) else \
+            "it is not writable: fix its permissions or point hydra.run.dir elsewhere"
+        stop(err, f"cannot write {err.filename or run_dir} ({err.strerror}): {why}; {resume_hint(cfg, newest=True)}",
+             EXIT_FAILED, show_all)
     except SystemExit as err:
         # Nothing in the run calls sys.exit: this is Ray's own SIGTERM handler, which holds the
         # signal while ray.init starts the cluster (it kills Ray's processes, then exits).
@@ -245,6 +261,12 @@ def lost_to_signal(err: BaseException, cfg: DictConfig) -> None:
 
     if (signum := requested()) is not None:
         raise Ended(cluster.signalled_code(signum), f"error: {cluster.signalled_line(signum)}", err) from None
+
+
+def overrides_of(hydra_cfg) -> list[str]:
+    """The command line's overrides as typed: a value that is a broken interpolation (`key=${oops}`) reaches
+    validation, which names its key, instead of failing here as it is read."""
+    return OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
 
 
 def checked(cfg: DictConfig, task: list[str]) -> tuple[list[Stage], Plans]:
@@ -316,9 +338,22 @@ if __name__ == "__main__":
             traceback.print_exc()
         print(f"error: {BadInput(hydra_error_line(err))}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    except yaml.YAMLError as err:  # a recipe or conf/ file that does not parse (Hydra reads them as it composes)
+        print(f"error: {yaml_error_line(err)}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    except OSError as err:
+        if STARTED:
+            raise
+        # Hydra makes hydra.run.dir (and writes .hydra/ there) before the run starts.
+        print(f"error: hydra.run.dir: cannot write {err.filename or 'the run directory'} ({err.strerror or err}): "
+              "set hydra.run.dir=<a writable directory>", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
     except Stopped as err:  # before any model or Ray started: nothing to save
         print(f"error: stopped by {err} before training started", file=sys.stderr)
         sys.exit(stopped_code(err))
+    except KeyboardInterrupt:  # Ctrl-C while the config was checked or the imports ran: nothing started yet
+        print("error: interrupted (Ctrl-C) before training started; nothing was written", file=sys.stderr)
+        sys.exit(EXIT_SIGINT)
     from logicrl.launch import sweep
 
     if sweep.NOT_DONE:  # a sweep with jobs that did not finish: its summary says which and why

@@ -288,6 +288,7 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
     import io
     import logging
 
+    import yaml
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
@@ -319,7 +320,7 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
                 register_resolver()
                 with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
                     cfg = hydra_compose(CONFIG_NAME, overrides=argv, return_hydra_config=True)
-                # What Hydra's run sets before main: its config (verl_keys.command_line reads the overrides)
+                # What Hydra's run sets before main: its config (HydraConfig: what code reading the overrides sees)
                 # and the run's directory, which exists by then (the preflight's disk check reads it).
                 run_dir = Path(cfg.hydra.run.dir if any(a.startswith("hydra.run.dir=") for a in argv)
                                else tempfile.mkdtemp(prefix="logicrl-run-"))
@@ -333,7 +334,7 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
                 if cfg.trainer.dry_run:
                     main_ppo.run(cfg, hydra_cfg)
                 else:
-                    main_ppo.checked(cfg, list(hydra_cfg.overrides.task))
+                    main_ppo.checked(cfg, main_ppo.overrides_of(hydra_cfg))
             except main_ppo.Ended as end:
                 return Checked(end.code, end.line, out.getvalue(), err.getvalue())
             except BadInput as bad:
@@ -341,6 +342,9 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
             except HydraException as hydra_err:
                 return Checked(main_ppo.EXIT_CONFIG, f"error: {BadInput(hydra_error_line(hydra_err))}",
                                out.getvalue(), err.getvalue())
+            except yaml.YAMLError as yaml_err:
+                return Checked(main_ppo.EXIT_CONFIG, f"error: {main_ppo.yaml_error_line(yaml_err)}", out.getvalue(),
+                               err.getvalue())
             finally:
                 HydraConfig.instance().cfg = None  # tests that compose later are not under a Hydra run
         return Checked(0, "", out.getvalue(), err.getvalue())

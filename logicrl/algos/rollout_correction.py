@@ -79,6 +79,14 @@ def parse_rejection(rollout_rs: str | None, threshold: Any) -> tuple[RejectRule,
                              "(k1: lower_upper ratios such as 0.5_2.0; k2/k3: one positive number)") from None
         if upper <= 0 or (lower is not None and lower <= 0):
             raise ValueError(f"rollout_rs_threshold={threshold}: bounds for {option} must be positive")
+        # A k1 band must hold ratio 1 (a token the engine and the trainer agree on): one that does not rejects
+        # every token and the run trains on nothing, its gradient 0 every step.
+        if lower is not None and not lower <= 1.0 <= upper:
+            read = f"{lower:g}_{upper:g}" if low is None else spec
+            trap = (f" (a bare {spec} means 1/{spec}_{spec}; YAML reads 0.5_2 unquoted as the number 0.52: quote it, "
+                    "rollout_rs_threshold='\"0.5_2\"')" if low is None else "")
+            raise ValueError(f"rollout_rs_threshold={threshold}: the {option} band {read} does not hold ratio 1, so it "
+                             f"rejects every token{trap}; give lower_upper with lower <= 1 <= upper, e.g. 0.5_2.0")
         rules.append(RejectRule(option, lower, upper))
     return tuple(rules)
 

@@ -197,6 +197,15 @@ def hydra_error_line(err: HydraException) -> str:
     return "; ".join(lines + ([first_cause] if first_cause and first_cause not in text else [])) or type(err).__name__
 
 
+def yaml_error_line(err: Exception) -> str:
+    """One line for a YAML file Hydra could not parse (a recipe, a conf/ group): the file, line and column
+    PyYAML marks, and what it found there."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    where = f"{mark.name} line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a config file"
+    what = " ".join(filter(None, (getattr(err, "context", None), getattr(err, "problem", None)))) or str(err)
+    return f"{where}: YAML syntax error: {' '.join(what.split())}; fix that line of the file"
+
+
 def compose(overrides: list[str] | tuple[str, ...] = ()):
     """Compose the primary config as main_ppo would (used by tests and tools)."""
     from hydra import compose as hydra_compose

@@ -8,6 +8,7 @@ Constraints that involve several keys live in validate.py.
 Field metadata understood by validate.py:
   choices     the value must be one of these
   ge/gt/le    numeric bounds (None values are skipped: Optional fields mean "unset")
+  finite      the number must be finite (`lr=inf` passes `gt=0`; NaN fails every bound anyway)
 Keys kept only so older verl/Logic-RL scripts run (their comments in conf/ say "Deprecated") are
 mapped onto current ones by migrate.py.
 """
@@ -35,9 +36,9 @@ GRAD_ACCUMULATION = ("auto", "sharded", "unsharded")
 LOGGERS = ("console", "jsonl", "wandb", "tensorboard")
 
 
-def key(*, choices=None, ge=None, gt=None, le=None):
+def key(*, choices=None, ge=None, gt=None, le=None, finite=None):
     """A schema field whose value comes from YAML, with its constraints as metadata."""
-    meta = dict(choices=choices, ge=ge, gt=gt, le=le)
+    meta = dict(choices=choices, ge=ge, gt=gt, le=le, finite=finite)
     return field(default=MISSING, metadata={k: v for k, v in meta.items() if v is not None})
 
 
@@ -80,8 +81,8 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = key(gt=0)
-    weight_decay: float = key(ge=0)
+    lr: float = key(gt=0, finite=True)
+    weight_decay: float = key(ge=0, finite=True)
     lr_warmup_steps_ratio: float = key(ge=0, le=1)
     lr_warmup_steps: int = key(ge=-1)
     lr_scheduler_type: str = key(choices=LR_SCHEDULES)
@@ -105,7 +106,7 @@ class PolicyLossConfig:
     clip_cov_lb: float = key()
     clip_cov_ub: float = key()
     kl_cov_ratio: float = key(gt=0, le=1)
-    ppo_kl_coef: float = key(ge=0)
+    ppo_kl_coef: float = key(ge=0, finite=True)
 
 
 @dataclass
@@ -128,9 +129,9 @@ class ActorConfig:
     # (config/loss_module.py), which a typed node would refuse. Its keys are still PolicyLossConfig's.
     policy_loss: Any = group(PolicyLossConfig)
     loss_agg_mode: str = key(choices=LOSS_AGG_MODES)
-    entropy_coeff: float = key(ge=0)
+    entropy_coeff: float = key(ge=0, finite=True)
     use_kl_loss: bool = key()
-    kl_loss_coef: float = key(ge=0)
+    kl_loss_coef: float = key(ge=0, finite=True)
     kl_loss_type: str = key(choices=KL_ESTIMATORS)
     grad_clip: float = key(gt=0)
     optim: OptimConfig = group(OptimConfig)
@@ -268,7 +269,7 @@ class RewardModelConfig:
 @dataclass
 class KLCtrlConfig:
     type: str = key(choices=KL_CONTROLLERS)
-    kl_coef: float = key(ge=0)
+    kl_coef: float = key(ge=0, finite=True)
     target_kl: float = key(gt=0)
     horizon: int = key(ge=1)
 
@@ -288,7 +289,8 @@ class RolloutCorrectionConfig:
 class FilterGroupsConfig:
     enable: bool = key()
     metric: str = key()  # a reward component name is valid too: checked on the first round's results
-    max_num_gen_batches: int = key()
+    max_num_gen_batches: int = key(ge=0)  # 0: no limit on rounds (verl's); max_empty_rounds still bounds a step
+    max_empty_rounds: int = key(ge=1)  # rounds in a row that keep no group end the step (trainer/dynamic_sampling.py)
     on_limit: str = key(choices=("train", "error"))
 
 
@@ -335,6 +337,8 @@ class CombineConfig:
 
 @dataclass
 class RewardConfig:
+    timeout_s: Optional[float] = key(gt=0, finite=True)  # null: rewards run in the driver, unbounded
+    timeout_score: float = key(finite=True)
     custom: CustomRewardConfig = group(CustomRewardConfig)
     overlong_buffer: OverlongBufferConfig = group(OverlongBufferConfig)
     combine: CombineConfig = group(CombineConfig)
@@ -373,7 +377,9 @@ class TrainerConfig:
     memory_plan: str = key(choices=("worst_case", "expected"))  # logicrl/memory/lengths.py
     expected_response_length: Optional[int] = key(ge=1)  # <= data.max_response_length (validate.py)
     verbose: bool = key()
-    collective_timeout_s: float = key(gt=0)  # the process group's timeout (workers/fsdp.py init_distributed)
+    # The process group's timeout (workers/fsdp.py init_distributed), and how long a rank may go without a
+    # heartbeat before the run ends (controller/heartbeat.py).
+    collective_timeout_s: float = key(gt=0, finite=True)
     max_nonfinite_steps: int = key(ge=1)  # non-finite steps in a row that end the run (trainer/divergence.py)
 
 

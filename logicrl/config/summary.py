@@ -55,14 +55,14 @@ def _sampling_lines(cfg: DictConfig, plan: StepPlan) -> list[str]:
         return []
     fg = cfg.algorithm.filter_groups
     rounds = (f"up to {plan.max_gen_rounds} generation rounds" if plan.max_gen_rounds
-              else "generation rounds without limit (max_num_gen_batches<=0)")
+              else "generation rounds without limit (max_num_gen_batches=0)")
     at_most = (f", at most {plan.max_gen_rounds * plan.round_prompts} prompts"
                if plan.max_gen_rounds else "")
     short = ("train on the whole mini-batches kept" if fg.on_limit == "train" else "end the run")
     return [f"{'sampling':<10} dynamic (algorithm.filter_groups, metric={fg.metric}): {rounds} of "
             f"{plan.round_prompts} prompts x n={plan.n} ({plan.gen_per_rank_responses} responses per rank per "
-            f"round){at_most} per step, until {plan.prompts} groups with a spread are kept; short at the limit: "
-            f"{short}"]
+            f"round){at_most} per step, until {plan.prompts} groups with a spread are kept, or "
+            f"{fg.max_empty_rounds} rounds in a row keep none; short at the limit: {short}"]
 
 
 def _turn_lines(cfg: DictConfig) -> list[str]:

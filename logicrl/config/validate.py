@@ -10,6 +10,7 @@ the step plan (config/plan.py) that everything after validation reads.
 from __future__ import annotations
 
 import difflib
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,6 +29,7 @@ from logicrl.config.multi_turn import check_multi_turn
 from logicrl.config.normalize import normalize, rank_count
 from logicrl.config.plan import ARR, StepPlan, build_plan
 from logicrl.config.quantization import check_quantization
+from logicrl.config.sanity import check_clip_cov, check_output_names
 from logicrl.config.schema import LOGGERS, RootConfig, all_keys, iter_fields
 from logicrl.config.sequence_parallel import check_sequence_parallel
 from logicrl.config.verl_keys import take_verl_keys
@@ -67,11 +69,31 @@ def typed_config(cfg: DictConfig) -> DictConfig:
     except MissingMandatoryValue as e:
         raise ConfigError(f"{e.full_key}: no value given (set it in conf/ or as {e.full_key}=...)") from None
     except OmegaConfBaseException as e:
-        raise ConfigError(f"{e.full_key}: {str(e).splitlines()[0]}") from None
+        raise ConfigError(f"{e.full_key or failing_key(cfg)}: {str(e).splitlines()[0]}") from None
     missing = sorted(OmegaConf.missing_keys(typed))
     if missing:
         raise ConfigError(f"{missing[0]}: no value given (set it in conf/ or as {missing[0]}=...)")
     return typed
+
+
+def failing_key(cfg: DictConfig) -> str:
+    """The first key whose value does not resolve (an interpolation to nothing, `key=${oops}`): OmegaConf's
+    error names it only sometimes."""
+    def walk(node, prefix: str):
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            path = f"{prefix}{k}"
+            if isinstance(v, (dict, list)):
+                yield from walk(v, f"{path}.")
+            else:
+                yield path
+
+    for path in walk(OmegaConf.to_container(cfg, resolve=False), ""):
+        try:
+            OmegaConf.select(cfg, path, throw_on_resolution_failure=True)
+        except OmegaConfBaseException:
+            return path
+    return "the config"
 
 
 def check_fields(cfg: DictConfig) -> None:
@@ -85,9 +107,13 @@ def check_fields(cfg: DictConfig) -> None:
         meta = f.metadata
         if "choices" in meta and value not in meta["choices"]:
             raise ConfigError(f"{name}={value} is not one of: {', '.join(meta['choices'])}")
+        finite = "a finite number " if meta.get("finite") else ""
+        if finite and not math.isfinite(value):
+            bound = next((f" {word} {meta[op]}" for op, (_, word) in BOUNDS.items() if op in meta), "")
+            raise ConfigError(f"{name}={value} must be {finite}{bound.lstrip()}".rstrip())
         for op, (holds, word) in BOUNDS.items():
             if op in meta and not holds(value, meta[op]):
-                raise ConfigError(f"{name}={value} must be {word} {meta[op]}")
+                raise ConfigError(f"{name}={value} must be {finite}{word} {meta[op]}")
 
 
 def check_files(key: str, value) -> None:
@@ -156,6 +182,8 @@ def check_cross_fields(cfg: DictConfig, defer: Callable[[str], None] | None = No
                           f"{data.max_response_length}: the ramp must fit inside the response")
     check_filter_groups(cfg)
     check_eval(cfg)
+    check_clip_cov(cfg)
+    check_output_names(trainer)
     actor = arr.actor
     # CISPO clips a detached weight: a floor 1 - clip_ratio_low <= 0 is verl's way of saying "no lower clip"
     # (its CISPO script sets 10). The PPO-style losses need a positive floor.

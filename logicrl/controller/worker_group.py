@@ -11,6 +11,7 @@ gloo, each with its share of its node's cores for torch's threads.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -20,10 +21,13 @@ from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from logicrl.controller.cluster import check_cluster, cluster_lost, ensure_ray
+from logicrl.controller.heartbeat import HeartbeatWatch, beating
 from logicrl.controller.pending import Pending
 from logicrl.controller.placement import place
 from logicrl.errors import BadInput
 
+# `pickle.UnpicklingError: ...`, `ValueError: ...`: how a traceback's last line names the exception.
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:")
 WAIT_SLICE_S = 0.2  # how often a wait for the ranks returns to Python (its signal handlers)
 # A rank whose peer died often fails first, in the collective they shared (gloo's "Connection reset by
 # peer"): this long a wait for another rank's death lets the run name the cause, not the symptom.
@@ -49,17 +53,29 @@ def failure(rank: int, phase: str, err: Exception, node: str = "") -> Exception:
             return cause
         first = (str(cause).strip().splitlines() or [""])[0]
         return WorkerFailed(rank, phase, cause, f"{type(cause).__name__}: {first}".rstrip(": "), node)
+    if getattr(err, "actor_init_failed", False):
+        # Its constructor raised, but Ray kept only the text of the error: its last line is the exception.
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raised = next((line for line in reversed(lines) if EXCEPTION_LINE.match(line)), lines[-1] if lines else "")
+        return WorkerFailed(rank, phase, err, raised[:300], node)
     return WorkerFailed(rank, phase, None, "its process ended without an exception (killed, e.g. by the kernel's "
                                            "OOM killer, or exited; or its node was lost)", node)
 
 
 class WorkerGroup:
+    """`heartbeat_s`: a rank silent for longer ends the wait on it (controller/heartbeat.py); None: no watch."""
+
     def __init__(self, worker_cls: type, n_ranks: int, use_cuda: bool, nnodes: int = 1,
-                 ray_address: str | None = None, **init_kwargs: Any):
+                 ray_address: str | None = None, heartbeat_s: float | None = None, **init_kwargs: Any):
         ensure_ray(n_ranks, nnodes, use_cuda, ray_address)
         placed = place(n_ranks, nnodes, use_cuda)
         self.pg, self.nodes = placed.pg, [w.ip for w in placed.where]
         self.master_addr, self.master_port = placed.master_addr, placed.master_port
+        self.heartbeats = None
+        if heartbeat_s is not None:
+            keys = [f"{self.pg.id.hex()}/{rank}" for rank in range(n_ranks)]
+            self.heartbeats = HeartbeatWatch(keys, heartbeat_s)
+            worker_cls = beating(worker_cls)
         remote_cls = ray.remote(worker_cls)
         self.workers = [
             remote_cls.options(
@@ -68,7 +84,8 @@ class WorkerGroup:
                 # OpenMP reads its own variable at start-up; torch's count is the worker's argument.
                 runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}},
             ).remote(rank=rank, world_size=n_ranks, master_addr=self.master_addr, master_port=self.master_port,
-                     threads=threads, **init_kwargs)
+                     threads=threads, **init_kwargs,
+                     **({"heartbeat_key": self.heartbeats.keys[rank].decode()} if self.heartbeats else {}))
             for rank, threads in enumerate(placed.threads)
         ]
         # Built now, so a rank that cannot start (its model does not load) is named as such, not
@@ -109,6 +126,7 @@ class WorkerGroup:
             done, pending = ray.wait(pending, num_returns=1, timeout=WAIT_SLICE_S)
             check_cluster()  # without its GCS the ranks' calls crawl, then Ray kills every process
             if not done:
+                self._check_heartbeats(phase)
                 continue
             try:
                 ray.get(done[0])
@@ -120,7 +138,18 @@ class WorkerGroup:
                 raise failure(rank, phase, err, self.nodes[rank]) from err
         return ray.get(futures)
 
+    def _check_heartbeats(self, phase: str) -> None:
+        silent = self.heartbeats.silent() if self.heartbeats is not None else None
+        if silent is not None:
+            rank, seconds = silent
+            raise WorkerFailed(rank, phase, None, f"it sent no heartbeat for {seconds:.0f} s (trainer.collective_"
+                               f"timeout_s={self.heartbeats.bound_s:g}): its process is stopped (kill -STOP, a "
+                               "debugger) or stuck outside Python; the run ends and its processes are killed",
+                               self.nodes[rank])
+
     def shutdown(self) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.forget()
         if cluster_lost():  # removing the placement group would wait on the GCS for good; stop_ray ends them
             self.workers = []
             return

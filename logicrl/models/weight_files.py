@@ -118,8 +118,40 @@ def torch_bin_problem(path: Path) -> str | None:
                 # The local header (30 bytes + name) then the stored data must lie in the file.
                 if info.header_offset + 30 + len(info.filename) + info.compress_size > size:
                     return f"{path} is cut short: {info.filename} ends past its {size} bytes: {RECOPY}"
+        with zipfile.ZipFile(path) as archive:
+            pickled = [n for n in archive.namelist() if n.endswith("data.pkl")]
+            code = foreign_global(archive.read(pickled[0])) if pickled else None
     except zipfile.BadZipFile as err:
         return f"{path} is a damaged or cut-short torch zip archive ({err}): {RECOPY}"
+    if code is not None:
+        return (f"{path} names {code} in its pickle, which is code, not tensors: torch loads weights with "
+                "weights_only and refuses it (and it could run code); convert the weights to safetensors from a "
+                "source you trust, or use another checkpoint")
+    return None
+
+
+# What a torch.save of tensors pickles: torch's rebuild functions, storages and dtypes, an OrderedDict, plain
+# containers. torch's own weights_only unpickler is the guard; this only names the file before anything starts.
+PLAIN_GLOBALS = {("collections", "OrderedDict"), ("_codecs", "encode")} | {
+    ("builtins", name) for name in ("set", "frozenset", "slice", "complex", "bytearray", "int", "float", "bool",
+                                    "str", "tuple", "list", "dict")}
+
+
+def foreign_global(data: bytes) -> str | None:
+    """The first `module.name` a pickle would import that is neither torch's nor plain data, or None."""
+    import pickletools
+
+    strings: list[str] = []
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
+                strings = [*strings[-1:], arg]
+            elif op.name in ("GLOBAL", "STACK_GLOBAL", "INST"):
+                module, name = arg.split(" ", 1) if op.name != "STACK_GLOBAL" else (strings + ["", ""])[:2]
+                if not (module == "torch" or module.startswith("torch.")) and (module, name) not in PLAIN_GLOBALS:
+                    return f"{module}.{name}"
+    except (ValueError, EOFError):  # not a pickle torch could read either: torch says so as it loads
+        return None
     return None
 
 

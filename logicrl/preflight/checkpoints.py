@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.checkpoint_layout import SHAPE_FILE, complete_checkpoints
+from logicrl.checkpoint_layout import SHAPE_FILE, STATE_FILE, complete_checkpoints
 from logicrl.config.errors import ConfigError
 from logicrl.config.models import MODELS, in_use
 from logicrl.config.plan import ARR
@@ -85,6 +85,7 @@ def check_checkpoint(cfg: DictConfig) -> None:
     where = (f"trainer.default_local_dir={cfg.trainer.default_local_dir}: {path.name}" if mode == "auto"
              else f"trainer.resume_mode={mode}")
     elsewhere = "use another trainer.default_local_dir" if mode == "auto" else "name another checkpoint"
+    check_state_file(cfg, path)
     try:
         saved = json.loads((path / SHAPE_FILE).read_text())
     except FileNotFoundError:
@@ -96,6 +97,30 @@ def check_checkpoint(cfg: DictConfig) -> None:
         difference, old = problem
         resume = f"resume it with {old}, " if old else ""
         raise ConfigError(f"{where} {difference}: {resume}start over with trainer.resume_mode=disable, or {elsewhere}")
+
+
+def _state_problem(path: Path) -> str | None:
+    try:
+        json.loads((path / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return None  # the trainer's verification names a missing file with the rest of the checkpoint's
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return " ".join(f"{type(err).__name__}: {err}".split())
+    return None
+
+
+def check_state_file(cfg: DictConfig, path: Path) -> None:
+    """The checkpoint's trainer_state.json must parse: one damaged after it was saved (its manifest's CRC
+    updated along with it, so the checksums agree) would otherwise end the launch in a JSONDecodeError."""
+    problem = _state_problem(path)
+    if problem is None:
+        return
+    others = [p for _, p in complete_checkpoints(path.parent) if p != path and _state_problem(p) is None]
+    keep = (f"{others[-1]} is the newest other checkpoint whose state reads: move {path} aside to resume from it"
+            if others else "no other checkpoint there reads")
+    raise ConfigError(f"{path / STATE_FILE} does not read ({problem[:160]}), though {path.name} is marked complete: it "
+                      f"was damaged or edited after it was saved; {keep}, or start over with "
+                      "trainer.resume_mode=disable")
 
 
 def _difference(cfg: DictConfig, path: Path, saved: dict | None) -> tuple[str, str | None] | None:

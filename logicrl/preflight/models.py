@@ -29,7 +29,7 @@ from logicrl.config.models import MODELS, in_use
 from logicrl.config.plan import ARR
 from logicrl.models.eos import end_of_turn, eos_ids
 from logicrl.models.spec import ModelSpec, load_model_spec
-from logicrl.models.tiny import EMBEDDED_CONFIGS
+from logicrl.models.tiny import EMBEDDED_CONFIGS, cache_root
 from logicrl.models.weight_files import read_header, safetensors_problem, torch_bin_problem
 
 log = logging.getLogger("logicrl.preflight")
@@ -90,6 +90,10 @@ def _checked_tokenizer(key: str, path: str):
     try:
         tokenizer = load_tokenizer(path)
     except Exception as err:  # noqa: BLE001 - transformers raises many kinds for a broken tokenizer
+        if isinstance(err, OSError) and path in EMBEDDED_CONFIGS:  # built into the cache, not copied from anywhere
+            raise ConfigError(f"{key}={path} is built into the cache directory {cache_root()} ($LOGICRL_CACHE, else "
+                              f"~/.cache/logicrl), which cannot be written ({err.strerror or err}: {err.filename}): "
+                              "set LOGICRL_CACHE to a writable directory") from None
         raise ConfigError(f"{key}={path}: the tokenizer does not load ({type(err).__name__}: "
                           f"{' '.join(str(err).split())[:200]}): copy the checkpoint's tokenizer files") from None
     if problem := tokenizer_problem(tokenizer, checkpoint_dir(path), spec):

@@ -70,6 +70,32 @@ class DivergenceGuard:
                 f"{self.limit}), their updates skipped")
 
 
+REJECTED = "rollout_corr/rollout_rs_masked_fraction"
+ALL_REJECTED_STEPS = 3  # a step or two may be all off-policy (a first sync); this many in a row is the config
+
+
+class RejectionGuard:
+    """Rollout rejection (algorithm.rollout_correction.rollout_rs) that masks every token trains on nothing,
+    its gradient 0: validation refuses bands that cannot hold ratio 1, this catches the rest (a k2/k3 bound
+    below every token's divergence) after ALL_REJECTED_STEPS steps in a row."""
+
+    def __init__(self, corr):
+        self.corr, self.streak = corr, []
+
+    def observe(self, step: int, metrics: dict) -> str | None:
+        """The line that ends the run, once every token was rejected ALL_REJECTED_STEPS steps in a row."""
+        if metrics.get(REJECTED, 0.0) < 1.0:
+            self.streak = []
+            return None
+        self.streak.append(step)
+        if len(self.streak) < ALL_REJECTED_STEPS:
+            return None
+        key = "algorithm.rollout_correction"
+        return (f"steps {self.streak[0]}-{step} rejected every token ({REJECTED} 1.0), so nothing was trained: "
+                f"{key}.rollout_rs={self.corr.rollout_rs} with rollout_rs_threshold={self.corr.rollout_rs_threshold} "
+                "rejects everything; widen the threshold, or set rollout_rs=null")
+
+
 def nonfinite_state_reason(parts: list[str], step: int) -> str:
     """Why step `step` was not saved: `parts` ("actor weights", ...) hold NaN or inf."""
     return f"the {' and '.join(parts)} hold NaN or inf after step {step}, which was not saved"

@@ -12,6 +12,7 @@ many steps there are and every batch size come from the step plan (config/plan.p
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -37,7 +38,7 @@ from logicrl.models.eos import eos_ids
 from logicrl.models.loading import checkpoint_dir, load_tokenizer
 from logicrl.models.spec import load_model_spec
 from logicrl.preflight.checkpoints import write_run_shape
-from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
+from logicrl.reward.pool import make_scorer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
 from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch
@@ -56,6 +57,7 @@ from logicrl.trainer.dispatch import PhaseDispatch, timed
 from logicrl.trainer.divergence import (
     Diverged,
     DivergenceGuard,
+    RejectionGuard,
     diverged_line,
     learning_rates,
     nonfinite_roles,
@@ -114,11 +116,11 @@ class PPOTrainer:
         self.sampler = EpochSampler(plan, data.shuffle, data.seed)
         self.total_steps = plan.total_steps
         custom = cfg.reward.custom
-        custom_fn = wrap_custom_reward(load_custom_reward(custom.path, custom.name), custom.name) \
-            if custom.path else None
+        scorer = make_scorer((custom.path, custom.name) if custom.path else None, cfg.reward.timeout_s,
+                             cfg.reward.timeout_score)
         overlong = cfg.reward.overlong_buffer
-        self.rewards = RewardManager(self.tokenizer, custom_fn,
-                                     dict(overlong) if overlong.enable else None, combine_rule(cfg))
+        self.rewards = RewardManager(self.tokenizer, None, dict(overlong) if overlong.enable else None,
+                                     combine_rule(cfg), scorer=scorer, custom=bool(custom.path))
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, kl_coef=cfg.algorithm.kl_ctrl.kl_coef,
                                           target_kl=cfg.algorithm.kl_ctrl.target_kl,
                                           horizon=cfg.algorithm.kl_ctrl.horizon)
@@ -150,7 +152,9 @@ class PPOTrainer:
         if group_cls is None:
             # Imported here: the step loop needs only a group's call/dispatch/shutdown, so the GPU
             # tests can run it in-process (tests/gpu/local_group.py) on a machine without Ray.
-            from logicrl.controller.worker_group import WorkerGroup as group_cls
+            from logicrl.controller.worker_group import WorkerGroup
+
+            group_cls = functools.partial(WorkerGroup, heartbeat_s=cfg.trainer.collective_timeout_s)
         self.workers = group_cls(HybridWorker, plan.ranks, use_cuda, cfg.trainer.nnodes, cfg.trainer.ray_address,
                                  config=OmegaConf.to_container(cfg, resolve=True),
                                  plan=plan, faults=self.faults, log_file=log_file)
@@ -178,6 +182,7 @@ class PPOTrainer:
         last: dict = {}
         save_freq, test_freq = self.cfg.trainer.save_freq, self.cfg.trainer.test_freq
         guard = DivergenceGuard(self.cfg.trainer.max_nonfinite_steps)
+        rejection = RejectionGuard(self.cfg.algorithm.rollout_correction)
         try:
             # A stop request (SIGUSR1/SIGTERM: preemption) ends the loop after the step in flight,
             # with that step saved (logicrl/signals.py).
@@ -202,6 +207,8 @@ class PPOTrainer:
                     try:  # a step that ends the run is logged too: its NaN show where the run diverged
                         if reason := guard.observe(step, metrics):
                             raise self.diverged(reason, nonfinite_roles(metrics))
+                        if reason := rejection.observe(step, metrics):
+                            raise BadInput(reason)
                         periodic = save_freq > 0 and step % save_freq == 0
                         if periodic and guard.streak and not stop and step < self.total_steps:
                             # Its weights produce NaN, or soon may: the checkpoint from before the streak
@@ -219,6 +226,7 @@ class PPOTrainer:
                         raise Preempted(stop, step, str(step_dir(self.ckpt_root, step)))
         finally:
             tracker.close()
+            self.rewards.close()
             self.workers.shutdown()
         png, phases_png = plot_curves(self.run_dir), plot_phases(self.run_dir)
         shares = phase_shares(self.phase_totals)
@@ -343,17 +351,24 @@ class PPOTrainer:
                 raise BadInput(str(err)) from None
             return Round(batch, values, reward_metrics)
 
-        filled = fill(next_round, plan.prompts, plan.n, plan.max_gen_rounds,
+        filled = fill(next_round, plan.prompts, plan.n, plan.max_gen_rounds, fg.max_empty_rounds,
                       cat=lambda parts: cat_rounds(parts, self.tokenizer.pad_token_id))
         metrics.update(filled.reward_metrics)
         metrics.update(filled.step_metrics())
         batch = filled.batch
         if filled.short:
-            limit = (f"{filled.rounds} generation rounds (algorithm.filter_groups.max_num_gen_batches="
-                     f"{fg.max_num_gen_batches})")
+            if filled.empty >= fg.max_empty_rounds:
+                limit = (f"{filled.rounds} generation rounds, the last {filled.empty} keeping no group (algorithm."
+                         f"filter_groups.max_empty_rounds={fg.max_empty_rounds}: is the reward the same for every "
+                         "response of a prompt?)")
+                raise_it = "check the reward, raise max_empty_rounds"
+            else:
+                limit = (f"{filled.rounds} generation rounds (algorithm.filter_groups.max_num_gen_batches="
+                         f"{fg.max_num_gen_batches})")
+                raise_it = "raise the limit (0: none)"
             if fg.on_limit == "error":
                 raise BadInput(f"step {step}: {filled.kept} of data.train_batch_size={plan.prompts} groups have a "
-                               f"spread in {fg.metric} after {limit}: raise the limit (0: none), or set "
+                               f"spread in {fg.metric} after {limit}: {raise_it}, or set "
                                "algorithm.filter_groups.on_limit=train")
             minis = [plan.actor.mini_prompts] + ([plan.critic.mini_prompts] if plan.critic else [])
             kept = trainable_prompts(filled.kept, minis)

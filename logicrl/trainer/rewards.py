@@ -7,7 +7,9 @@ model the batch holds its scores (`rm_scores` [N], the worker's reward_model pha
 (reward/combine.py) makes each row's sequence reward from it and the rule reward, per data_source;
 the rule function is not called where its weight is 0. The learned score's own statistics are
 `reward_model/score/{mean,max,min}`, the rule score's (where computed) `reward/rule_score/mean`. The format-error
-ratio counts format failures (`format_ok` == 0), not "score == -1" as Logic-RL's did.
+ratio counts format failures (`format_ok` == 0), not "score == -1" as Logic-RL's did. The rule rewards run
+in reward/pool.py's processes, each call bounded by reward.timeout_s; `reward/timeouts` counts the responses
+that ran past it (scored reward.timeout_score).
 """
 
 from __future__ import annotations
@@ -19,26 +21,32 @@ from tensordict import TensorDict
 
 from logicrl.algos import overlong_penalty
 from logicrl.algos.masked import response_lengths
-from logicrl.reward import REWARD_FNS, compute_score
+from logicrl.reward import REWARD_FNS
 from logicrl.reward.combine import CombineRule
+from logicrl.reward.pool import InlineScorer
+
+TIMEOUTS = "reward/timeouts"  # a count per step (dynamic sampling's rounds add up, not average)
 
 
 class RewardManager:
-    def __init__(self, tokenizer, custom_fn=None, overlong: dict | None = None, combine: CombineRule | None = None):
+    """`scorer` (reward/pool.py make_scorer) runs the rule rewards; without one, `custom_fn` (or the
+    data_source dispatch) runs in this process, unbounded."""
+
+    def __init__(self, tokenizer, custom_fn=None, overlong: dict | None = None, combine: CombineRule | None = None,
+                 scorer=None, custom: bool = False):
         self.tokenizer = tokenizer
         self.combine = combine  # with a reward model (reward_model.enable): how its score and the rule's mix
-        self.custom_fn = custom_fn  # replaces the data_source dispatch for the whole run
+        # A custom reward replaces the data_source dispatch for the whole run.
+        self.custom = custom or custom_fn is not None
+        self.scorer = scorer if scorer is not None else InlineScorer(custom_fn)
         self.overlong = overlong  # {"len", "penalty_factor"} or None
-
-    def score_one(self, data_source: str, text: str, ground_truth, extra_info) -> dict:
-        if self.custom_fn is not None:
-            return self.custom_fn(data_source=data_source, solution_str=text, ground_truth=ground_truth,
-                                  extra_info=extra_info)
-        return compute_score(data_source, text, ground_truth, extra_info)
 
     def has_rule(self, data_source: str) -> bool:
         # A custom reward takes every data_source (reward.custom replaces the dispatch for the whole run).
-        return self.custom_fn is not None or data_source in REWARD_FNS
+        return self.custom or data_source in REWARD_FNS
+
+    def close(self) -> None:
+        self.scorer.close()
 
     def __call__(self, batch: TensorDict) -> tuple[torch.Tensor, dict, list[str], list[dict]]:
         """Score a step's batch: its responses / response_attention_mask [B*n, R] against each row's
@@ -54,9 +62,13 @@ class RewardManager:
         learned = batch.get("rm_scores", None) if self.combine is not None else None
         metrics: dict[str, float] = {}
         if learned is None:  # rules alone (no reward model)
-            results = [self.score_one(*row) for row in rows]
+            results, timeouts = self.scorer.score(rows)
         else:
-            results = [self.combined(row, float(score)) for row, score in zip(rows, learned.tolist())]
+            ruled = [i for i, row in enumerate(rows) if self.has_rule(row[0])]
+            rule_results, timeouts = self.scorer.score([rows[i] for i in ruled])
+            by_row = dict(zip(ruled, rule_results))
+            results = [self.combined(by_row.get(i), float(score), row[0])
+                       for i, (row, score) in enumerate(zip(rows, learned.tolist()))]
             learned = learned.float()
             metrics.update({"reward_model/score/mean": float(learned.mean()),
                             "reward_model/score/max": float(learned.max()),
@@ -71,15 +83,14 @@ class RewardManager:
         last = (lengths - 1).clamp(min=0)
         token_scores[torch.arange(len(scores)), last] = scores * (lengths > 0)
         metrics.update(score_metrics(scores, results))
+        metrics[TIMEOUTS] = float(timeouts)
         return token_scores, metrics, texts, results
 
-    def combined(self, row: tuple, learned: float) -> dict:
-        """One row's result under reward.combine: the rule's components with `score` the combined reward
-        and `rule_score` the rule's own (None for a data_source with no rule). The rule is scored wherever
+    def combined(self, rule: dict | None, learned: float, source: str) -> dict:
+        """One row's result under reward.combine: the rule's components (`rule`, None for a data_source with
+        no rule) with `score` the combined reward and `rule_score` the rule's own. The rule is scored wherever
         it exists, weighted 0 or not (for the report: accuracy); only its weight decides whether it
         enters `score`. A source that weighs in a rule it lacks was refused when the rows loaded."""
-        source = row[0]
-        rule = self.score_one(*row) if self.has_rule(source) else None
         rule_score = None if rule is None else float(rule["score"])
         return {**(rule or {}), "rule_score": rule_score, "score": self.combine.combine(learned, rule_score, source)}
 

@@ -64,8 +64,11 @@ class Tracker:
     def log(self, metrics: dict, step: int) -> None:
         # Numbers only (bool is an int); NaN and inf stay: they are what a diverged step looks like.
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
-        self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
-        self.jsonl.flush()
+        try:
+            self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
+            self.jsonl.flush()
+        except OSError as err:  # a full disk fails at the flush, which names no file: name it
+            raise OSError(err.errno, err.strerror, str(self.run_dir / "metrics.jsonl")) from err
         for key, value in clean.items():
             self.tb.add_scalar(key, value, step)
         if self.wandb is not None:
@@ -85,7 +88,10 @@ class Tracker:
         self.bar.update(step - self.bar.n)
 
     def close(self) -> None:
-        self.jsonl.close()
+        try:
+            self.jsonl.close()
+        except OSError:
+            pass  # the row that failed to write is the error being raised (log); closing must not replace it
         self.redirect.close()
         if self.bar is not None:
             self.bar.close()

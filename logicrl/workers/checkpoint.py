@@ -158,7 +158,24 @@ def _dcp_load(state: dict, directory: Path) -> None:
             cause = failure[0] if isinstance(failure, tuple) else failure
             if isinstance(cause, UnsafeCheckpoint):
                 raise cause from None
-        raise
+        raise misfit(directory, err) or err from None
+
+
+def misfit(directory: Path, err: CheckpointException) -> BadInput | None:
+    """DCP's `CheckpointException ranks:dict_keys([0])` when the checkpoint's tensors do not fit the model (a
+    missing key, another shape): one line naming the checkpoint and the first cause. None for a read error (a
+    file gone or unreadable), which is the disk's story. The preflight compares a checkpoint's shape.json with
+    the run first (preflight/checkpoints.py); one saved before that file existed gets here."""
+    causes = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()]
+    if not causes or any(isinstance(c, OSError) for c in causes):
+        return None
+    first = next((line for line in str(causes[0]).splitlines() if line.strip()), type(causes[0]).__name__)
+    step = directory.parent if directory.parent.name.startswith("global_step_") else directory
+    old = "" if (step / "shape.json").is_file() else (" (it has no shape.json, the record of its model that lets the "
+                                                      "preflight compare it with the run: an older logicrl saved it)")
+    return BadInput(f"{directory} does not fit this run's model ({type(causes[0]).__name__}: {first[:200]}){old}: "
+                    "resume it with the model (and LoRA settings) it was saved with, or start over with "
+                    "trainer.resume_mode=disable")
 
 
 class _SafeFileSystemReader(dcp.FileSystemReader):

@@ -137,6 +137,6 @@ def test_the_dry_run_says_how_many_rounds_a_step_may_take(data):
     cfg, _, plan = validate(compose([*data, *BASE_BATCH, DYNAMIC, "data.gen_batch_size=4"]))
     assert _sampling_lines(cfg, plan) == [
         "sampling   dynamic (algorithm.filter_groups, metric=acc): up to 10 generation rounds of 4 prompts x n=4 "
-        "(16 responses per rank per round), at most 40 prompts per step, until 8 groups with a spread are kept; "
-        "short at the limit: train on the whole mini-batches kept"]
+        "(16 responses per rank per round), at most 40 prompts per step, until 8 groups with a spread are kept, or "
+        "10 rounds in a row keep none; short at the limit: train on the whole mini-batches kept"]
     assert _sampling_lines(*validate(compose([*data, *BASE_BATCH]))[::2]) == []

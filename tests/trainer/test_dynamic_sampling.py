@@ -35,7 +35,7 @@ def fake_rounds(accs_per_round: list[list[tuple[int, int]]]):
 def test_one_round_fills_when_enough_groups_vary():
     # 4 groups, 2 with a spread; target 2: one round, 2 kept, 2 dropped.
     next_round, calls = fake_rounds([[(1, 1), (0, 1), (1, 0), (0, 0)]])
-    filled = fill(next_round, target=2, n=N, max_rounds=3)
+    filled = fill(next_round, target=2, n=N, max_rounds=3, max_empty=10)
     assert calls == [0] and not filled.short
     assert (filled.kept, filled.dropped, filled.prompts, filled.rounds) == (2, 2, 4, 1)
     assert filled.batch["uid"].tolist() == [1, 1, 2, 2]
@@ -44,7 +44,7 @@ def test_one_round_fills_when_enough_groups_vary():
 def test_rounds_continue_until_full_and_extra_kept_groups_are_cut():
     # Round 0 keeps 1 of 3; round 1 keeps 2 of 3 -> 3 kept, target 2: the first two kept are trained.
     next_round, calls = fake_rounds([[(1, 1), (0, 1), (0, 0)], [(1, 0), (1, 1), (0, 1)]])
-    filled = fill(next_round, target=2, n=N, max_rounds=None)
+    filled = fill(next_round, target=2, n=N, max_rounds=None, max_empty=10)
     assert calls == [0, 1]
     assert (filled.kept, filled.dropped, filled.prompts, filled.rounds, filled.short) == (3, 3, 6, 2, False)
     assert filled.batch["uid"].tolist() == [1, 1, 3, 3]
@@ -60,9 +60,27 @@ def test_rounds_continue_until_full_and_extra_kept_groups_are_cut():
 def test_the_limit_stops_short_and_says_so():
     saturated = [[(1, 1), (1, 1)]] * 5
     next_round, calls = fake_rounds(saturated)
-    filled = fill(next_round, target=2, n=N, max_rounds=3)
+    filled = fill(next_round, target=2, n=N, max_rounds=3, max_empty=10)
     assert calls == [0, 1, 2] and filled.short and filled.batch is None
     assert (filled.kept, filled.dropped, filled.prompts) == (0, 6, 6)
+
+
+def test_rounds_that_keep_nothing_end_the_step_even_without_a_round_limit():
+    # A constant reward: no group ever varies. max_rounds=None (max_num_gen_batches=0) used to loop forever.
+    next_round, calls = fake_rounds([[(1, 1), (0, 0)]] * 50)
+    filled = fill(next_round, target=2, n=N, max_rounds=None, max_empty=4)
+    assert calls == [0, 1, 2, 3] and filled.short and filled.batch is None
+    assert (filled.empty, filled.rounds, filled.kept, filled.dropped) == (4, 4, 0, 8)
+
+
+def test_a_round_that_keeps_a_group_restarts_the_empty_count():
+    # empty, empty, one kept, empty, empty, empty: 3 in a row only from round 3 on -> stops after round 5.
+    rounds = [[(1, 1)], [(0, 0)], [(0, 1)], [(1, 1)], [(1, 1)], [(1, 1)], [(0, 1)]]
+    next_round, calls = fake_rounds(rounds)
+    filled = fill(next_round, target=2, n=N, max_rounds=None, max_empty=3)
+    assert calls == [0, 1, 2, 3, 4, 5] and filled.short
+    assert (filled.kept, filled.empty) == (1, 3)
+    assert filled.batch["uid"].tolist() == [2, 2]
 
 
 def test_merge_round_metrics_weights_by_rows():
