@@ -11,6 +11,7 @@ gloo, each with its share of its node's cores for torch's threads.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -19,7 +20,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from logicrl.controller.cluster import check_cluster, cluster_lost, ensure_ray
+from logicrl.controller.cluster import check_cluster, cluster_lost, ensure_ray, join_address
 from logicrl.controller.pending import Pending
 from logicrl.controller.placement import place
 from logicrl.errors import BadInput
@@ -53,6 +54,16 @@ def failure(rank: int, phase: str, err: Exception, node: str = "") -> Exception:
                                            "OOM killer, or exited; or its node was lost)", node)
 
 
+def thread_env(threads: int, private: bool) -> dict | None:
+    """A rank's runtime_env: OpenMP reads its own variable at start-up (torch's count is the worker's
+    argument). None where the worker inherits that value already (a private cluster's workers have
+    this driver's environment), so the rank can take a worker the raylet started with; a runtime_env
+    of its own would start another (about a CPU second)."""
+    if private and os.environ.get("OMP_NUM_THREADS") == str(threads):
+        return None
+    return {"env_vars": {"OMP_NUM_THREADS": str(threads)}}
+
+
 class WorkerGroup:
     def __init__(self, worker_cls: type, n_ranks: int, use_cuda: bool, nnodes: int = 1,
                  ray_address: str | None = None, **init_kwargs: Any):
@@ -61,12 +72,12 @@ class WorkerGroup:
         self.pg, self.nodes = placed.pg, [w.ip for w in placed.where]
         self.master_addr, self.master_port = placed.master_addr, placed.master_port
         remote_cls = ray.remote(worker_cls)
+        private = join_address(ray_address)[0] is None  # its workers inherit this driver's environment
         self.workers = [
             remote_cls.options(
                 num_cpus=1, num_gpus=1 if use_cuda else 0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank),
-                # OpenMP reads its own variable at start-up; torch's count is the worker's argument.
-                runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}},
+                runtime_env=thread_env(threads, private),
             ).remote(rank=rank, world_size=n_ranks, master_addr=self.master_addr, master_port=self.master_port,
                      threads=threads, **init_kwargs)
             for rank, threads in enumerate(placed.threads)
