@@ -119,7 +119,7 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     """Validate, plan, check the inputs, then train (unless a dry run). Returns the plans (the planned peak
     per phase in GB, the largest over a curriculum's stages: .peaks_gb); raises Ended."""
     curriculum = has_stages(cfg)
-    runs, plans = checked(cfg, overrides_of(hydra_cfg))
+    runs, plans, finished = checked(cfg, overrides_of(hydra_cfg))
     dry_run = runs[0].cfg.trainer.dry_run
     time_plans = {}  # stage index -> its time plan (logicrl/timeplan/)
     for stage, planned in zip(runs, plans.stages):
@@ -176,7 +176,7 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
 
             run_curriculum(runs, Path(cfg.trainer.default_local_dir), run_dir,
                            carry_optimizer=cfg.curriculum.carry_optimizer,
-                           resume=cfg.trainer.resume_mode != "disable", faults=faults)
+                           resume=cfg.trainer.resume_mode != "disable", faults=faults, done=finished)
         elif runs[0].cfg.trainer.val_only:
             from logicrl.trainer.evaluation import run_evaluation
 
@@ -269,12 +269,14 @@ def overrides_of(hydra_cfg) -> list[str]:
     return OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
 
 
-def checked(cfg: DictConfig, task: list[str]) -> tuple[list[Stage], Plans]:
-    """Everything decided before Ray or a model starts: every stage validated and through the preflight.
-    Raises Ended (exit 2, one line) on a bad input; tests call it in-process (tests/conftest.py check_main)."""
+def checked(cfg: DictConfig, task: list[str]) -> tuple[list[Stage], Plans, dict]:
+    """Everything decided before Ray or a model starts: every stage validated and through the preflight,
+    then a curriculum's record of finished stages read ({} for a plain run or a dry run). Raises Ended
+    (exit 2, one line) on a bad input; tests call it in-process (tests/conftest.py check_main)."""
     try:
         # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
-        if has_stages(cfg):
+        curriculum = has_stages(cfg)
+        if curriculum:
             runs = build_stages(cfg, task)
         elif cfg.trainer.val_only:  # an evaluation: one run per eval.checkpoints entry (config/evaluation.py)
             runs, _ = eval_runs(cfg)
@@ -282,7 +284,15 @@ def checked(cfg: DictConfig, task: list[str]) -> tuple[list[Stage], Plans]:
             runs = [Stage(0, "", *validate(cfg))]
         # Memory plans, device, data, directories and disk, model directories: every stage's,
         # before any starts; directories are made only once all passed (logicrl/preflight/).
-        return runs, preflight(runs)
+        plans = preflight(runs)
+        finished = {}
+        if curriculum and not runs[0].cfg.trainer.dry_run:
+            # A finished stage edited since is refused here, before Ray and torch are imported.
+            from logicrl.trainer.curriculum import finished_stages
+
+            finished = finished_stages(runs, Path(cfg.trainer.default_local_dir),
+                                       resume=cfg.trainer.resume_mode != "disable")
+        return runs, plans, finished
     except BadInput as err:
         fail(err)
 

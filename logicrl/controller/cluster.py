@@ -181,11 +181,21 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
         # loopback, with a reaper (controller/private.py). At least one CPU per rank even on a
         # 2-core machine: ranks mostly wait on each other, and each rank's thread count is set
         # explicitly (controller/placement.py).
+        # TOKENIZERS_PARALLELISM=false in the environment the daemons (and so the workers) inherit, set
+        # only while they start, rather than as the job's runtime_env: with one, the job's tasks and
+        # ranks could not use the workers the raylet starts with, and each would start its own.
+        user_value = os.environ.get("TOKENIZERS_PARALLELISM")
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
             start_private(ray.init, stop_ray, num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=dashboard,
-                          log_to_driver=True, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+                          log_to_driver=True)
         except PortsTaken as err:  # main_ppo prints a ClusterLost's message as the run's one line
             raise ClusterLost(str(err)) from None
+        finally:
+            if user_value is None:
+                os.environ.pop("TOKENIZERS_PARALLELISM", None)
+            else:
+                os.environ["TOKENIZERS_PARALLELISM"] = user_value
         watch_gcs()
     stop_on_signals()  # ray.init installed its own handler: take the signals back (logicrl/signals.py)
     check_room(n_ranks, use_cuda)

@@ -11,6 +11,7 @@ gloo, each with its share of its node's cores for torch's threads.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Any
@@ -20,7 +21,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from logicrl.controller.cluster import check_cluster, cluster_lost, ensure_ray
+from logicrl.controller.cluster import check_cluster, cluster_lost, ensure_ray, join_address
 from logicrl.controller.heartbeat import HeartbeatWatch, beating
 from logicrl.controller.pending import Pending
 from logicrl.controller.placement import place
@@ -62,6 +63,16 @@ def failure(rank: int, phase: str, err: Exception, node: str = "") -> Exception:
                                            "OOM killer, or exited; or its node was lost)", node)
 
 
+def thread_env(threads: int, private: bool) -> dict | None:
+    """A rank's runtime_env: OpenMP reads its own variable at start-up (torch's count is the worker's
+    argument). None where the worker inherits that value already (a private cluster's workers have
+    this driver's environment), so the rank can take a worker the raylet started with; a runtime_env
+    of its own would start another (about a CPU second)."""
+    if private and os.environ.get("OMP_NUM_THREADS") == str(threads):
+        return None
+    return {"env_vars": {"OMP_NUM_THREADS": str(threads)}}
+
+
 class WorkerGroup:
     """`heartbeat_s`: a rank silent for longer ends the wait on it (controller/heartbeat.py); None: no watch."""
 
@@ -77,12 +88,12 @@ class WorkerGroup:
             self.heartbeats = HeartbeatWatch(keys, heartbeat_s)
             worker_cls = beating(worker_cls)
         remote_cls = ray.remote(worker_cls)
+        private = join_address(ray_address)[0] is None  # its workers inherit this driver's environment
         self.workers = [
             remote_cls.options(
                 num_cpus=1, num_gpus=1 if use_cuda else 0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank),
-                # OpenMP reads its own variable at start-up; torch's count is the worker's argument.
-                runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}},
+                runtime_env=thread_env(threads, private),
             ).remote(rank=rank, world_size=n_ranks, master_addr=self.master_addr, master_port=self.master_port,
                      threads=threads, **init_kwargs,
                      **({"heartbeat_key": self.heartbeats.keys[rank].decode()} if self.heartbeats else {}))

@@ -25,7 +25,6 @@ from logicrl.config.plan import ARR
 from logicrl.config.stages import Stage
 from logicrl.faults import Faults
 from logicrl.trainer.checkpoint import complete_checkpoints, damage, write_durably
-from logicrl.trainer.ppo import PPOTrainer
 from logicrl.trainer.summaries import stage_row, write_summaries
 
 log = logging.getLogger("logicrl.trainer")
@@ -155,9 +154,12 @@ def finished_stages(stages: list[Stage], root: Path, resume: bool) -> dict:
 
 
 def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimizer: bool, resume: bool,
-                   faults: Faults | None = None) -> dict:
-    """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage."""
-    done = finished_stages(stages, root, resume)
+                   faults: Faults | None = None, done: dict | None = None) -> dict:
+    """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage.
+    `done`: finished_stages' answer, when the caller read the record already (main_ppo does, before Ray)."""
+    from logicrl.trainer.ppo import PPOTrainer  # torch: main_ppo reads the record (this module) before it
+
+    done = finished_stages(stages, root, resume) if done is None else done
     previous_final: Path | None = None
     from_earlier_run = False  # previous_final was written by an earlier launch, not just now by this one
     for stage in stages:

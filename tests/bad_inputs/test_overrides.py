@@ -3,7 +3,8 @@
 
 One override Hydra refuses runs the real entry point (its exception made one line there); the others
 run its checks in-process (`check_main`), the same code without a launch. The curriculum's record is
-read after the preflight (trainer/curriculum.py, before Ray starts): that case launches."""
+read after the preflight, in `main_ppo.checked` (before Ray or torch is imported), so its refusal is
+checked in-process too; its exit code and one line come from the same `fail` as a validation error's."""
 
 from __future__ import annotations
 
@@ -41,7 +42,6 @@ def test_an_override_hydra_refuses_through_the_entry_point(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.integration
 def test_a_finished_stage_edited_before_a_rerun_is_refused_naming_the_change(tmp_path):
     """The record of a curriculum whose stage 1 finished (written as run_curriculum writes it), then
     the same command with stage 1's rollout.n changed: refused before any model or Ray starts."""
@@ -56,9 +56,9 @@ def test_a_finished_stage_edited_before_a_rerun_is_refused_naming_the_change(tmp
     final = ckpt / stages[0].dir_name / f"global_step_{stages[0].plan.total_steps}"
     write_record(ckpt, stages, {stages[0].name: finished_row(stages[0], [], 1.0, final)})
     before = (ckpt / RECORD_FILE).read_text()
-    result, seconds = timed_main(*args, "+curriculum.stages.0.overrides.actor_rollout_ref.rollout.n=4",
-                                 f"hydra.run.dir={tmp_path / 'run'}")
-    line = refused(result, seconds, "curriculum stage 1/2 (3ppl) already finished with other settings than it has "
-                   "now: actor_rollout_ref.rollout.n 8 -> 4;", "trainer.resume_mode=disable")
+    result = check_main(*args, "+curriculum.stages.0.overrides.actor_rollout_ref.rollout.n=4",
+                        f"hydra.run.dir={tmp_path / 'run'}")
+    line = assert_refused(result, "curriculum stage 1/2 (3ppl) already finished with other settings than it has "
+                          "now: actor_rollout_ref.rollout.n 8 -> 4;", "trainer.resume_mode=disable")
     assert (ckpt / RECORD_FILE).read_text() == before and not list(ckpt.rglob("global_step_*"))  # nothing trained
     assert "+curriculum.stages.<index>.overrides.<key>=<value>" in line

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from logicrl.controller.placement import PIN, Where, bundles, pick_nodes, rendezvous, thread_cap, threads_per_rank
+from logicrl.controller.worker_group import thread_env
 
 
 def node(ip: str) -> dict:
@@ -51,3 +52,20 @@ def test_bundles_put_n_per_node_on_each_node_in_rank_order():
     got = bundles(4, use_cuda=True, node_ips=["10.0.0.2", "10.0.0.3"])
     assert got == [{"CPU": 1, "GPU": 1, "node:10.0.0.2": PIN}] * 2 + [{"CPU": 1, "GPU": 1, "node:10.0.0.3": PIN}] * 2
     assert bundles(2, use_cuda=False, node_ips=None) == [{"CPU": 1}, {"CPU": 1}]
+
+
+@pytest.mark.parametrize("private, omp, threads, env", [
+    # A private cluster's workers inherit this driver's OMP_NUM_THREADS: the same count needs no runtime_env.
+    (True, "1", 1, None),
+    # Another count, or none inherited: the rank's own (its worker starts with it).
+    (True, "4", 2, {"env_vars": {"OMP_NUM_THREADS": "2"}}),
+    (True, None, 2, {"env_vars": {"OMP_NUM_THREADS": "2"}}),
+    # A joined cluster's workers inherit its head's environment, not this driver's: always set.
+    (False, "1", 1, {"env_vars": {"OMP_NUM_THREADS": "1"}}),
+])
+def test_a_ranks_runtime_env_sets_only_what_its_worker_does_not_inherit(monkeypatch, private, omp, threads, env):
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    assert thread_env(threads, private) == env
