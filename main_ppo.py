@@ -155,9 +155,9 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
                            carry_optimizer=cfg.curriculum.carry_optimizer,
                            resume=cfg.trainer.resume_mode != "disable", faults=faults)
         else:
-            from logicrl.trainer.ppo import PPOTrainer
+            from logicrl.trainer.one_step_off import trainer_class
 
-            PPOTrainer(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
+            trainer_class(runs[0].cfg)(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
         from logicrl.memory.report import memory_report
 
         if table := memory_report(plans.peaks_gb, run_dir):  # the plan checked against the run, phase by phase

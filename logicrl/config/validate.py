@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
+from logicrl.config.async_training import check_separate_groups
 from logicrl.config.engines import ENGINES, engines_with
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.loss_module import take_loss_params, with_loss_params
@@ -357,6 +358,7 @@ def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:
     migrate(typed, rank_count(typed))
     check_fields(typed)  # migrated values obey the same bounds
     normalize(typed)
+    check_separate_groups(typed)  # hybrid_engine=false: the two groups' keys (config/async_training.py)
     spec = check_cross_fields(typed)
     typed = with_loss_params(typed, loss_params)
     plan = build_plan(typed, dataset_rows(typed.data.train_files))

@@ -25,7 +25,7 @@ from logicrl.config.plan import ARR
 from logicrl.config.stages import Stage
 from logicrl.faults import Faults
 from logicrl.trainer.checkpoint import complete_checkpoints, damage, write_durably
-from logicrl.trainer.ppo import PPOTrainer
+from logicrl.trainer.one_step_off import trainer_class
 from logicrl.trainer.summaries import stage_row, write_summaries
 
 log = logging.getLogger("logicrl.trainer")
@@ -177,7 +177,7 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
         print(f"logicrl: stage {stage.index + 1}/{len(stages)} ({stage.name}): train_batch_size="
               f"{stage.plan.prompts}, rollout.n={stage.plan.n}, temperature={r.temperature}, "
               f"lr={cfg[ARR].actor.optim.lr}" + (f", from {previous_final}" if previous_final else ""))
-        trainer = PPOTrainer(cfg, stage.plan, run_dir / stage.dir_name, init_from=previous_final,
+        trainer = trainer_class(cfg)(cfg, stage.plan, run_dir / stage.dir_name, init_from=previous_final,
                              carry_optimizer=carry_optimizer, stage=stage.index, faults=faults)
         trainer.fit()
         final = complete_checkpoints(cfg.trainer.default_local_dir)[-1][1]
