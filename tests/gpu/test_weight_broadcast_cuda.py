@@ -77,5 +77,6 @@ def test_nccl_broadcast_of_a_05b_state_arrives_whole_and_checked(tmp_path):
     assert got["checksum"] == sent["checksum"] and got["bytes"] == sent["bytes"] and got["version"] == 2
     assert sent["bytes"] == sum(torch.Size(s).numel() for _, s in qwen_shapes()) * 2  # bf16: ~0.99 GB
     print(f"NCCL broadcast of {sent['bytes'] / 2**30:.2f} GiB in {BUCKET_MB} MiB buckets: first "
-          f"{sent['seconds'][0]:.2f} s, then {sent['seconds'][1]:.2f} s (sender, digest included), {got['seconds'][1]:.2f} s (receiver)")
+          f"{sent['seconds'][0]:.2f} s, then {sent['seconds'][1]:.2f} s (sender, digest included), "
+          f"{got['seconds'][1]:.2f} s (receiver)")
     assert sent["seconds"][1] < 60
