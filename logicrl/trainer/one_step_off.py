@@ -16,6 +16,7 @@ step, when the rollout group is idle). A resume regenerates the in-flight batch 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -121,6 +122,8 @@ class OneStepOffTrainer(PPOTrainer):
         state.metrics["timing_s/wait_prev_gen"] = time.perf_counter() - waited
         # The rollout ranks' own time, not the span since the batch was issued (a step earlier).
         state.metrics["timing_s/generate"] = max(state.rank_times("generate"))
+        # One entry per rank of the larger group: the trainer ranks' phases add theirs after the rollout ranks'.
+        state.rank_metrics += [{} for _ in range(self.plan.ranks - len(state.rank_metrics))]
         prompts = batch["input_ids"]
         if not torch.equal(issued.batch["input_ids"][:, :prompts.shape[1]], prompts):
             raise RuntimeError(f"step {step}: the batch generated ahead is not the step's")
@@ -132,6 +135,11 @@ class OneStepOffTrainer(PPOTrainer):
         lag = self.trainer_version - versions
         state.metrics.update({"async/weight_version": float(versions.mean()), "async/staleness/mean": float(lag.mean()),
                               "async/staleness/max": float(lag.max())})
+
+    def _perf_metrics(self, batch: TensorDict | None, state: StepState) -> dict:
+        """As colocated, over the generating ranks' own times (the state holds a slot per rank of either group)."""
+        generating = state.rank_metrics[:self.plan.generating_ranks]
+        return super()._perf_metrics(batch, replace(state, rank_metrics=generating))
 
     def run_validation(self, step: int) -> dict:
         """On the trainer's newest weights: what is in flight finishes first (it is kept for its step)."""
