@@ -15,6 +15,7 @@ step, when the rollout group is idle). A resume regenerates the in-flight batch 
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +35,8 @@ from logicrl.trainer.ppo import PPOTrainer
 from logicrl.trainer.step_state import StepState
 from logicrl.workers.rollout_worker import RolloutWorker
 from logicrl.workers.trainer_worker import TrainerWorker
+
+log = logging.getLogger("logicrl.trainer")
 
 
 def trainer_class(cfg: DictConfig) -> type[PPOTrainer]:
@@ -104,6 +107,26 @@ class OneStepOffTrainer(PPOTrainer):
         self.trainer_version = state.step  # sent when the rollout group is next idle (the next step's sync)
 
     # ---------------------------------------------------------------- generation
+    # ---------------------------------------------------------------- checkpoints
+    def _state_extra(self, step: int) -> dict:
+        """The batch in flight at a save: its step, prompts (sampler indices) and generating weights' version."""
+        return {"in_flight": [{"step": k, "prompts": self.sampler.batch(k - 1), "weight_version": self.engine_version}
+                              for k in self.inflight]}
+
+    def _adopt(self, state) -> None:
+        super()._adopt(state)
+        for batch in state.extra.get("in_flight", []):
+            # The sampler's order is fixed by the seed: the resumed step draws these prompts again and generates
+            # them from the restored weights (a launch's first batch is never generated ahead).
+            again = self.sampler.batch(batch["step"] - 1)
+            if list(again) != list(batch["prompts"]):
+                log.warning(f"step {batch['step']}'s batch was in flight at the save, but its prompts differ now "
+                            "(the data or data.seed changed): the resumed run trains the new ones")
+            else:
+                log.info(f"step {batch['step']}'s batch was in flight at the save (weights of version "
+                         f"{batch['weight_version']}): generating its {len(again)} prompts again from the restored "
+                         f"weights (version {state.step})")
+
     def _issue(self, step: int) -> Issued:
         """Start generating step `step`'s batch on the rollout group: its prompts from the sampler (its order is
         fixed by the seed and the step, so a batch drawn ahead is the one the step draws), its sampling seed."""

@@ -234,13 +234,17 @@ class PPOTrainer:
                                  curriculum_stage=self.stage, rng=capture_rng_state(),
                                  extra={"history": self.history, "elapsed_s": self.elapsed_s,
                                         "train_batch_size": self.plan.prompts,
-                                        "train_rows": len(self.train_set)})
+                                        "train_rows": len(self.train_set), **self._state_extra(step)})
             write_trainer_state(tmp, state)
             write_run_shape(tmp, self.cfg)  # what it fits, for the next run's preflight (preflight/checkpoints.py)
             self.faults.kill_if_due("save", step)
         pruned = prune(self.ckpt_root, t.max_actor_ckpt_to_keep)
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
         return merge_rank_metrics(rank_metrics) | {"timing_s/save": time.perf_counter() - start}
+
+    def _state_extra(self, step: int) -> dict:
+        """What a loop of another shape adds to the checkpoint's trainer state (nothing here)."""
+        return {}
 
     def diverged(self, reason: str, roles: list[str]) -> Diverged:
         """The error that ends a diverged run: the reason, the lr to lower, the checkpoint to go back to."""
