@@ -153,8 +153,8 @@ def main() -> None:
           f"{max(args.gen_s, args.update_s):.3f} s (each plus the step's real work)")
     if not args.real:
         return
-    print(f"part 2: the embedded task (conf defaults, hf engine off: {ARR}.rollout.name as configured), "
-          f"{args.steps} steps through main_ppo.py")
+    print(f"part 2: the embedded task (the conf defaults and the overrides given), {args.steps} steps through "
+          "main_ppo.py and Ray, no sleeps")
     for name, extra in (("colocated, 1 rank", []), ("two groups, 1 + 1, stale 1", SPLIT)):
         with tempfile.TemporaryDirectory() as tmp:
             rows = launched([*steps, *extra, *overrides], Path(tmp))
