@@ -44,6 +44,14 @@ def trainer_class(cfg: DictConfig) -> type[PPOTrainer]:
     return OneStepOffTrainer if separate_groups(cfg) else PPOTrainer
 
 
+def rollout_faults(faults: Faults, trainer_ranks: int) -> Faults:
+    """The rollout group's share of the test faults (logicrl/faults.py): its ranks are numbered after the
+    trainer's in `@rankN` (rank `trainer_ranks` is rollout rank 0); a fault without a rank fires in both groups."""
+    points = {at: fault if fault.rank is None else fault._replace(rank=fault.rank - trainer_ranks)
+              for at, fault in faults.points.items() if fault.rank is None or fault.rank >= trainer_ranks}
+    return replace(faults, points=points, fired=set())
+
+
 class OneStepOffTrainer(PPOTrainer):
     def __init__(self, cfg: DictConfig, plan: StepPlan, run_dir: Path, init_from: Path | None = None,
                  carry_optimizer: bool = False, stage: int | None = None, faults: Faults | None = None,
@@ -65,13 +73,12 @@ class OneStepOffTrainer(PPOTrainer):
 
             # Room for both groups before either is placed (a private cluster is sized by its first caller).
             ensure_ray(plan.ranks + plan.rollout_ranks, cfg.trainer.nnodes, use_cuda, cfg.trainer.ray_address)
-        kwargs = dict(config=OmegaConf.to_container(cfg, resolve=True), plan=plan, faults=self.faults,
-                      log_file=log_file)
+        kwargs = dict(config=OmegaConf.to_container(cfg, resolve=True), plan=plan, log_file=log_file)
         trainer = group_cls(TrainerWorker, plan.ranks, use_cuda, cfg.trainer.nnodes, cfg.trainer.ray_address,
-                            **kwargs)
+                            faults=self.faults, **kwargs)
         try:
             rollout = group_cls(RolloutWorker, plan.rollout_ranks, use_cuda, cfg.rollout.nnodes,
-                                cfg.trainer.ray_address, **kwargs)
+                                cfg.trainer.ray_address, faults=rollout_faults(self.faults, plan.ranks), **kwargs)
         except BaseException:
             trainer.shutdown()
             raise

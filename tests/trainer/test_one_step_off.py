@@ -104,3 +104,15 @@ def test_a_save_records_the_batch_in_flight(runs):
     assert len(in_flight["prompts"]) == 4 and state["sampler_position"] == 2
     final = json.loads((runs["stale1"] / f"ckpt/global_step_{STEPS}/trainer_state.json").read_text())
     assert final["extra"]["in_flight"] == []  # the last step generates nothing ahead
+
+
+def test_a_rollout_rank_stalled_in_a_sync_ends_the_run_in_bounded_time_with_one_line(tmp_path):
+    """The rollout rank (numbered after the trainer's: @rank1) sleeps 60 s as step 2's sync begins; the trainer's
+    broadcast gives up after async_training.sync_timeout_s and the run ends, naming the group and the phase."""
+    result = run_main(*RUN, *SPLIT, "async_training.sync_timeout_s=5", fault="stall@update_weights:2@rank1",
+                      run_dir=tmp_path / "run")
+    assert result.returncode != 0
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "failed in update_weights: WeightSyncFailed: trainer->rollout weight group" \
+        in line and "after 5.0 s" in line and "async_training.sync_timeout_s" in line, tail(result)
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [1]
