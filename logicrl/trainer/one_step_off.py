@@ -113,7 +113,6 @@ class OneStepOffTrainer(PPOTrainer):
     def _after_update(self, state: StepState) -> None:
         self.trainer_version = state.step  # sent when the rollout group is next idle (the next step's sync)
 
-    # ---------------------------------------------------------------- generation
     # ---------------------------------------------------------------- checkpoints
     def _state_extra(self, step: int) -> dict:
         """The batch in flight at a save: its step, prompts (sampler indices) and generating weights' version."""
@@ -134,6 +133,7 @@ class OneStepOffTrainer(PPOTrainer):
                          f"{batch['weight_version']}): generating its {len(again)} prompts again from the restored "
                          f"weights (version {state.step})")
 
+    # ---------------------------------------------------------------- generation
     def _issue(self, step: int) -> Issued:
         """Start generating step `step`'s batch on the rollout group: its prompts from the sampler (its order is
         fixed by the seed and the step, so a batch drawn ahead is the one the step draws), its sampling seed."""
@@ -177,7 +177,9 @@ class OneStepOffTrainer(PPOTrainer):
             issued.call.result()
         state = StepState(None)
         self._sync(state, self.trainer_version)
-        return super().run_validation(step) | {k: v for k, v in state.metrics.items() if k.startswith("timing_s/")}
+        # Under its own name: the step's row already holds the step's own sync.
+        return super().run_validation(step) | {"timing_s/sync_weights_val": state.metrics.get("timing_s/sync_weights",
+                                                                                             0.0)}
 
     def step(self, step: int) -> dict:
         metrics = super().step(step)
