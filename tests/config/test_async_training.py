@@ -92,3 +92,19 @@ def test_verls_one_step_off_script_passes_a_dry_run_showing_both_groups(kk_role,
     # 1152 prompts x 5: 960 trained per trainer rank, 2880 generated per rollout rank.
     assert "1152 prompts x n=5 = 5760 responses; 960 trained per trainer rank, 2880 generated per rollout rank" \
         in dry.out
+
+
+def test_both_groups_need_a_gpu_each_on_one_machine(data_files, monkeypatch):
+    from logicrl.config.errors import ConfigError
+    from logicrl.preflight import device
+
+    monkeypatch.setattr(device, "visible_gpus", lambda: 4)
+    cfg, _, plan = validate(compose([*data_files, *SPLIT, "trainer.device=cuda", "trainer.n_gpus_per_node=2",
+                                     "rollout.n_gpus_per_node=2"]))
+    device.check_device(cfg, plan)  # 2 + 2 on 4
+    cfg, _, plan = validate(compose([*data_files, *SPLIT, "trainer.device=cuda", "trainer.n_gpus_per_node=4",
+                                     "rollout.n_gpus_per_node=2"]))
+    with pytest.raises(ConfigError, match="trainer.n_gpus=4 trainer ranks \\+ rollout.nnodes x "
+                                          "rollout.n_gpus_per_node=2 rollout ranks need 6 GPUs, but this machine "
+                                          "has 4 visible"):
+        device.check_device(cfg, plan)
