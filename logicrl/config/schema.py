@@ -386,6 +386,15 @@ class CurriculumConfig:
     carry_optimizer: bool = key()
 
 
+# ---------------------------------------------------------------- eval
+@dataclass
+class EvalConfig:
+    n: Optional[int] = key(ge=1)  # null: rollout.val_kwargs.n
+    k: Any = key()  # list of ints in 1..n (config/evaluation.py)
+    temperature: Optional[float] = key(ge=0)  # null: rollout.val_kwargs as given
+    checkpoints: Any = key()  # list of paths (config/evaluation.py)
+
+
 # ---------------------------------------------------------------- root
 @dataclass
 class CustomRewardFunctionAlias:
@@ -407,6 +416,7 @@ class RootConfig:
     rollout: RolloutGroupConfig = group(RolloutGroupConfig)
     async_training: AsyncTrainingConfig = group(AsyncTrainingConfig)
     curriculum: CurriculumConfig = group(CurriculumConfig)
+    eval: EvalConfig = group(EvalConfig)
     custom_reward_function: CustomRewardFunctionAlias = group(CustomRewardFunctionAlias)
 
 

@@ -37,6 +37,11 @@ from logicrl.controller.ports import port_holder
 MAIN = Path(__file__).resolve().parents[2] / "main_ppo.py"
 HEAD_FILE = "head"  # in the job dir: "ip:port" of the GCS, written once it answers
 STEP_FILE = "step"  # in the job dir: "<job>.<step>" of the Ray nodes' srun, for `scancel --signal=TERM`
+# In the job dir: written by the wrapper when the driver is done; each node's task then stops its own Ray and
+# exits 0, so the step ends on its own. A step ended by a signal (scancel) makes slurmstepd print
+# "error: *** STEP ... CANCELLED ***" into the job's output, which reads as a failure of a job that succeeded.
+STOP_FILE = "stop"
+STOP_POLL_S = 0.5
 TOKEN_FILE = "token"
 # How long the batch step waits for the head's address and for every node to join; Ray nodes take
 # 10-20 s each on a busy host, much longer when a container or a shared filesystem is cold.
@@ -234,6 +239,7 @@ def run_node(directory: Path, env: Mapping[str, str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    threading.Thread(target=watch_stop_file, args=(directory / STOP_FILE, stop), daemon=True).start()
     try:
         for attempt in range(1, START_ATTEMPTS + 1):
             cmd, ports = node_command(directory, env, ip, head)
@@ -251,7 +257,9 @@ def run_node(directory: Path, env: Mapping[str, str]) -> int:
                     published = True
             code = proc.wait()
             stop_tree(proc)
-            if stopping or code == 0 or published:
+            if stopping:  # asked to stop, and stopped: a success, whatever `ray start` exits with on SIGTERM
+                return 0
+            if code == 0 or published:
                 return code
             if not (taken := taken_ports(ip, ports)):
                 if head:
@@ -267,6 +275,13 @@ def run_node(directory: Path, env: Mapping[str, str]) -> int:
         for p in running:
             stop_tree(p)
         shutil.rmtree(ray_temp_dir(env), ignore_errors=True)
+
+
+def watch_stop_file(path: Path, stop) -> None:
+    """Call stop() once `path` exists (the wrapper's request: STOP_FILE)."""
+    while not path.exists():
+        time.sleep(STOP_POLL_S)
+    stop(0, None)
 
 
 def node_command(directory: Path, env: Mapping[str, str], ip: str, head: bool) -> tuple[list[str], list[int]]:
