@@ -182,9 +182,9 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
 
             run_evaluation(runs, eval_targets(cfg), run_dir, faults=faults)
         else:
-            from logicrl.trainer.ppo import PPOTrainer
+            from logicrl.trainer.one_step_off import trainer_class
 
-            PPOTrainer(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
+            trainer_class(runs[0].cfg)(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
         from logicrl.memory.report import memory_report
 
         if table := memory_report(plans.peaks_gb, run_dir):  # the plan checked against the run, phase by phase

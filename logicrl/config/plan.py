@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig, OmegaConf
 
+from logicrl.config.async_training import rollout_ranks
 from logicrl.config.errors import ConfigError
 from logicrl.config.models import TRAINED, in_use, model
 from logicrl.config.phases import ARR, BY_NAME, PHASES, STEP, UPDATE_OF, WORKER_PHASES, Phase, token_key
@@ -98,6 +99,8 @@ class StepPlan:
     launch_refusals: tuple[str, ...] = ()
     # trainer.val_only: nothing trains, so the training files need not fill a batch (an evaluation set of 4).
     val_only: bool = False
+    # Ranks of a rollout group of their own (actor_rollout_ref.hybrid_engine=false); 0: every rank generates.
+    rollout_ranks: int = 0
 
     @property
     def responses(self) -> int:
@@ -107,7 +110,7 @@ class StepPlan:
     # and the trained models (the colocated worker); two groups once rollout and training are placed apart.
     @property
     def generating_ranks(self) -> int:
-        return self.ranks
+        return self.rollout_ranks or self.ranks
 
     @property
     def training_ranks(self) -> int:
@@ -121,7 +124,7 @@ class StepPlan:
     @property
     def gen_per_rank_responses(self) -> int:
         """Responses one rank generates per round: what the generate phase holds at once."""
-        return self.round_prompts * self.n // self.ranks
+        return self.round_prompts * self.n // self.generating_ranks
 
     @property
     def per_rank_responses(self) -> int:
@@ -300,5 +303,5 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
     plan = StepPlan(prompts=prompts, n=n, ranks=ranks, train_rows=train_rows, total_epochs=cfg.trainer.total_epochs,
                     max_steps=cfg.trainer.total_training_steps, actor=actor, critic=critic, phases=phases,
                     filter_groups=fg.enable, gen_prompts=gen_prompts, max_gen_rounds=max_rounds,
-                    val_only=bool(cfg.trainer.val_only))
+                    val_only=bool(cfg.trainer.val_only), rollout_ranks=rollout_ranks(cfg))
     return plan.for_rows(train_rows)

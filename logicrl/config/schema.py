@@ -201,6 +201,7 @@ class RolloutConfig:
 
 @dataclass
 class ActorRolloutRefConfig:
+    hybrid_engine: bool = key()  # false: rollout and training on separate device groups (config/async_training.py)
     model: ModelConfig = group(ModelConfig)
     actor: ActorConfig = group(ActorConfig)
     ref: RefConfig = group(RefConfig)
@@ -383,6 +384,20 @@ class TrainerConfig:
     max_nonfinite_steps: int = key(ge=1)  # non-finite steps in a row that end the run (trainer/divergence.py)
 
 
+# ---------------------------------------------------------------- separate groups (hybrid_engine=false)
+@dataclass
+class RolloutGroupConfig:
+    nnodes: int = key(ge=1)
+    n_gpus_per_node: int = key(ge=1)
+
+
+@dataclass
+class AsyncTrainingConfig:
+    max_staleness: Optional[int] = key(ge=0)  # null: 1 with separate groups
+    sync_timeout_s: float = key(gt=0)
+    check_weights: bool = key()
+
+
 # ---------------------------------------------------------------- curriculum
 @dataclass
 class CurriculumConfig:
@@ -417,6 +432,8 @@ class RootConfig:
     algorithm: AlgorithmConfig = group(AlgorithmConfig)
     reward: RewardConfig = group(RewardConfig)
     trainer: TrainerConfig = group(TrainerConfig)
+    rollout: RolloutGroupConfig = group(RolloutGroupConfig)
+    async_training: AsyncTrainingConfig = group(AsyncTrainingConfig)
     curriculum: CurriculumConfig = group(CurriculumConfig)
     eval: EvalConfig = group(EvalConfig)
     custom_reward_function: CustomRewardFunctionAlias = group(CustomRewardFunctionAlias)

@@ -78,6 +78,25 @@ def _turn_lines(cfg: DictConfig) -> list[str]:
             f"data.max_response_length={cfg.data.max_response_length}, the length every phase is planned for"]
 
 
+def _ranks_lines(cfg: DictConfig, plan: StepPlan) -> list[str]:
+    """The ranks and their share of a step: one group, or a trainer and a rollout group (config/async_training.py)."""
+    trainer = cfg.trainer
+    per_step = f"{'per step':<10} {plan.prompts} prompts x n={plan.n} = {plan.responses} responses; "
+    if not plan.rollout_ranks:
+        return [f"{'ranks':<10} {plan.ranks} ({trainer.nnodes} node(s) x {trainer.n_gpus_per_node}), device "
+                f"{trainer.device}", per_step + f"{plan.per_rank_responses} responses per rank"]
+    stale = cfg.async_training.max_staleness
+    overlap = ("the next batch generates while this one trains" if stale else
+               "each batch generates after the last update's weights arrive, as colocated")
+    return [f"{'ranks':<10} two groups ({ARR}.hybrid_engine=false), device {trainer.device}: trainer {plan.ranks} "
+            f"({trainer.nnodes} node(s) x {trainer.n_gpus_per_node}) with the trained models, rollout "
+            f"{plan.rollout_ranks} ({cfg.rollout.nnodes} node(s) x {cfg.rollout.n_gpus_per_node}) with only the engine",
+            f"{'':<10} async_training.max_staleness={stale}: {overlap}; weights broadcast from trainer rank 0 "
+            f"after each update (docs/async.md)",
+            per_step + f"{plan.per_rank_responses} trained per trainer rank, {plan.gen_per_rank_responses} generated "
+            "per rollout rank"]
+
+
 def _steps(plan: StepPlan) -> str:
     line = f"{plan.steps_per_epoch} steps per epoch, {plan.total_steps} steps in all"
     if plan.max_steps and plan.total_steps < plan.max_steps:
@@ -101,9 +120,7 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
         f"{_steps(plan)}",
         f"{'algorithm':<10} {cfg.algorithm.adv_estimator}, rollout {cfg[ARR].rollout.name}, "
         f"critic {'yes' if plan.critic else 'no'}, reference {'yes' if plan.runs('ref') else 'no'}",
-        f"{'ranks':<10} {plan.ranks} ({trainer.nnodes} node(s) x {trainer.n_gpus_per_node}), device {trainer.device}",
-        f"{'per step':<10} {plan.prompts} prompts x n={plan.n} = {plan.responses} responses; "
-        f"{plan.per_rank_responses} responses per rank",
+        *_ranks_lines(cfg, plan),
         *_sampling_lines(cfg, plan),
         *_turn_lines(cfg),
         _reward_line(cfg, plan),

@@ -19,6 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
+from logicrl.config.async_training import check_separate_groups
 from logicrl.config.engines import ENGINES, engines_with
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.eval_keys import check_eval
@@ -394,6 +395,7 @@ def validate(cfg: DictConfig) -> tuple[DictConfig, ModelSpec, StepPlan]:
     check_fields(typed)  # migrated values obey the same bounds
     normalize(typed)
     launch_refusals: list[str] = []  # a dry run's, said after its plan (main_ppo.py)
+    check_separate_groups(typed)  # hybrid_engine=false: the two groups' keys (config/async_training.py)
     spec = check_cross_fields(typed, launch_refusals.append)
     typed = with_loss_params(typed, loss_params)
     plan = replace(build_plan(typed, dataset_rows(typed.data.train_files)), launch_refusals=tuple(launch_refusals))

@@ -192,8 +192,6 @@ VERL_KEYS: dict[str, Rule] = {
     f"{ARR}.model.use_liger": ignore("Liger kernels compute the same numbers faster; logicrl uses "
                                      "transformers' modules"),
     f"{ARR}.model.enable_activation_offload": ignore(OFFLOAD_MEMORY),
-    f"{ARR}.hybrid_engine": ignore_only((True,), "actor and rollout always share each rank",
-                                        "logicrl always colocates actor and rollout on each rank: drop it"),
     f"{ARR}.nccl_timeout": rename("trainer.collective_timeout_s"),
     # ---- actor and ref internals
     f"{ARR}.actor.use_torch_compile": ignore(LOGPROB_INTERNALS),

@@ -148,6 +148,11 @@ def check_device(cfg: DictConfig, plan: StepPlan) -> None:
     gpus = 0 if cfg.trainer.device == "cpu" else visible_gpus()
     if problem := device_problem(cfg.trainer.device, plan.ranks, cfg.trainer.nnodes, gpus):
         raise ConfigError(problem)
+    if plan.rollout_ranks and cfg.trainer.device != "cpu" and gpus and plan.ranks + plan.rollout_ranks > gpus:
+        # Separate groups (config/async_training.py): each rank of either group has a GPU of its own.
+        raise ConfigError(f"trainer.n_gpus={plan.ranks} trainer ranks + rollout.nnodes x rollout.n_gpus_per_node="
+                          f"{plan.rollout_ranks} rollout ranks need {plan.ranks + plan.rollout_ranks} GPUs, but this "
+                          f"machine has {gpus} visible: lower one of them, or check CUDA_VISIBLE_DEVICES")
 
 
 def capacity(cfg: DictConfig) -> tuple[str, float, str]:

@@ -157,7 +157,7 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
                    faults: Faults | None = None, done: dict | None = None) -> dict:
     """Train every stage; returns {stage name: summary row}. Summaries go to `run_dir` after each stage.
     `done`: finished_stages' answer, when the caller read the record already (main_ppo does, before Ray)."""
-    from logicrl.trainer.ppo import PPOTrainer  # torch: main_ppo reads the record (this module) before it
+    from logicrl.trainer.one_step_off import trainer_class  # torch: main_ppo reads the record (this module) first
 
     done = finished_stages(stages, root, resume) if done is None else done
     previous_final: Path | None = None
@@ -179,7 +179,7 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
         print(f"logicrl: stage {stage.index + 1}/{len(stages)} ({stage.name}): train_batch_size="
               f"{stage.plan.prompts}, rollout.n={stage.plan.n}, temperature={r.temperature}, "
               f"lr={cfg[ARR].actor.optim.lr}" + (f", from {previous_final}" if previous_final else ""))
-        trainer = PPOTrainer(cfg, stage.plan, run_dir / stage.dir_name, init_from=previous_final,
+        trainer = trainer_class(cfg)(cfg, stage.plan, run_dir / stage.dir_name, init_from=previous_final,
                              carry_optimizer=carry_optimizer, stage=stage.index, faults=faults)
         trainer.fit()
         final = complete_checkpoints(cfg.trainer.default_local_dir)[-1][1]

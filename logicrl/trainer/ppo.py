@@ -149,21 +149,26 @@ class PPOTrainer:
             # Micro-batches an OOM halved before it ended an earlier run here (trainer/micro_sizes.py).
             self.plan = plan = apply_saved(plan, self.ckpt_root)
         log_file = quiet_driver(run_dir, cfg.trainer.verbose)  # engine and Ray output to the log file (logs.py)
-        if group_cls is None:
-            # Imported here: the step loop needs only a group's call/dispatch/shutdown, so the GPU
-            # tests can run it in-process (tests/gpu/local_group.py) on a machine without Ray.
-            from logicrl.controller.worker_group import WorkerGroup
-
-            group_cls = functools.partial(WorkerGroup, heartbeat_s=cfg.trainer.collective_timeout_s)
-        self.workers = group_cls(HybridWorker, plan.ranks, use_cuda, cfg.trainer.nnodes, cfg.trainer.ray_address,
-                                 config=OmegaConf.to_container(cfg, resolve=True),
-                                 plan=plan, faults=self.faults, log_file=log_file)
+        self.workers = self._start_workers(group_cls, use_cuda, log_file)
         self.calls = PhaseDispatch(self.workers, cfg, plan, self.faults, self.ckpt_root)
         if init_from is not None:
             log.info(f"starting from {init_from} (optimizer state {'carried' if carry_optimizer else 'fresh'})")
             self.workers.call("start_from", str(init_from), carry_optimizer)
         if state is not None:
             self._resume(resume, state)
+
+    def _start_workers(self, group_cls: type | None, use_cuda: bool, log_file: str | None):
+        """One colocated (hybrid) worker per rank."""
+        if group_cls is None:
+            # Imported here: the step loop needs only a group's call/dispatch/shutdown, so the GPU
+            # tests can run it in-process (tests/gpu/local_group.py) on a machine without Ray.
+            from logicrl.controller.worker_group import WorkerGroup
+
+            group_cls = functools.partial(WorkerGroup, heartbeat_s=self.cfg.trainer.collective_timeout_s)
+        cfg = self.cfg
+        return group_cls(HybridWorker, self.plan.ranks, use_cuda, cfg.trainer.nnodes, cfg.trainer.ray_address,
+                         config=OmegaConf.to_container(cfg, resolve=True),
+                         plan=self.plan, faults=self.faults, log_file=log_file)
 
     def sampling(self, draw: int) -> dict:
         """Sampling parameters of the `draw`-th generation round (1-based: the step, without dynamic sampling)."""
@@ -250,13 +255,17 @@ class PPOTrainer:
                                  curriculum_stage=self.stage, rng=capture_rng_state(),
                                  extra={"history": self.history, "elapsed_s": self.elapsed_s,
                                         "train_batch_size": self.plan.prompts,
-                                        "train_rows": len(self.train_set)})
+                                        "train_rows": len(self.train_set), **self._state_extra(step)})
             write_trainer_state(tmp, state)
             write_run_shape(tmp, self.cfg)  # what it fits, for the next run's preflight (preflight/checkpoints.py)
             self.faults.kill_if_due("save", step)
         pruned = prune(self.ckpt_root, t.max_actor_ckpt_to_keep)
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
         return merge_rank_metrics(rank_metrics) | {"timing_s/save": time.perf_counter() - start}
+
+    def _state_extra(self, step: int) -> dict:
+        """What a loop of another shape adds to the checkpoint's trainer state (nothing here)."""
+        return {}
 
     def diverged(self, reason: str, roles: list[str]) -> Diverged:
         """The error that ends a diverged run: the reason, the lr to lower, the checkpoint to go back to."""
@@ -321,7 +330,7 @@ class PPOTrainer:
         (`balance`), scored."""
         plan = self.plan
         batch = prompt_batch(rows, plan.n, self.tokenizer.pad_token_id, first_uid)
-        self.calls.run("generate", batch, state, keep=self.generate_keep, params=params)
+        self._generate(batch, state, params)
         state.generated.append(generation_round(batch["response_attention_mask"], plan.generating_ranks))
         if balance and self.cfg.trainer.balance_batch and plan.training_ranks > 1:
             batch = batch[torch.tensor(balanced_order(batch["attention_mask"].sum(-1).tolist(), plan.training_ranks))]
@@ -331,6 +340,10 @@ class PPOTrainer:
         with timed(self.faults, "reward", state):
             token_scores, reward_metrics, _, results = self.rewards(batch)
         return batch, token_scores, reward_metrics, results
+
+    def _generate(self, batch: TensorDict, state: StepState, params: dict) -> None:
+        """The responses of `batch`'s prompts, added to it: here generated now, by the weights of the last update."""
+        self.calls.run("generate", batch, state, keep=self.generate_keep, params=params)
 
     def _dynamic_batch(self, state: StepState) -> tuple[TensorDict | None, int]:
         """DAPO's dynamic sampling (trainer/dynamic_sampling.py): rounds of data.gen_batch_size prompts until
@@ -410,8 +423,11 @@ class PPOTrainer:
             self.calls.run("update_critic", batch, state)
         if step > cfg.trainer.critic_warmup:
             self.calls.run("update_actor", batch, state)
-            # The engine's weights are then this step's: their version is the step.
-            self.calls.run("update_weights", None, state, version=step)
+            self._after_update(state)
+
+    def _after_update(self, state: StepState) -> None:
+        """The actor's new weights into the engine: their version is the step."""
+        self.calls.run("update_weights", None, state, version=state.step)
 
     def _perf_metrics(self, batch: TensorDict | None, state: StepState) -> dict:
         """Where the step's time went (trainer/step_perf.py): generation, forward passes, updates, MFU."""

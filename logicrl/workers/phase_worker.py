@@ -90,10 +90,13 @@ class PhaseWorker:
     retried phase's MicroSize), and says which FSDP2 module a phase's model is (`module`)."""
 
     phases: Mapping[str, WorkerPhase] = MappingProxyType({})  # this class's own, set when it is defined
+    # Phases a subclass does not run although a base declares them (a trainer-only rank has no generate).
+    without_phases: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        cls.phases = MappingProxyType(declared_in(cls))
+        cls.phases = MappingProxyType({name: p for name, p in declared_in(cls).items()
+                                       if name not in cls.without_phases})
 
     def module(self, model: str) -> torch.nn.Module | None:
         """The FSDP2 module behind a phase's `model`; None where the phase runs no collectives (the engine)."""

@@ -1,0 +1,110 @@
+"""Separate rollout and trainer groups in the config (config/async_training.py): verl's keys size the groups,
+max_staleness defaults to 1 there, and what two groups cannot run is refused in one line before anything starts."""
+
+import logging
+
+import pytest
+
+from logicrl.config import compose, validate
+from logicrl.config.async_training import staleness
+from logicrl.config.phases import ARR
+from tests.conftest import assert_refused, check_main
+
+SPLIT = [f"{ARR}.hybrid_engine=false"]
+
+
+def test_verls_one_step_off_keys_size_the_two_groups(data_files, caplog):
+    with caplog.at_level(logging.INFO, logger="logicrl.config"):
+        cfg, _, plan = validate(compose([*data_files, *SPLIT, "trainer.n_gpus_per_node=2", "rollout.nnodes=2",
+                                         "rollout.n_gpus_per_node=2", f"{ARR}.actor.ppo_mini_batch_size=8"]))
+    # 8 prompts x n=4: 16 responses a trainer rank trains, 8 a rollout rank generates.
+    assert (plan.ranks, plan.rollout_ranks, plan.training_ranks, plan.generating_ranks) == (2, 4, 2, 4)
+    assert (plan.per_rank_responses, plan.gen_per_rank_responses) == (16, 8)
+    assert cfg.async_training.max_staleness == 1 and staleness(cfg) == 1
+    assert "derived: async_training.max_staleness=1" in caplog.text
+
+
+def test_colocated_runs_are_planned_as_before(data_files):
+    cfg, _, plan = validate(compose([*data_files, "rollout.n_gpus_per_node=4"]))  # read only with two groups
+    assert (plan.rollout_ranks, plan.generating_ranks, plan.training_ranks) == (0, 1, 1)
+    assert cfg.async_training.max_staleness is None and staleness(cfg) == 0
+    cfg, _, _ = validate(compose([*data_files, *SPLIT, "async_training.max_staleness=0"]))
+    assert staleness(cfg) == 0
+
+
+@pytest.mark.parametrize("overrides, names", [
+    (["async_training.max_staleness=1"], ["async_training.max_staleness=1 needs", f"{ARR}.hybrid_engine=false"]),
+    ([*SPLIT, "async_training.max_staleness=2"], ["async_training.max_staleness=2", "set 0 or 1"]),
+    ([*SPLIT, "rollout.n_gpus_per_node=3"], ["32 responses do not split across rollout.nnodes x "
+                                             "rollout.n_gpus_per_node = 3 rollout ranks"]),
+    ([*SPLIT, "rollout.n_gpus_per_node=2", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2"],
+     [f"{ARR}.rollout.tensor_model_parallel_size=2 with {ARR}.hybrid_engine=false"]),
+    ([*SPLIT, "algorithm.filter_groups.enable=true"], ["algorithm.filter_groups.enable=true with"]),
+    ([*SPLIT, "algorithm.rollout_correction.bypass_mode=true", "algorithm.rollout_correction.loss_type=reinforce",
+      "algorithm.rollout_correction.rollout_is=null"],
+     ["loss_type=reinforce with rollout_is=null and async_training.max_staleness=1", "entropy collapses"]),
+])
+def test_what_two_groups_cannot_run_is_refused_in_one_line(data_files, overrides, names):
+    assert_refused(check_main(*data_files, *overrides), *names)
+
+
+def test_reinforce_without_truncation_is_allowed_when_nothing_is_stale(data_files):
+    corr = "algorithm.rollout_correction."
+    validate(compose([*data_files, *SPLIT, "async_training.max_staleness=0", f"{corr}bypass_mode=true",
+                      f"{corr}loss_type=reinforce", f"{corr}rollout_is=null"]))
+
+
+def test_stale_samples_without_importance_weights_are_warned_about(data_files, caplog):
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        validate(compose([*data_files, *SPLIT, "algorithm.rollout_correction.rollout_is=null"]))
+    assert "train without importance weights against the engine that sampled them" in caplog.text
+
+
+def one_step_off_script(data: list[str]) -> list[str]:
+    """verl's recipe/one_step_off_policy/shell/grpo_0.6b_gsm8k_fsdp2_2_6.sh on one 8-GPU node (2 rollout + 6
+    training GPUs), with the entry point, the model and the data paths changed; planned for 80 GB GPUs."""
+    return [*data, "algorithm.adv_estimator=grpo", "data.train_batch_size=1152", "data.max_prompt_length=512",
+            "data.max_response_length=1024", "data.filter_overlong_prompts=True", "data.truncation=error",
+            f"{ARR}.actor.strategy=fsdp2", "critic.strategy=fsdp2", f"{ARR}.model.path=embedded:tiny",
+            f"{ARR}.actor.optim.lr=1e-6", f"{ARR}.hybrid_engine=False", f"{ARR}.model.use_remove_padding=True",
+            f"{ARR}.actor.ppo_mini_batch_size=192", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=32",
+            f"{ARR}.actor.use_kl_loss=True", f"{ARR}.actor.kl_loss_coef=0.001", f"{ARR}.actor.kl_loss_type=low_var_kl",
+            f"{ARR}.actor.entropy_coeff=0", f"{ARR}.model.enable_gradient_checkpointing=True",
+            f"{ARR}.actor.fsdp_config.param_offload=False", f"{ARR}.actor.fsdp_config.optimizer_offload=False",
+            f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.rollout.tensor_model_parallel_size=1",
+            f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.gpu_memory_utilization=0.6", f"{ARR}.rollout.n=5",
+            f"{ARR}.rollout.load_format=safetensors", f"{ARR}.rollout.layered_summon=True",
+            f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.ref.fsdp_config.param_offload=True",
+            "algorithm.use_kl_in_reward=False", "trainer.critic_warmup=0", "trainer.val_before_train=True",
+            "trainer.logger=['console','tensorboard']", "trainer.project_name=GRPO",
+            "trainer.experiment_name=GRPO-Qwen3-0.6b-gsm8k-fsdp2-one-step-off-2-6", "trainer.save_freq=-1",
+            "trainer.test_freq=5", "trainer.total_epochs=2", "trainer.nnodes=1", "trainer.n_gpus_per_node=6",
+            "rollout.nnodes=1", "rollout.n_gpus_per_node=2"]
+
+
+def test_verls_one_step_off_script_passes_a_dry_run_showing_both_groups(kk_role, tmp_path):
+    dry = check_main(*one_step_off_script(kk_role), "trainer.dry_run=true", "trainer.gpu_memory_gb=80",
+                     f"trainer.default_local_dir={tmp_path / 'ckpt'}")
+    assert dry.code == 0, dry.line
+    assert ("two groups (actor_rollout_ref.hybrid_engine=false), device auto: trainer 6 (1 node(s) x 6) with the "
+            "trained models, rollout 2 (1 node(s) x 2) with only the engine") in dry.out
+    assert "async_training.max_staleness=1: the next batch generates while this one trains" in dry.out
+    # 1152 prompts x 5: 960 trained per trainer rank, 2880 generated per rollout rank.
+    assert "1152 prompts x n=5 = 5760 responses; 960 trained per trainer rank, 2880 generated per rollout rank" \
+        in dry.out
+
+
+def test_both_groups_need_a_gpu_each_on_one_machine(data_files, monkeypatch):
+    from logicrl.config.errors import ConfigError
+    from logicrl.preflight import device
+
+    monkeypatch.setattr(device, "visible_gpus", lambda: 4)
+    cfg, _, plan = validate(compose([*data_files, *SPLIT, "trainer.device=cuda", "trainer.n_gpus_per_node=2",
+                                     "rollout.n_gpus_per_node=2"]))
+    device.check_device(cfg, plan)  # 2 + 2 on 4
+    cfg, _, plan = validate(compose([*data_files, *SPLIT, "trainer.device=cuda", "trainer.n_gpus_per_node=4",
+                                     "rollout.n_gpus_per_node=2"]))
+    with pytest.raises(ConfigError, match="trainer.n_gpus=4 trainer ranks \\+ rollout.nnodes x "
+                                          "rollout.n_gpus_per_node=2 rollout ranks need 6 GPUs, but this machine "
+                                          "has 4 visible"):
+        device.check_device(cfg, plan)
