@@ -11,6 +11,7 @@ of its own (the EXIT_* constants below; docs/faults.md has the table), with the 
 HYDRA_FULL_ERROR=1 or trainer.verbose=true also print the traceback.
 """
 
+import datetime
 import os
 import signal
 import sys
@@ -25,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from logicrl.checkpoint_layout import complete_checkpoints, holds_checkpoints
 from logicrl.config import check_overrides, validate
 from logicrl.config.cli import hydra_error_line
+from logicrl.config.evaluation import eval_runs, eval_targets
 from logicrl.config.sizing import sizing_note
 from logicrl.config.stages import Stage, build_stages, has_stages
 from logicrl.config.summary import summarize
@@ -33,6 +35,7 @@ from logicrl.launch.sweep import register_resolver
 from logicrl.memory.fit import DoesNotFit
 from logicrl.preflight import Plans, preflight
 from logicrl.run_lock import one_run_per_directory
+from logicrl.timeplan.report import plan_line, time_plan, time_report
 
 EXIT_CONFIG = 2
 EXIT_OOM = 3  # out of memory with nothing left to halve; the last checkpoint is intact
@@ -110,13 +113,18 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     curriculum = has_stages(cfg)
     runs, plans = checked(cfg, list(hydra_cfg.overrides.task))
     dry_run = runs[0].cfg.trainer.dry_run
+    time_plans = {}  # stage index -> its time plan (logicrl/timeplan/)
     for stage, planned in zip(runs, plans.stages):
         stage.plan = planned.plan  # with trainer.auto_micro_batch's picks and the resolved grad_accumulation
-        if curriculum:
-            print(f"==== stage {stage.index + 1}/{len(runs)}: {stage.name}")
+        if curriculum or len(runs) > 1:
+            print(f"==== {'stage' if curriculum else 'checkpoint'} {stage.index + 1}/{len(runs)}: {stage.name}")
         if dry_run:
             print(OmegaConf.to_yaml(stage.cfg))
         print(summarize(stage.cfg, stage.spec, stage.plan, planned.table))
+        if not stage.cfg.trainer.val_only:  # beside the memory plan: seconds per phase, per step, in all
+            # A curriculum's stages run one after another: each ETA counts the stages before it.
+            after_s = sum(p.step_s * runs[i].plan.total_steps for i, p in time_plans.items() if p)
+            time_plans[stage.index] = planned_time(stage, planned.memory.inputs.device, after_s)
         if note := sizing_note(stage.cfg, stage.spec, on_cpu=planned.memory.inputs.device == "cpu"):
             print(note, flush=True)
     if dry_run:
@@ -154,6 +162,10 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
             run_curriculum(runs, Path(cfg.trainer.default_local_dir), run_dir,
                            carry_optimizer=cfg.curriculum.carry_optimizer,
                            resume=cfg.trainer.resume_mode != "disable", faults=faults)
+        elif runs[0].cfg.trainer.val_only:
+            from logicrl.trainer.evaluation import run_evaluation
+
+            run_evaluation(runs, eval_targets(cfg), run_dir, faults=faults)
         else:
             from logicrl.trainer.ppo import PPOTrainer
 
@@ -162,6 +174,10 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
 
         if table := memory_report(plans.peaks_gb, run_dir):  # the plan checked against the run, phase by phase
             print(table)
+        for stage in runs:  # the time plan checked the same way, per stage
+            where = run_dir / stage.dir_name if curriculum else run_dir
+            if (planned := time_plans.get(stage.index)) and (table := time_report(planned.phases, where)):
+                print(table)
     except BadInput as err:  # one the preflight could not see (e.g. a row past the sampled ones)
         fail(err)
     except Diverged as err:  # its line names the lr to lower and the last (finite) checkpoint
@@ -200,6 +216,19 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
     return plans
 
 
+def planned_time(stage: Stage, device: str, after_s: float = 0.0):
+    """The stage's time plan, its line printed (its ETA `after_s` seconds later than its own run would end);
+    never in the way of a run (no plan: one line saying why)."""
+    try:
+        plan = time_plan(stage.cfg, stage.spec, stage.plan, device)
+    except Exception as err:  # noqa: BLE001 - a prediction must not stop a run that the checks let through
+        print(f"time plan: none ({type(err).__name__}: {err})", flush=True)
+        return None
+    start = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=after_s)
+    print(plan_line(plan, stage.plan.total_steps, start), flush=True)
+    return plan
+
+
 def lost_to_signal(err: BaseException, cfg: DictConfig) -> None:
     """A stop request was being honoured when the cluster failed: the signal reached Ray's processes
     too (a whole container, cgroup or job step was signalled: `docker stop`, SLURM's time limit), so
@@ -216,7 +245,12 @@ def checked(cfg: DictConfig, task: list[str]) -> tuple[list[Stage], Plans]:
     Raises Ended (exit 2, one line) on a bad input; tests call it in-process (tests/conftest.py check_main)."""
     try:
         # Every stage is composed and validated now, so stage 5's typo stops stage 1 from starting.
-        runs = build_stages(cfg, task) if has_stages(cfg) else [Stage(0, "", *validate(cfg))]
+        if has_stages(cfg):
+            runs = build_stages(cfg, task)
+        elif cfg.trainer.val_only:  # an evaluation: one run per eval.checkpoints entry (config/evaluation.py)
+            runs, _ = eval_runs(cfg)
+        else:
+            runs = [Stage(0, "", *validate(cfg))]
         # Memory plans, device, data, directories and disk, model directories: every stage's,
         # before any starts; directories are made only once all passed (logicrl/preflight/).
         return runs, preflight(runs)

@@ -36,9 +36,9 @@ LAYERS = [
     (TOP_LEVEL,),
     ("algos", "data", "tools"),  # tools: the tool protocol, runner and sandbox; config validates tool files
     ("models", "reward"),
-    ("config",),
+    ("config", "eval"),  # eval: the statistics of an evaluation, from scored samples
     ("memory",),
-    ("preflight",),  # may import memory: it runs the planner
+    ("preflight", "timeplan"),  # may import memory: it runs the planner; timeplan reads its shapes
     ("workers", "controller"),
     ("trainer", "launch"),
     ("main_ppo",),  # main_ppo.py at the repository root: nothing in logicrl/ imports it

@@ -94,6 +94,8 @@ class StepPlan:
     filter_groups: bool = False
     gen_prompts: int = 0  # 0: `prompts` (plans built by hand in tests)
     max_gen_rounds: int | None = 1
+    # trainer.val_only: nothing trains, so the training files need not fill a batch (an evaluation set of 4).
+    val_only: bool = False
 
     @property
     def responses(self) -> int:
@@ -156,6 +158,8 @@ class StepPlan:
 
     def for_rows(self, train_rows: int) -> StepPlan:
         """The same plan over `train_rows` usable prompts (after truncation=filter / skip_bad_rows)."""
+        if self.val_only:
+            return replace(self, train_rows=train_rows)
         if train_rows < self.prompts:
             raise ConfigError(f"data.train_files hold {train_rows} usable prompts, fewer than data.train_batch_size="
                               f"{self.prompts}: no step could run; lower the batch or add data")
@@ -293,5 +297,6 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
     phases = tuple(PhasePlan(name, skipped.get(name), micro[name]) for name in PHASES)
     plan = StepPlan(prompts=prompts, n=n, ranks=ranks, train_rows=train_rows, total_epochs=cfg.trainer.total_epochs,
                     max_steps=cfg.trainer.total_training_steps, actor=actor, critic=critic, phases=phases,
-                    filter_groups=fg.enable, gen_prompts=gen_prompts, max_gen_rounds=max_rounds)
+                    filter_groups=fg.enable, gen_prompts=gen_prompts, max_gen_rounds=max_rounds,
+                    val_only=bool(cfg.trainer.val_only))
     return plan.for_rows(train_rows)

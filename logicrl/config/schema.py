@@ -371,6 +371,15 @@ class CurriculumConfig:
     carry_optimizer: bool = key()
 
 
+# ---------------------------------------------------------------- eval
+@dataclass
+class EvalConfig:
+    n: Optional[int] = key(ge=1)  # null: rollout.val_kwargs.n
+    k: Any = key()  # list of ints in 1..n (config/evaluation.py)
+    temperature: Optional[float] = key(ge=0)  # null: rollout.val_kwargs as given
+    checkpoints: Any = key()  # list of paths (config/evaluation.py)
+
+
 # ---------------------------------------------------------------- root
 @dataclass
 class CustomRewardFunctionAlias:
@@ -390,6 +399,7 @@ class RootConfig:
     reward: RewardConfig = group(RewardConfig)
     trainer: TrainerConfig = group(TrainerConfig)
     curriculum: CurriculumConfig = group(CurriculumConfig)
+    eval: EvalConfig = group(EvalConfig)
     custom_reward_function: CustomRewardFunctionAlias = group(CustomRewardFunctionAlias)
 
 

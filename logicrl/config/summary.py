@@ -10,6 +10,7 @@ import json
 
 from omegaconf import DictConfig
 
+from logicrl.config.eval_keys import eval_sampling
 from logicrl.config.plan import ARR, StepPlan, Update
 from logicrl.data.files import dataset_rows
 from logicrl.models.spec import ModelSpec
@@ -75,6 +76,8 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
     """The dry-run summary; `memory` is the preflight's table (logicrl.preflight.memory)."""
     data, trainer = cfg.data, cfg.trainer
     val_rows = dataset_rows(data.val_files)
+    if trainer.val_only:
+        return _eval_summary(cfg, spec, val_rows, memory)
     lines = [
         "logicrl dry run: the config is valid; no model was loaded and no Ray worker was started."
         if trainer.dry_run else "logicrl: the config is valid; the plan:",
@@ -109,6 +112,21 @@ def summarize(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, memory: str) -> 
                      "whole on every rank and in the engine; only the LoRA adapters train (docs/quantization.md)")
     lines.append(memory)
     return "\n".join(lines)
+
+
+def _eval_summary(cfg: DictConfig, spec: ModelSpec, val_rows: int, memory: str) -> str:
+    """trainer.val_only's summary: what is generated and reported; no training step to describe."""
+    n, params = eval_sampling(cfg)
+    sampling = f"temperature {params['temperature']}" if params["do_sample"] else "greedy"
+    return "\n".join([
+        "logicrl dry run: the config is valid; no model was loaded and no Ray worker was started."
+        if cfg.trainer.dry_run else "logicrl: the config is valid; the plan:",
+        f"{'model':<10} {spec.describe()}, dtype {cfg[ARR].model.dtype}",
+        f"{'evaluate':<10} {val_rows} prompts ({_files(cfg.data.val_files)}) x n={n} responses ({sampling}, "
+        f"<= {cfg.data.max_response_length} tokens) on {cfg.trainer.n_gpus} rank(s); nothing is trained or saved",
+        f"{'report':<10} per data_source: mean@{n}, pass@k and maj@k for k in {list(cfg.eval.k)}, completed, "
+        "completed_correct, each with a 95% interval over problems",
+        memory])
 
 
 def _files(files) -> str:

@@ -18,6 +18,7 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 
 from logicrl.config.engines import ENGINES, engines_with
 from logicrl.config.errors import ConfigError, log
+from logicrl.config.eval_keys import check_eval
 from logicrl.config.loss_module import take_loss_params, with_loss_params
 from logicrl.config.migrate import migrate
 from logicrl.config.models import model
@@ -149,6 +150,7 @@ def check_cross_fields(cfg: DictConfig) -> ModelSpec:
         raise ConfigError(f"reward.overlong_buffer.len={overlong.len} exceeds data.max_response_length="
                           f"{data.max_response_length}: the ramp must fit inside the response")
     check_filter_groups(cfg)
+    check_eval(cfg)
     actor = arr.actor
     # CISPO clips a detached weight: a floor 1 - clip_ratio_low <= 0 is verl's way of saying "no lower clip"
     # (its CISPO script sets 10). The PPO-style losses need a positive floor.

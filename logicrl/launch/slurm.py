@@ -38,6 +38,11 @@ from logicrl.faults import Faults
 MAIN = Path(__file__).resolve().parents[2] / "main_ppo.py"
 HEAD_FILE = "head"  # in the job dir: "ip:port" of the GCS, written once it answers
 STEP_FILE = "step"  # in the job dir: "<job>.<step>" of the Ray nodes' srun, for `scancel --signal=TERM`
+# In the job dir: written by the wrapper when the driver is done; each node's task then stops its own Ray and
+# exits 0, so the step ends on its own. A step ended by a signal (scancel) makes slurmstepd print
+# "error: *** STEP ... CANCELLED ***" into the job's output, which reads as a failure of a job that succeeded.
+STOP_FILE = "stop"
+STOP_POLL_S = 0.5
 TOKEN_FILE = "token"
 # How long the batch step waits for the head's address and for every node to join; Ray nodes take
 # 10-20 s each on a busy host, much longer when a container or a shared filesystem is cold.
@@ -235,6 +240,7 @@ def run_node(directory: Path, env: Mapping[str, str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    threading.Thread(target=watch_stop_file, args=(directory / STOP_FILE, stop), daemon=True).start()
     restart = int(env.get("SLURM_RESTART_COUNT") or 0)
     taker = Faults.from_env().port_taken_due(restart) and head
     held: list[socket.socket] = []
@@ -257,7 +263,9 @@ def run_node(directory: Path, env: Mapping[str, str]) -> int:
                     published = True
             code = proc.wait()
             stop_tree(proc)
-            if stopping or code == 0 or published:
+            if stopping:  # asked to stop, and stopped: a success, whatever `ray start` exits with on SIGTERM
+                return 0
+            if code == 0 or published:
                 return code
             taken = taken_ports(ip, ports)
             for sock in held:
@@ -286,6 +294,13 @@ def listen_on(port: int) -> socket.socket:
     sock.bind(("0.0.0.0", port))
     sock.listen()
     return sock
+
+
+def watch_stop_file(path: Path, stop) -> None:
+    """Call stop() once `path` exists (the wrapper's request: STOP_FILE)."""
+    while not path.exists():
+        time.sleep(STOP_POLL_S)
+    stop(0, None)
 
 
 def node_command(directory: Path, env: Mapping[str, str], ip: str, head: bool) -> tuple[list[str], list[int]]:

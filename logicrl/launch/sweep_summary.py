@@ -7,8 +7,10 @@ the device's capacity and for a dry run the planned peak of every phase) and, wh
 memory per phase), and a link to its `curves.png`.
 
 The picture: when a job trained, its reward and accuracy (train, and validation dashed) against step and
-against wall time (the cumulative step time), one line per job, beside the memory bars, where a dashed
-line marks the device's capacity; a dry-run sweep draws the memory bars alone (planned).
+against wall time (the cumulative step time), one line per job (each its own marker and width, so equal
+curves do not hide each other), beside the memory bars (MB when small; measured, or planned and hatched
+for a dry run), where a dashed line marks the device's capacity when it fits the bars' scale; a dry-run
+sweep draws the memory bars alone.
 """
 
 from __future__ import annotations
@@ -90,23 +92,42 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# The capacity line is drawn only while the bars stay readable under it: past this ratio (a tiny CPU run under
+# 20 GB of RAM) the bars would be a few pixels high, so the capacity is written in the title instead.
+CAPACITY_ON_SCALE = 20
+MARKERS = "os^Dv<>p"  # one per job, so jobs whose curves coincide stay visible under each other
+
+
 def _memory_bars(ax, rows: list[dict]) -> None:
-    """Peak memory per phase for each job (planned in a dry run, measured otherwise), the device's capacity
-    dashed; the jobs that did not run are marked on the axis."""
+    """Peak memory per phase for each job, measured where it ran and planned for a dry run (hatched), in MB
+    when every bar is under 1 GB; the device's capacity dashed where it fits the scale, else in the title."""
     phases = sorted({p for r in rows for p in (r.get("peak_gb") or r.get("planned_peak_gb") or {})})
+    peaks = [max((r.get("peak_gb") or r.get("planned_peak_gb") or {}).values(), default=0.0) for r in rows]
+    unit, scale = ("MB", 1024.0) if max(peaks, default=0.0) < 1.0 else ("GB", 1.0)
     width = 0.8 / max(1, len(phases))
     for i, phase in enumerate(phases):
-        values = [(r.get("peak_gb") or r.get("planned_peak_gb") or {}).get(phase, 0.0) for r in rows]
-        ax.bar([j + i * width for j in range(len(rows))], values, width, label=phase)
-    capacity = [r["capacity_gb"] for r in rows if r.get("capacity_gb")]
-    if capacity:
-        ax.axhline(min(capacity), color="red", linestyle="--", linewidth=1,
-                   label=f"capacity {min(capacity):.1f} GB ({rows[0].get('device', 'device')})")
+        values = [(r.get("peak_gb") or r.get("planned_peak_gb") or {}).get(phase, 0.0) * scale for r in rows]
+        hatches = ["//" if r.get("dry_run") else "" for r in rows]
+        bars = ax.bar([j + i * width for j in range(len(rows))], values, width, label=phase, color=f"C{i}")
+        for bar, hatch in zip(bars, hatches):
+            bar.set_hatch(hatch)
+    capacity = min((r["capacity_gb"] for r in rows if r.get("capacity_gb")), default=None)
+    device = rows[0].get("device", "device")
+    off_scale = ""
+    if capacity is not None and capacity <= CAPACITY_ON_SCALE * max(max(peaks, default=0.0), 1e-9):
+        ax.axhline(capacity * scale, color="red", linestyle="--", linewidth=1,
+                   label=f"capacity {capacity:.1f} GB ({device})")
+    elif capacity is not None:
+        off_scale = f"\ncapacity {capacity:.1f} GB ({device}) is off this scale"
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))])
     ax.set_xticklabels([r["job"] + ("" if r["status"] == "done" else f"\n({r['status']})") for r in rows],
                        rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("peak memory per device (GB)")
-    ax.set_title("peak memory per phase" + (" (planned)" if all(r.get("dry_run") for r in rows) else ""))
+    ax.set_xlabel("job (its swept values)")
+    ax.set_ylabel(f"peak memory per device ({unit})")
+    measured = [not r.get("dry_run") for r in rows]
+    what = "measured" if all(measured) else "planned (dry run)" if not any(measured) else \
+        "measured; hatched: planned (dry run)"
+    ax.set_title(f"peak memory per phase, {what}{off_scale}", fontsize=9)
     if phases or capacity:
         ax.legend(fontsize=7)
 
@@ -123,7 +144,7 @@ def plot(rows: list[dict], path: Path) -> dict[str, dict[str, list[tuple[float, 
     if not curves:  # a dry run (or nothing trained): the memory picture alone
         fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(rows) + 2), 4))
         _memory_bars(ax, rows)
-        ax.set_title("sweep: " + ax.get_title())
+        ax.set_title("sweep: " + ax.get_title(), fontsize=9)
     else:
         fig, axes = plt.subplots(2, 3, figsize=(16, 8))
         for row, (x, xlabel) in enumerate(((0, "step"), (1, "wall time (s, cumulative step time)"))):
@@ -133,10 +154,14 @@ def plot(rows: list[dict], path: Path) -> dict[str, dict[str, list[tuple[float, 
                     for label in labels:
                         if points[label]:
                             style = "--" if label == "validation accuracy" else "-"
-                            ax.plot([p[x] for p in points[label]], [p[2] for p in points[label]], style,
-                                    color=f"C{n}", marker="." if len(points[label]) < 40 else None,
+                            # Later jobs thinner and marked differently: identical curves stay visible.
+                            line = points[label]
+                            ax.plot([p[x] for p in line], [p[2] for p in line], style, color=f"C{n}",
+                                    marker=MARKERS[n % len(MARKERS)], markevery=max(1, len(line) // 20),
+                                    markersize=max(3.0, 8.0 - 1.5 * n), linewidth=max(1.0, 4.0 - n), alpha=0.85,
                                     label=f"{job}" + (" (val)" if style == "--" else ""))
                 ax.set_xlabel(xlabel)
+                ax.set_ylabel("reward (mean score)" if col == 0 else "accuracy")
                 what = "reward" if col == 0 else "accuracy (validation dashed)"
                 ax.set_title(f"{what} vs {xlabel.split(' (')[0]}")
                 ax.grid(alpha=0.3)

@@ -34,7 +34,7 @@ RECORD_FORMAT = 1
 # Keys a finished stage is not compared on: where and how fast it runs (devices, micro-batches,
 # offload, engine memory), logging, checkpoints and validation. A re-run on another allocation or
 # with other logging is the same curriculum. Its length is compared by steps (finished_changes).
-NOT_TRAINING = ("trainer.*", "curriculum.*", "data.val_*", "actor_rollout_ref.rollout.val_kwargs.*",
+NOT_TRAINING = ("trainer.*", "curriculum.*", "eval.*", "data.val_*", "actor_rollout_ref.rollout.val_kwargs.*",
                 "*micro_batch_size*", "*max_token_len_per_gpu", "*use_dynamic_bsz", "*fsdp_config.*",
                 "*.enable_gradient_checkpointing", "*.use_remove_padding", "reward_model.forward_max_token_len_per_gpu",
                 *(f"actor_rollout_ref.rollout.{k}" for k in (

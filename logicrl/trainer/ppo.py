@@ -22,15 +22,18 @@ from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
 from logicrl.algos.masked import response_lengths
+from logicrl.config.eval_keys import eval_sampling
 from logicrl.config.phases import SCORING_PASSES, UPDATE_PHASES
 from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import ARR, StepPlan
 from logicrl.config.rewards import combine_rule, reward_check
 from logicrl.data.dataset import load_prompts
 from logicrl.errors import BadInput
+from logicrl.eval.report import flat_metrics, group_metrics
 from logicrl.faults import Faults
 from logicrl.logs import quiet_driver
-from logicrl.models.loading import load_tokenizer
+from logicrl.models.eos import eos_ids
+from logicrl.models.loading import checkpoint_dir, load_tokenizer
 from logicrl.models.spec import load_model_spec
 from logicrl.preflight.checkpoints import write_run_shape
 from logicrl.reward.custom import load_custom_reward, wrap_custom_reward
@@ -64,7 +67,7 @@ from logicrl.trainer.sampler import EpochSampler
 from logicrl.trainer.step_perf import FlopModel, generation_round, peak_bf16_flops, phase_shares, step_metrics
 from logicrl.trainer.step_state import StepState
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
-from logicrl.trainer.validation import validation_metrics, write_samples
+from logicrl.trainer.validation import scored_samples, validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
 
 log = logging.getLogger("logicrl.trainer")
@@ -122,6 +125,7 @@ class PPOTrainer:
         self.rounds = 0
         self.workers = None
         self.phase_totals: dict[str, float] = {}  # this launch's time per phase, for the closing line
+        self.val_samples: list[dict] = []  # the last validation's scored responses (trainer/evaluation.py)
         arr = cfg[ARR]
         self.flops = FlopModel.of(load_model_spec(arr.model.path), arr.model.lora_rank, arr.model.target_modules)
         self.peak = peak_bf16_flops(torch.cuda.get_device_name(0)) if use_cuda else None
@@ -403,17 +407,19 @@ class PPOTrainer:
 
     def run_validation(self, step: int) -> dict:
         """Generate for every validation prompt (val_kwargs.n each) on the step's path, score, report."""
-        vk = self.cfg[ARR].rollout.val_kwargs
-        params = dict(temperature=vk.temperature, top_p=vk.top_p, top_k=vk.top_k, do_sample=vk.do_sample,
-                      max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed)
-        batch = prompt_batch(list(self.val_set), vk.n, self.tokenizer.pad_token_id)
+        n, params = eval_sampling(self.cfg)  # eval.n / eval.temperature, else rollout.val_kwargs
+        params.update(max_tokens=self.cfg.data.max_response_length, seed=self.cfg.trainer.seed)
+        batch = prompt_batch(list(self.val_set), n, self.tokenizer.pad_token_id)
         state = StepState(None)  # its own: nothing of it goes into the step's row
         self.calls.run("generate", batch, state, params=params)
         if self.plan.runs("reward_model"):  # as verl: validation's rewards combine the learned score too
             self.calls.run("reward_model", batch, state, keep=("raw_prompt",))
         _, _, texts, results = self.rewards(batch)
         write_samples(self.run_dir, step, batch, texts, results)
-        return validation_metrics(batch, results)
+        # Every response with its answer and whether it ended: pass@k, maj@k and intervals (logicrl/eval/).
+        self.val_samples = scored_samples(batch, texts, results, n, self.cfg.data.max_response_length,
+                                          eos_ids(self.tokenizer, checkpoint_dir(self.cfg[ARR].model.path)))
+        return validation_metrics(batch, results) | flat_metrics(group_metrics(self.val_samples, self.cfg.eval.k))
 
 
 def val_only_line(val: dict) -> str:
@@ -433,6 +439,9 @@ def history_row(step: int, metrics: dict) -> dict:
     for key, name in (*HEADLINE_KEYS, ("response_length/mean", "len_mean"), ("response_length/max", "len_max")):
         if key in metrics:
             row[name] = float(metrics[key])
+    # Accuracy per validation set (data_source, people count): a curriculum's picture shows each stage's data.
+    row.update({key: float(v) for key, v in metrics.items()
+                if key.startswith("val/") and key.endswith("/acc") and key != "val/acc"})
     return row
 
 

@@ -21,22 +21,14 @@ from logicrl.algos.masked import response_lengths
 from logicrl.config.phases import FORWARD_PHASES, UPDATE_PHASES
 from logicrl.memory.footprint import linear_shapes, lora_targets
 from logicrl.models.spec import ModelSpec
-
-# Dense bf16 tensor-core peak per device, TFLOP/s (vendor data sheets, no sparsity); the first name
-# found in torch.cuda.get_device_name() wins, so the longer names come first.
-PEAK_BF16_TFLOPS = (
-    ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), ("H200", 989.4), ("H800", 989.4),
-    ("H20", 148.0), ("B200", 2250.0), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.1), ("L40", 181.0),
-    ("L4", 121.0),
-)
+from logicrl.timeplan.devices import device
 
 
 def peak_bf16_flops(device_name: str | None) -> float | None:
-    """FLOP/s at the device's dense bf16 peak; None for a device the table does not know (or none)."""
-    for name, tflops in PEAK_BF16_TFLOPS:
-        if device_name and name in device_name:
-            return tflops * 1e12
-    return None
+    """FLOP/s at the device's dense bf16 peak (the time plan's device table, timeplan/devices.py); None for a
+    device the table does not know (or none)."""
+    row = device(device_name)
+    return row.bf16_tflops * 1e12 if row else None
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,9 @@ def plot_stages(stages: list[Stage], done: dict, out: Path) -> Path:
 
     fig, (ax_r, ax_v) = plt.subplots(1, 2, figsize=(12, 4))
     offset = 0
+    # Accuracy per validation set (trainer/ppo.py history_row: val/<source>[/<k>ppl]/acc), when recorded.
+    val_sets = sorted({k for r in done.values() for h in r["history"] for k in h if k.startswith("val/")})
+    val_points: dict[str, list] = {key: [] for key in val_sets}
     for stage in stages:
         row = done.get(stage.name)
         if row is None:
@@ -70,14 +73,19 @@ def plot_stages(stages: list[Stage], done: dict, out: Path) -> Path:
         hist = row["history"]
         for ax, key in ((ax_r, "reward"), (ax_v, "val_acc")):
             points = [(offset + h["step"], h[key]) for h in hist if key in h]
-            if points:
+            if points and (ax is ax_r or not val_sets):
                 ax.plot(*zip(*points), marker="." if len(points) < 40 else None, label=stage.name)
+        for key in val_sets:  # one line per validation set across the stages, so stage 1's effect on stage 2's shows
+            val_points[key] += [(offset + h["step"], h[key]) for h in hist if key in h]
         for ax in (ax_r, ax_v):
             if offset:  # a boundary between the previous stage and this one
                 ax.axvline(offset, color="gray", linestyle="--", linewidth=1)
             ax.annotate(stage.name, (offset, 1.0), xycoords=("data", "axes fraction"), fontsize=8,
                         va="top", ha="left", xytext=(2, -2), textcoords="offset points")
         offset += max([h["step"] for h in hist], default=0)
+    for key, points in val_points.items():
+        if points:
+            ax_v.plot(*zip(*sorted(points)), marker=".", label=key[len("val/"):-len("/acc")])
     ax_r.set_title("reward (mean score) per step")
     ax_v.set_title("validation accuracy")
     for ax in (ax_r, ax_v):

@@ -2,10 +2,13 @@
 
 The trainer generates for every validation prompt (rollout.val_kwargs.n each) on the same path
 as a training step (trainer/ppo.py `validate`) and scores the batch; this module turns the
-scored batch into metrics: `val/acc`, `val/<source>/acc` and, for K&K, `val/kk_logic/<k>ppl/acc`, over
+scored batch into metrics: `val/acc`, `val/<source>/acc` and, for rows with extra_info.n_people (K&K, the
+recall task), `val/<source>/<k>ppl/acc`, over
 the rows a rule scored (trainer/rewards.py `accuracy`), and `val/score` over all.
 A sample of generations goes to the run directory as val_generations/step_<N>.jsonl, to read
-what the model actually wrote.
+what the model actually wrote. Every response also becomes a scored sample (`scored_samples`: its
+extracted answer, correctness and whether it ended) for eval/report.py's pass@k, maj@k and intervals,
+logged as `val/<source>/pass@k` etc. beside the accuracies.
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import torch
 from tensordict import TensorDict
 
+from logicrl.algos.masked import response_lengths
+from logicrl.eval.answers import extract
 from logicrl.trainer.rewards import accuracy
 
 SAMPLES_WRITTEN = 20
@@ -31,8 +37,8 @@ def validation_metrics(batch: TensorDict, results: list[dict]) -> dict[str, floa
         groups["val/acc"].append(acc)
         groups[f"val/{source}/acc"].append(acc)
         people = (extra or {}).get("n_people")
-        if source == "kk_logic" and people is not None:
-            groups[f"val/kk_logic/{people}ppl/acc"].append(acc)
+        if people is not None:  # K&K and the recall task: a curriculum's stages differ by people
+            groups[f"val/{source}/{people}ppl/acc"].append(acc)
     return {k: sum(v) / len(v) for k, v in groups.items()}
 
 
@@ -44,3 +50,24 @@ def write_samples(run_dir: Path, step: int, batch: TensorDict, texts: list[str],
         for prompt, text, truth, result in list(rows)[:SAMPLES_WRITTEN]:
             f.write(json.dumps({"prompt": prompt, "response": text, "ground_truth": truth, "result": result},
                                default=str) + "\n")
+
+
+def scored_samples(batch: TensorDict, texts: list[str], results: list[dict], n: int, max_len: int,
+                   stop_ids: list[int]) -> list[dict]:
+    """One row per response of a prompt-major batch (prompt i's n responses are rows i*n .. i*n+n-1): its
+    problem and sample index, text, extracted answer, score, correctness and whether it completed, i.e.
+    ended on a stop token or before data.max_response_length (a response cut by the limit did not)."""
+    lengths = response_lengths(batch["response_attention_mask"])  # [B*n]
+    last = batch["responses"].gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)  # [B*n]
+    stopped = torch.isin(last, torch.tensor(stop_ids, dtype=last.dtype)) & (lengths > 0)
+    completed = ((lengths < max_len) | stopped).tolist()
+    rows = zip(batch["data_source"], batch["ground_truth"], batch["extra_info"], texts, results, completed, strict=True)
+    samples = []
+    for i, (source, truth, extra, text, result, done) in enumerate(rows):
+        sample = {"data_source": source, "problem": i // n, "sample": i % n, "response": text,
+                  "answer": extract(source, text, truth), "score": float(result["score"]),
+                  "correct": accuracy(result), "completed": bool(done)}
+        if (people := (extra or {}).get("n_people")) is not None:
+            sample["people"] = int(people)
+        samples.append(sample)
+    return samples

@@ -24,7 +24,7 @@ def test_update_mfu_is_a_fraction_of_the_devices_bf16_peak(tmp_path):
 
     name = torch.cuda.get_device_name(0)
     if peak_bf16_flops(name) is None:
-        pytest.skip(f"{name} is not in step_perf.PEAK_BF16_TFLOPS")
+        pytest.skip(f"{name} is not in timeplan.devices.DEVICES")
     model = write_random_model(QWEN25_05B, cache_root() / "qwen2.5-0.5b-random")
     rows = train(["trainer.total_training_steps=2", "trainer.device=cuda", f"{ARR}.rollout.name=hf",
                   "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1",

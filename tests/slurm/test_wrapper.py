@@ -58,6 +58,8 @@ def test_two_jobs_at_once_each_with_its_own_ray_and_shape(slurm, tmp_path):
         state = slurm.wait(job, timeout=180)
         out = output_of(tmp_path / f"slurm-{job}.out")
         assert state == "COMPLETED", tail(out)
+        # A job that did what it was asked ends without a line a user reads as a failure (srun's own included).
+        assert not [line for line in out.splitlines() if "error:" in line.lower()], tail(out)
         address, ips = ray_line(out)
         assert ips == sorted(NODES.values()), f"{how}: the driver saw {ips}"
         heads.add(address)

@@ -142,9 +142,13 @@ def test_default_run_console_is_readable_and_it_learns(kk_role, tmp_path):
         assert noise not in console, noise
     assert "auth" not in console.lower()
     log = (run_dir / "main_ppo.log").read_text()
-    for line in ("Failed to load weights", "reset prefix cache", "Started a local Ray instance",
-                 "update_actor ran out of memory"):
+    for line in ("reset prefix cache", "Started a local Ray instance", "update_actor ran out of memory"):
         assert line in log, line
+    # vLLM's warning for the layers no sync writes (the rotary cache, the tied lm_head) reads as an error:
+    # dropped at its source (workers/rollout/vllm.py ExpectedAbsent), so the log has none either.
+    assert "Failed to load weights" not in log
+    assert re.search(r"^time plan: [0-9.]+ s/step", result.stdout, re.MULTILINE)  # beside the memory plan
+    assert "time per step (s): planned vs measured" in result.stdout  # and checked after the run
 
     rows = read_metrics(run_dir)
     val = {r["step"]: r["val/acc"] for r in rows if "val/acc" in r}

@@ -49,3 +49,13 @@ def test_phase_breakdown_per_step_draws_quietly(tmp_path, capfd):
         warnings.simplefilter("error")
         assert plot_phases(tmp_path).stat().st_size > 0
     assert capfd.readouterr().err == ""
+
+
+def test_curriculum_curves_draw_each_validation_set_across_stages(tmp_path, capfd):
+    stages = [SimpleNamespace(name="3ppl"), SimpleNamespace(name="5ppl")]
+    done = {name: {"history": [{"step": s, "reward": 0.1 * s, "val_acc": 0.5, "val/kk_role/3ppl/acc": 0.6,
+                                "val/kk_role/5ppl/acc": 0.4} for s in (1, 2)]} for name in ("3ppl", "5ppl")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = plot_stages(stages, done, tmp_path / "curriculum_curves.png")
+    assert out.stat().st_size > 0 and capfd.readouterr().err == ""

@@ -12,6 +12,7 @@ says why for each. With `lora` (rollout.lora_sync=adapters) each sync hands over
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Iterable, Sequence
 
@@ -30,10 +31,31 @@ class WeightsDiscarded(RuntimeError):
     """generate() after a level-2 sleep with no sync_weights since: the engine's weights are garbage."""
 
 
+class ExpectedAbsent(logging.Filter):
+    """vLLM's layer-wise reload warns "<Layer>: Failed to load weights" for each layer the stream did not
+    write and keeps that layer's own tensors: right, every sync, for the rotary embedding (a cos/sin cache
+    computed at load, in no checkpoint) and for an lm_head tied to the embedding (written through it). Those
+    two warnings are dropped; any other layer's still reaches the log."""
+
+    def __init__(self, tied_lm_head: bool):
+        super().__init__()
+        self.tied = tied_lm_head
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "%s: Failed to load weights" or not record.args:
+            return True
+        layer = str(record.args[0])
+        return not ("RotaryEmbedding" in layer or (self.tied and layer == "ParallelLMHead"))
+
+
 def _reload_weights(worker, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
     """Run inside vLLM's worker: load HF-named full tensors in place, then re-pack the vocab layers."""
     from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
+    reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, ExpectedAbsent) for f in reload_log.filters):
+        tied = bool(getattr(worker.get_model().config, "tie_word_embeddings", False))
+        reload_log.addFilter(ExpectedAbsent(tied))
     worker.reload_weights(weights_iterator=iter(named_tensors), is_checkpoint_format=True)
     for module in worker.get_model().modules():
         if isinstance(getattr(module, "quant_method", None), UnquantizedEmbeddingMethod):
