@@ -10,7 +10,9 @@ inside the first decoder layer's forward: the real case, which ends the run), ra
 process exits), stall (sleeps STALL_S, so a signal test knows the step is in flight), nan (after the
 phase, the weights of its FSDP2 model go NaN: what a diverged update leaves), enospc and erofs
 (at `save` only: the ranks' first checkpoint write fails as on a full disk or a read-only file
-system; the tests run as root, whom chmod does not stop). docs/faults.md.
+system; the tests run as root, whom chmod does not stop), taken (at `ray_start` only, its number the SLURM
+job's restart count: the wrapper's head node holds the port it chose for Ray's client server before its
+first `ray start`, as another process taking it between choice and bind would). docs/faults.md.
 
 The entry point reads the variable once (`Faults.from_env`); the controller's phase runner and the
 workers' phase wrapper are the only places that fire it, at fixed points a test can aim at (mid-save).
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 ENV = "LOGICRL_INJECT_FAULT"
-KINDS = ("sigkill", "oom", "raise", "die", "stall", "nan", "enospc", "erofs")
+KINDS = ("sigkill", "oom", "raise", "die", "stall", "nan", "enospc", "erofs", "taken")
 DISK_ERRORS = {"enospc": errno.ENOSPC, "erofs": errno.EROFS}
 STALL_S = 60.0
 
@@ -54,6 +56,9 @@ def parse(spec: str) -> dict[tuple[str, int, int | None], Fault]:
             raise ValueError(f"{ENV}: unknown fault kind {kind!r} in {item!r}: use {', '.join(KINDS)}")
         if kind in DISK_ERRORS and point != "save":
             raise ValueError(f"{ENV}: {item!r}: {kind} fails a checkpoint write: its point is save, e.g. {kind}@save:2")
+        if (kind == "taken") != (point == "ray_start"):
+            raise ValueError(f"{ENV}: {item!r}: a port is taken at ray_start, its number the SLURM job's restart "
+                             "count, e.g. taken@ray_start:1 (the requeued run)")
         if kind == "sigkill" and rank is not None:
             raise ValueError(f"{ENV}: {item!r}: sigkill kills the controller, which has no rank: drop @rank{rank}")
     return faults
@@ -116,6 +121,11 @@ class Faults:
             return None
         code = DISK_ERRORS[kind]
         return OSError(code, f"{os.strerror(code)}, injected by {ENV}")
+
+    def port_taken_due(self, restart: int) -> bool:
+        """The SLURM wrapper's head node, in the job's run `restart` (0 the first): whether to take the
+        port it chose for a server of its first `ray start` itself."""
+        return self._kind("ray_start", restart) == "taken"
 
     def oom_due(self, point: str, step: int | None, rank: int | None = None) -> Fault | None:
         """A worker phase: the OOM to inject now on this rank (once per point and step), or None.

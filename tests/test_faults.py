@@ -69,3 +69,11 @@ def test_disk_faults_fire_at_save_only_as_the_file_system_s_own_error():
     assert faults.disk_error_due("save", 1, rank=0) is None
     with pytest.raises(ValueError, match="enospc fails a checkpoint write: its point is save"):
         parse("enospc@update_actor:2")
+
+
+def test_a_taken_port_is_for_the_slurm_head_s_start_in_the_run_named():
+    faults = Faults(parse("taken@ray_start:1"))
+    assert faults.port_taken_due(1) and not faults.port_taken_due(0)  # the requeued run's, not the first's
+    for spec in ("taken@update_actor:1", "stall@ray_start:1"):
+        with pytest.raises(ValueError, match="a port is taken at ray_start"):
+            parse(spec)

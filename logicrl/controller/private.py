@@ -123,10 +123,12 @@ def start_private(init: Callable[..., object], cleanup: Callable[[], None], **kw
 
 
 def port_in_use(text: str) -> int | None:
-    """The port an "address already in use" message names, if it is one."""
-    if not re.search(r"already in use|EADDRINUSE|Failed to bind|bind.*failed", text, re.I):
+    """The port an "address already in use" message names (0: it names none), or None for another failure.
+    The port is read after an address (`127.0.0.1:43077`, `[::]:43077`) or after "port": Ray's messages
+    carry log timestamps (`06:54:06`) that a bare `:N` would mistake for one."""
+    if not re.search(r"already in use|EADDRINUSE|Failed to bind|bind.*failed|Failed to start the grpc server", text,
+                     re.I):
         return None
-    found = re.findall(r":(\d{2,5})\b|port[ =](\d{2,5})\b", text)
-    ports = [int(a or b) for a, b in found]
-    return ports[0] if ports else 0
-
+    found = re.search(r"(?:\d{1,3}(?:\.\d{1,3}){3}|\]|localhost):(\d{1,5})\b|\bport (?:is |= ?)?(\d{1,5})\b", text,
+                      re.I)
+    return int(found.group(1) or found.group(2)) if found else 0

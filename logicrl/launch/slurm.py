@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logicrl.controller.ports import port_holder
+from logicrl.faults import Faults
 
 MAIN = Path(__file__).resolve().parents[2] / "main_ppo.py"
 HEAD_FILE = "head"  # in the job dir: "ip:port" of the GCS, written once it answers
@@ -240,9 +241,14 @@ def run_node(directory: Path, env: Mapping[str, str]) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     threading.Thread(target=watch_stop_file, args=(directory / STOP_FILE, stop), daemon=True).start()
+    restart = int(env.get("SLURM_RESTART_COUNT") or 0)
+    taker = Faults.from_env().port_taken_due(restart) and head
+    held: list[socket.socket] = []
     try:
         for attempt in range(1, START_ATTEMPTS + 1):
             cmd, ports = node_command(directory, env, ip, head)
+            if taker and attempt == 1:
+                held.append(listen_on(ports[1]))  # the client server's: what a requeued job once lost to another
             proc = subprocess.Popen(cmd + ["--log-color=false"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True)
             running[:] = [proc]
@@ -261,7 +267,10 @@ def run_node(directory: Path, env: Mapping[str, str]) -> int:
                 return 0
             if code == 0 or published:
                 return code
-            if not (taken := taken_ports(ip, ports)):
+            taken = taken_ports(ip, ports)
+            for sock in held:
+                sock.close()
+            if not taken:
                 if head:
                     raise LaunchError(f"the Ray head on {ip} exited ({code}) before it answered")
                 return code
@@ -272,9 +281,19 @@ def run_node(directory: Path, env: Mapping[str, str]) -> int:
                   f"({port_holder(taken[0])}); starting Ray again on other ports", file=sys.stderr, flush=True)
         return 1
     finally:
+        for sock in held:
+            sock.close()
         for p in running:
             stop_tree(p)
         shutil.rmtree(ray_temp_dir(env), ignore_errors=True)
+
+
+def listen_on(port: int) -> socket.socket:
+    """A listening socket on `port` on every interface, as Ray's servers bind (LOGICRL_INJECT_FAULT=taken)."""
+    sock = socket.socket()
+    sock.bind(("0.0.0.0", port))
+    sock.listen()
+    return sock
 
 
 def watch_stop_file(path: Path, stop) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from logicrl.checkpoint_layout import SHAPE_FILE, STATE_FILE, complete_checkpoints
+from logicrl.checkpoint_pickles import refuse_code
 from logicrl.config.errors import ConfigError
 from logicrl.config.models import MODELS, in_use
 from logicrl.config.plan import ARR
@@ -81,6 +82,7 @@ def check_checkpoint(cfg: DictConfig) -> None:
     path = resume_candidate(cfg)
     if path is None:
         return
+    refuse_code(path)  # before anything reads it: no rank ever unpickles what this refuses
     mode = str(cfg.trainer.resume_mode)
     where = (f"trainer.default_local_dir={cfg.trainer.default_local_dir}: {path.name}" if mode == "auto"
              else f"trainer.resume_mode={mode}")

@@ -64,3 +64,12 @@ def test_a_private_start_failing_otherwise_is_not_retried(monkeypatch):
     with pytest.raises(RuntimeError, match="timed out"):
         private.start_private(init, lambda: None)
     assert tries == [1]
+
+
+def test_a_log_timestamp_in_ray_s_message_is_not_taken_for_the_port():
+    # Ray's message for a GCS that could not bind: its log line's time (06:54:06) comes before the port.
+    message = ("Failed to start GCS.  Last 1 lines of error files:\n[2026-12-06 06:54:06,641 C 22039 22039] "
+               "(gcs_server) grpc_server.cc:134: Check failed: server_ Failed to start the grpc server. The "
+               "specified port is 39989. This means that Ray's core components will not be able to function")
+    assert port_in_use(message) == 39989
+    assert port_in_use("bind [::]:5555 failed: Address already in use") == 5555

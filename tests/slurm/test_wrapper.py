@@ -26,11 +26,11 @@ STEPS = 24
 TRAIN = [*RUN, f"trainer.total_training_steps={STEPS}", "trainer.save_freq=100"]
 
 
-def submit(slurm, submit_dir: Path, *args: str) -> str:
+def submit(slurm, submit_dir: Path, *args: str, fault: str = "") -> str:
     """sbatch the wrapper from `submit_dir` (the run's outputs and checkpoints go there), running
-    this checkout's logicrl."""
+    this checkout's logicrl, with LOGICRL_INJECT_FAULT=`fault`."""
     return slurm.sbatch(*args, cwd=submit_dir, env={"LOGICRL_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
-                                                    "PYTHONPATH": str(ROOT)})
+                                                    "PYTHONPATH": str(ROOT), "LOGICRL_INJECT_FAULT": fault})
 
 
 def assert_left_nothing(slurm, submit_dir: Path, job: str) -> None:
@@ -139,10 +139,12 @@ def rank_nodes(slurm, job: str) -> set[str]:
 def two_runs(slurm, tmp_path_factory):
     """The same run twice, at once: one left alone, one preempted once its step 1 is logged
     (USR1 to the batch shell, as --signal=B:USR1 sends it), then released from the ~120 s hold a
-    requeued job gets. Returns each one's submit dir, job id and what was seen on the way."""
+    requeued job gets; the requeued run's head finds its first choice of a port taken (the
+    `taken` fault: its node step holds the port itself). Returns each one's submit dir, job id and
+    what was seen on the way."""
     plain_dir, preempted_dir = tmp_path_factory.mktemp("plain"), tmp_path_factory.mktemp("preempted")
     plain = submit(slurm, plain_dir, "--cpus-per-task=1", str(WRAPPER), *TRAIN)
-    preempted = submit(slurm, preempted_dir, "--cpus-per-task=1", str(WRAPPER), *TRAIN)
+    preempted = submit(slurm, preempted_dir, "--cpus-per-task=1", str(WRAPPER), *TRAIN, fault="taken@ray_start:1")
     metrics = preempted_dir / "outputs" / "logicrl" / "kk_tiny" / f"slurm-{preempted}" / "metrics.jsonl"
     seen = {"rank_nodes": set(), "started_s": time.monotonic()}
     deadline = time.monotonic() + 240
@@ -197,6 +199,10 @@ def test_preempted_job_checkpoints_requeues_and_resumes_where_it_stopped(slurm, 
     seen = two_runs["seen"]
     assert seen[job] == "COMPLETED", tail(out)
     assert "stopped at a checkpoint: requeued" in out and f"job {job} (restart 1)" in out, tail(out)
+    # The requeued run's first `ray start` lost a port to another holder, and started again on others.
+    retried = [line for line in out.splitlines() if "was taken before Ray bound it" in line]
+    assert len(retried) == 1 and "starting Ray again on other ports" in retried[0], tail(out)
+    assert out.index(f"job {job} (restart 1)") < out.index(retried[0])
     assert seen["requeued_s"] < 60  # a step, a checkpoint, Ray stopped, requeued
     stopped_at = seen["requeued_after_steps"]
     assert stopped_at and stopped_at[-1] < STEPS, f"the job finished before the signal: {stopped_at}"

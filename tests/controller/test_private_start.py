@@ -1,0 +1,58 @@
+"""A private cluster's real start (controller/cluster.py ensure_ray -> controller/private.py) when a
+port it is to bind was taken between choice and bind: Ray's own failure is recognised, what the
+failed start left is cleaned up, and the start is tried again. Ray 2.60 lets the OS pick every
+port of a private cluster; the one a user can fix is the GCS's (RAY_GCS_SERVER_PORT), so that one is
+held here during the first try and let go after it, as a process that took it for a moment would.
+Integration: it starts a real Ray (~20 s, most of it Ray waiting for the GCS that could not bind)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+
+import psutil
+import pytest
+import ray
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_gcs_port_taken_at_the_first_try_is_retried_and_the_cluster_starts(monkeypatch):
+    from logicrl.controller import cluster, private
+    from logicrl.signals import STOP_SIGNALS
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    monkeypatch.setenv("RAY_GCS_SERVER_PORT", str(port))
+    # Ray waits 5 s per connection try and 30 s in all for a GCS that never started: shorter here.
+    monkeypatch.setenv("RAY_gcs_rpc_server_connect_timeout_s", "2")
+    monkeypatch.setenv("RAY_py_gcs_connect_timeout_s", "8")
+    real_init, failures = ray.init, []
+
+    def init(**kwargs):
+        try:
+            return real_init(**kwargs)
+        except Exception as err:
+            failures.append((str(err), private.port_in_use(str(err))))
+            held.close()  # taken for a moment: free again for the next try
+            raise
+
+    monkeypatch.setattr(ray, "init", init)
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}  # ensure_ray takes them for the run
+    try:
+        cluster.ensure_ray(1, 1, False)
+        assert len(failures) == 1 and failures[0][1] == port, failures
+        assert ray.is_initialized()
+        gcs = ray.get_runtime_context().gcs_address
+        assert gcs == f"127.0.0.1:{port}", gcs
+        daemons = [p for p in psutil.Process().children(recursive=True) if p.pid != private.reaper_pid()]
+        assert daemons and all(os.getsid(p.pid) != os.getsid(0) for p in daemons)  # in sessions of their own
+    finally:
+        held.close()
+        cluster.stop_ray()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert not [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
