@@ -75,10 +75,21 @@ def nonfinite_state_reason(parts: list[str], step: int) -> str:
     return f"the {' and '.join(parts)} hold NaN or inf after step {step}, which was not saved"
 
 
-def diverged_line(reason: str, roles: list[str], lrs: dict[str, float], last: tuple[int, Path] | None) -> str:
-    """The one line a diverged run ends with: what happened, the knob, and the checkpoint to resume from."""
+def diverged_line(reason: str, roles: list[str], lrs: dict[str, float], last: tuple[int, Path] | None,
+                  start_over: str, unverified: bool = False) -> str:
+    """The one line a diverged run ends with: what happened, the knob, and the checkpoint to resume from.
+
+    A resumed run takes this launch's lr (trainer/resumed.py), so "lower it and run again" resumes the
+    checkpoint at the lower lr. `unverified`: the checkpoint named is the one this run resumed without a
+    manifest, so nothing vouches that it is sound: the line says so rather than "finite". `start_over`:
+    how to start a new run in a directory of its own."""
     knobs = " or ".join(f"{LR_KEYS[r]} (now {lrs[r]:g})" for r in ROLES if r in roles) or \
         f"{LR_KEYS['actor']} (now {lrs['actor']:g})"
-    where = (f"the last checkpoint, {last[1]}, is from step {last[0]} and finite (trainer.resume_mode=disable "
-             "starts over)") if last else "no checkpoint was saved before it"
-    return f"the run diverged: {reason}: lower {knobs} and run again; {where}"
+    if last is None:
+        where = "no checkpoint was saved before it"
+    elif unverified:
+        where = (f"the last checkpoint, {last[1]}, is from step {last[0]} and was resumed without a MANIFEST.json "
+                 f"to verify it against: a damaged file in it would do this too ({start_over})")
+    else:
+        where = f"the last checkpoint, {last[1]}, is from step {last[0]} and finite ({start_over})"
+    return f"the run diverged: {reason}: lower {knobs} and run again, which resumes it at the lower value; {where}"

@@ -242,8 +242,9 @@ def test_a_damaged_checkpoint_a_curriculum_stage_starts_from_is_refused_before_i
     with pytest.raises(ckpt.ConfigError) as err:
         run_curriculum(stages, root, tmp_path / "run", carry_optimizer=False, resume=True)
     assert str(err.value) == (f"{final}, where stage 2/2 (s2) starts, is damaged (actor/__0_0.distcp changed since "
-                              "it was saved (CRC-32)): restore it from a copy, or start over with "
-                              "trainer.resume_mode=disable")
+                              "it was saved (CRC-32)): restore it from a copy; or, to start a new run, give it a "
+                              "directory of its own (trainer.default_local_dir=<another directory>) or move this one "
+                              f"aside first: mv {root} {root}.old")
 
 
 def test_a_lost_connection_during_a_save_is_not_called_a_disk_error(root):
