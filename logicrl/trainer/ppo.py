@@ -45,6 +45,7 @@ from logicrl.trainer.checkpoint import (
     newest_resumable,
     prune,
     read_trainer_state,
+    resumable,
     saving,
     step_dir,
     write_trainer_state,
@@ -193,7 +194,9 @@ class PPOTrainer:
                     stop = requested()
                     try:  # a step that ends the run is logged too: its NaN show where the run diverged
                         if reason := guard.observe(step, metrics):
-                            raise self.diverged(reason, nonfinite_roles(metrics))
+                            # Not one finite step since this launch resumed: the checkpoint itself is suspect.
+                            at_once = self.start_step > 0 and guard.streak[0] == self.start_step + 1
+                            raise self.diverged(reason, nonfinite_roles(metrics), at_once)
                         periodic = save_freq > 0 and step % save_freq == 0
                         if periodic and guard.streak and not stop and step < self.total_steps:
                             # Its weights produce NaN, or soon may: the checkpoint from before the streak
@@ -242,13 +245,17 @@ class PPOTrainer:
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
         return merge_rank_metrics(rank_metrics) | {"timing_s/save": time.perf_counter() - start}
 
-    def diverged(self, reason: str, roles: list[str]) -> Diverged:
-        """The error that ends a diverged run: the reason, the lr to lower, the checkpoint to go back to."""
+    def diverged(self, reason: str, roles: list[str], at_once: bool = False) -> Diverged:
+        """The error that ends a diverged run: the reason, the lr to lower, the checkpoint to go back to.
+        `at_once`: no step since this launch resumed was finite, so the checkpoint it resumed is named as
+        the likely cause, with the one before it."""
         lrs = learning_rates(self.cfg)
-        newest = newest_resumable(self.ckpt_root)
-        last = (step_of(newest), newest) if newest is not None else None
+        found = [path for _, path in resumable(self.ckpt_root)]
+        last = (step_of(found[0]), found[0]) if found else None
+        older = found[1] if at_once and len(found) > 1 else None
         return Diverged(diverged_line(reason, roles, lrs, last, way_out(self.cfg, self.ckpt_root),
-                                      unverified=newest is not None and newest == self.unverified))
+                                      unverified=bool(found) and found[0] == self.unverified,
+                                      resumed=at_once, older=older))
 
     def _adopt(self, state: TrainerState) -> None:
         """The controller's side of a checkpoint: where the run is, its history, KL coef and RNG."""

@@ -130,6 +130,14 @@ def test_the_line_names_the_lr_and_the_last_checkpoint():
     unverified = diverged_line(reason, ["actor"], lrs, (2, Path("/ckpt/global_step_2")), "...", unverified=True)
     assert unverified.endswith("the last checkpoint, /ckpt/global_step_2, is from step 2 and was resumed without a "
                                "MANIFEST.json to verify it against: a damaged file in it would do this too (...)")
+    # Not one finite step since the resume: lowering the lr alone would diverge again from the same weights.
+    again = diverged_line("3 steps in a row (3-5) had a non-finite actor gradient norm or loss", ["actor"], lrs,
+                          (2, Path("/ckpt/global_step_2")), "...", resumed=True, older=Path("/ckpt/global_step_1"))
+    assert again == ("the run diverged: 3 steps in a row (3-5) had a non-finite actor gradient norm or loss, and not "
+                     "one step since it resumed /ckpt/global_step_2 was finite: that checkpoint's weights are likely "
+                     "past saving already (finite, not sound: the lr of the steps before it), and resuming it again "
+                     "would diverge again: lower actor_rollout_ref.actor.optim.lr (now 1e+08), and resume an older "
+                     "checkpoint (trainer.resume_mode=/ckpt/global_step_1); or, ...")
 
 
 # ---------------------------------------------------------------- the ranks' check before a save
