@@ -120,7 +120,7 @@ def check_not_done(cfg: DictConfig, plan: StepPlan) -> None:
     and its config differs from this launch's: refused, since nothing would train; the line names the run
     there, what differs, and how to start a new one. The same config (or one differing only in how it is
     watched: LAUNCH_ONLY) goes on to the trainer's "nothing to train", as a re-run of a finished job should."""
-    path = resume_candidate(cfg)
+    path = resume_candidate(cfg) if str(cfg.trainer.resume_mode) == "auto" else None
     if path is None:
         return
     try:

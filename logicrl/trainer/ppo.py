@@ -161,8 +161,8 @@ class PPOTrainer:
         if self.workers is None:
             # The preflight refused a launch that differs from the finished run (preflight/checkpoints.py
             # check_not_done): this is the same run again, as a requeued or repeated job launches it.
-            print(f"logicrl: {self.ckpt_root} holds this run finished, at step {self.start_step} of "
-                  f"{self.total_steps} ({newest_resumable(self.ckpt_root)}): nothing to train; "
+            print(f"logicrl: {self.ckpt_root} already holds step {self.start_step} of {self.total_steps} of this "
+                  f"run ({newest_resumable(self.ckpt_root).name}): nothing to train; "
                   f"{way_out(self.cfg, self.ckpt_root)}")
             return {}
         tracker = Tracker(self.run_dir, list(self.cfg.trainer.logger), self.total_steps,
