@@ -125,7 +125,8 @@ class PPOTrainer:
         # as the steps took (the sampler's position, checkpointed).
         self.rounds = 0
         self.workers = None
-        self.unverified: Path | None = None  # the checkpoint resumed without a manifest to verify it against
+        self.resumed: Path | None = None  # the checkpoint this launch resumed
+        self.unverified: Path | None = None  # the same, when it had no manifest to verify it against
         self.phase_totals: dict[str, float] = {}  # this launch's time per phase, for the closing line
         arr = cfg[ARR]
         self.flops = FlopModel.of(load_model_spec(arr.model.path), arr.model.lora_rank, arr.model.target_modules)
@@ -251,10 +252,11 @@ class PPOTrainer:
         the likely cause, with the one before it."""
         lrs = learning_rates(self.cfg)
         found = [path for _, path in resumable(self.ckpt_root)]
-        last = (step_of(found[0]), found[0]) if found else None
-        older = found[1] if at_once and len(found) > 1 else None
+        newest = self.resumed if at_once else found[0] if found else None
+        last = (step_of(newest), newest) if newest is not None else None
+        older = next((p for p in found if step_of(p) < last[0]), None) if at_once else None
         return Diverged(diverged_line(reason, roles, lrs, last, way_out(self.cfg, self.ckpt_root),
-                                      unverified=bool(found) and found[0] == self.unverified,
+                                      unverified=newest is not None and newest == self.unverified,
                                       resumed=at_once, older=older))
 
     def _adopt(self, state: TrainerState) -> None:
@@ -272,6 +274,7 @@ class PPOTrainer:
             log.warning(f"{path} was saved with train_batch_size, rows = {saved}, this run has "
                         f"{(self.plan.prompts, len(self.train_set))}: the data order will differ")
         self.workers.call("resume_from", str(path))
+        self.resumed = path
         if not has_manifest(path):
             # Nothing vouched for its bytes (trainer/checkpoint.py verified): NaN or inf from a damaged
             # shard shows here, before a step blames the lr for it.
