@@ -1,7 +1,8 @@
 """DESIGN.md's layering, checked on the source: no package imports one above it, and neither packages nor
 files import in a cycle.
 
-    algos, data <- models, reward <- config <- memory <- preflight <- workers, controller <- trainer, launch <- main_ppo
+    algos, data, tools <- models, reward <- config <- memory <- preflight <- workers, controller <- trainer, launch
+    <- main_ppo
 
 Every module under logicrl/ is parsed with `ast` (not imported, so this runs in a fraction of a
 second and sees every import: module level, inside functions, under `if TYPE_CHECKING`). A module
@@ -33,7 +34,7 @@ TOP_LEVEL = "logicrl"  # the bottom layer: modules directly in logicrl/
 # Lowest first; one tuple per layer.
 LAYERS = [
     (TOP_LEVEL,),
-    ("algos", "data"),
+    ("algos", "data", "tools"),  # tools: the tool protocol, runner and sandbox; config validates tool files
     ("models", "reward"),
     ("config",),
     ("memory",),
