@@ -25,7 +25,7 @@ import yaml
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.checkpoint_layout import complete_checkpoints, holds_checkpoints
+from logicrl.checkpoint_layout import holds_checkpoints, newest_resumable
 from logicrl.config import check_overrides, validate
 from logicrl.config.cli import hydra_error_line, yaml_error_line
 from logicrl.config.evaluation import eval_runs, eval_targets
@@ -306,8 +306,8 @@ def resume_hint(cfg: DictConfig, newest: bool = False) -> str:
     root = cfg.trainer.default_local_dir
     if not holds_checkpoints(root):
         return f"no checkpoint under {root} yet: the same command starts over"
-    if newest and (found := complete_checkpoints(root)):  # a curriculum's are in stage directories
-        return f"{found[-1][1]} is intact: run the same command to resume from it"
+    if newest and (found := newest_resumable(root)) is not None:  # a curriculum's are in stage directories
+        return f"{found} is intact: run the same command to resume from it"
     return f"checkpoints under {root} are intact: run the same command to resume"
 
 

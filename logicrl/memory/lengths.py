@@ -24,12 +24,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from logicrl.checkpoint_layout import STATE_FILE, newest_resumable
 from logicrl.config.errors import ConfigError
 from logicrl.config.plan import ARR
 
 WORST_CASE, EXPECTED = "worst_case", "expected"
-# trainer/checkpoint.py's names (COMPLETE_MARKER, STATE_FILE), which this layer may not import.
-COMPLETE_MARKER, STATE_FILE = "COMPLETE", "trainer_state.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # fast, sentencepiece, BPE vocab
 
 
@@ -75,17 +74,14 @@ def last_run_response_length(root: str, resume_mode: str) -> tuple[int, str] | N
     """(the largest mean response length, rounded up, the checkpoint) of the run this one resumes, or
     None: nothing to resume, or a checkpoint written before its history kept lengths.
 
-    Read here rather than through trainer/checkpoint.py, which this layer may not import: the newest
-    complete global_step_N under the root (or the checkpoint resume_mode names) and its state file,
-    whose names that module defines. Only read: a damaged one is the trainer's to set aside."""
+    The checkpoint auto resumes (logicrl/checkpoint_layout.py: the one `latest` names) or the one
+    resume_mode names, and its state file. Only read: a damaged one is the trainer's to set aside."""
     if resume_mode == "disable":
         return None
     if resume_mode == "auto":
-        steps = [(int(p.name.removeprefix("global_step_")), p) for p in Path(root).glob("global_step_*")
-                 if p.name.removeprefix("global_step_").isdigit() and (p / COMPLETE_MARKER).is_file()]
-        if not steps:
+        path = newest_resumable(root)
+        if path is None:
             return None
-        path = max(steps)[1]
     else:
         path = Path(resume_mode)
     try:

@@ -7,7 +7,8 @@ The cheap and decisive checks come first: every model's weight files, read from 
 (models.py), LoRA's target modules (lora.py: the planner sizes the adapters they pick), every
 stage's memory plan (memory.py), then every stage's inputs (device.py, data.py and disk.py, then
 models.py, whose tokenizer lets data.py tokenize the sampled prompts, and checkpoints.py: does the
-one it resumes from fit), so a later stage's bad data file stops the first from starting.
+one it resumes from fit, and is there anything left to train), so a later stage's bad data file stops
+the first from starting. First of all, trainer.resume_mode=disable over another run's checkpoints.
 The directories are made (disk.py) only once every stage passed: a refused run leaves nothing on
 disk. Each stage is planned once; its StagePlan carries the numbers the later checks need. A dry run
 keeps each stage's refusals on its StagePlan (validation's, memory's, the inputs') for main_ppo to say
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from omegaconf import DictConfig
 
 from logicrl.config.stages import Stage
 from logicrl.errors import BadInput
 from logicrl.memory.phases import GB
-from logicrl.preflight.checkpoints import check_checkpoint
+from logicrl.preflight.checkpoints import check_checkpoint, check_fresh_start, check_not_done
 from logicrl.preflight.data import check_data
 from logicrl.preflight.device import check_device
 from logicrl.preflight.disk import check_directories, checkpoint_bytes, create_directories
@@ -62,6 +64,10 @@ def preflight(stages: Sequence[Stage]) -> Plans:
     """Every check of every stage, in the order above; raises BadInput at the first that fails.
     Each stage's `cfg` is validated, `spec` its actor's ModelSpec and `plan` its step plan; the
     plans to run are in the result (trainer.auto_micro_batch may have changed them)."""
+    # A curriculum's stages (named) keep their checkpoints in <root>/<NN_name>: the run is the root.
+    curriculum = bool(stages[0].name)
+    root = Path(stages[0].cfg.trainer.default_local_dir)
+    check_fresh_start(stages[0].cfg, root.parent if curriculum else root)
     for stage in stages:
         # Read from file headers in milliseconds; the memory plan may import transformers (a reward
         # model's tokenizer compared with the actor's).
@@ -71,7 +77,7 @@ def preflight(stages: Sequence[Stage]) -> Plans:
     checked = []
     for stage, planned in zip(stages, plans.stages):
         try:
-            check_inputs(stage.cfg, planned)
+            check_inputs(stage.cfg, planned, curriculum)
         except BadInput as err:
             if not stage.cfg.trainer.dry_run:
                 raise
@@ -83,9 +89,10 @@ def preflight(stages: Sequence[Stage]) -> Plans:
     return plans
 
 
-def check_inputs(cfg: DictConfig, planned: StagePlan) -> None:
+def check_inputs(cfg: DictConfig, planned: StagePlan, curriculum: bool = False) -> None:
     """What one stage reads and writes: the device, data files, directories and disk, model
-    directories, the checkpoint it would resume from. A dry run skips what needs the tokenizer."""
+    directories, the checkpoint it would resume from. A dry run skips what needs the tokenizer.
+    A curriculum's finished stages are its record's to judge (trainer/curriculum.py), not check_not_done's."""
     # What needs no transformers import first (a second or so), then the tokenizer's checks.
     check_device(cfg, planned.plan)
     check_data(cfg, None)
@@ -93,5 +100,7 @@ def check_inputs(cfg: DictConfig, planned: StagePlan) -> None:
     tokenizer = check_models(cfg, dry_run=cfg.trainer.dry_run)
     # After the model checks: the comparison reads the model's config.json, which they vouched for.
     check_checkpoint(cfg)
+    if not curriculum:
+        check_not_done(cfg, planned.plan)
     if tokenizer is not None:
         check_data(cfg, tokenizer)

@@ -1,7 +1,9 @@
 """Does the checkpoint this run would resume from fit it? Said before Ray starts, not by DCP after.
 
-    write_run_shape(tmp_dir, cfg)   # the trainer, into every checkpoint: shape.json
+    write_run_shape(tmp_dir, cfg)   # the trainer, into every checkpoint: shape.json and config.json
     check_checkpoint(cfg)           # the preflight: raises ConfigError naming the difference and the choices
+    check_not_done(cfg, plan)       # a finished run there that this launch differs from: refused
+    check_fresh_start(cfg, root)    # resume_mode=disable where checkpoints are: refused, never overwritten
 
 shape.json records what decides whether a checkpoint can load into a run: the shape of each trained
 model (from its config.json), the LoRA rank, alpha and target modules, and which roles hold sharded
@@ -10,7 +12,9 @@ Without it a LoRA rank-8 checkpoint resumed at rank 16 ends after Ray starts wit
 `CheckpointException ranks:dict_keys([0])`, and a GRPO one resumed with gae with a missing
 critic/meta.json. A checkpoint saved before this record existed is compared on its roles only (a
 critic/ directory or none); the rest is skipped. The comparison is against the checkpoint resume_mode
-picks: the newest complete one (auto) or the one it names; its integrity is the trainer's check.
+picks: the one `latest` names (auto) or the one it names; its integrity is the trainer's check. Every
+way out offered starts a new run in a directory of its own or moves the old one aside: nothing of two
+runs mixes in one directory.
 """
 
 from __future__ import annotations
@@ -21,15 +25,25 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.checkpoint_layout import SHAPE_FILE, STATE_FILE, complete_checkpoints
+from logicrl.checkpoint_layout import (
+    CONFIG_FILE,
+    SHAPE_FILE,
+    STATE_FILE,
+    complete_checkpoints,
+    holds_checkpoints,
+    newest_resumable,
+    start_over_hint,
+)
 from logicrl.checkpoint_pickles import refuse_code
 from logicrl.config.errors import ConfigError
+from logicrl.config.flat import LAUNCH_ONLY, differences, flat_config, show
 from logicrl.config.models import MODELS, in_use
-from logicrl.config.plan import ARR
+from logicrl.config.plan import ARR, StepPlan
 from logicrl.models.spec import ModelSpecError, load_model_spec
 
 log = logging.getLogger("logicrl.preflight")
 SHAPE_FORMAT = 1
+SHOWN = 4  # a refusal lists this many changed keys, then a count
 # What of a model's config.json fixes its parameters' shapes (models/spec.py's names).
 SHAPE_FIELDS = ("model_type", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size", "vocab_size", "tie_word_embeddings", "attention_bias")
@@ -61,8 +75,72 @@ def run_shape(cfg: DictConfig) -> dict:
 
 
 def write_run_shape(directory: str | Path, cfg: DictConfig) -> None:
-    """shape.json into a checkpoint being saved (a few hundred bytes; the manifest sums it)."""
+    """shape.json and config.json into a checkpoint being saved (a few KB; the manifest sums them)."""
     (Path(directory) / SHAPE_FILE).write_text(json.dumps(run_shape(cfg), indent=1))
+    (Path(directory) / CONFIG_FILE).write_text(json.dumps(flat_config(cfg), indent=0))
+
+
+def saved_config(checkpoint: Path) -> dict | None:
+    """The flat config a checkpoint's run had (config.json), or None: saved before it was recorded, or unreadable."""
+    try:
+        data = json.loads((checkpoint / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def new_directory_key(cfg: DictConfig) -> str:
+    """The setting that gives a run a directory of its own: the experiment's name where the default
+    trainer.default_local_dir is built from it, else the directory itself."""
+    t = cfg.trainer
+    if str(t.default_local_dir) == f"checkpoints/{t.project_name}/{t.experiment_name}":
+        return "trainer.experiment_name=<new name>"
+    return "trainer.default_local_dir=<another directory>"
+
+
+def way_out(cfg: DictConfig, root: str | Path | None = None) -> str:
+    """How to start a new run where `root` (this run's checkpoint directory) holds another."""
+    return start_over_hint(root if root is not None else cfg.trainer.default_local_dir, new_directory_key(cfg))
+
+
+def check_fresh_start(cfg: DictConfig, root: str | Path) -> None:
+    """trainer.resume_mode=disable where `root` (a curriculum's: its stage directories too) holds
+    checkpoints: refused. Starting over there would save global_step_1.. over the old run's, and a later
+    plain launch would resume a mix of the two; a run that saves nothing (val_only) is let through."""
+    t = cfg.trainer
+    if str(t.resume_mode) != "disable" or t.val_only or not holds_checkpoints(root):
+        return
+    newest = newest_resumable(root)
+    what = f"up to {newest.name}" if newest is not None else "in its stage directories"
+    raise ConfigError(f"trainer.resume_mode=disable, but trainer.default_local_dir={root} holds another run's "
+                      f"checkpoints ({what}), which starting over there would overwrite and mix with this run's: "
+                      f"{way_out(cfg, root)}; or drop trainer.resume_mode=disable to resume it")
+
+
+def check_not_done(cfg: DictConfig, plan: StepPlan) -> None:
+    """The checkpoint this launch would resume finished its run (its step is this plan's last or past it)
+    and its config differs from this launch's: refused, since nothing would train; the line names the run
+    there, what differs, and how to start a new one. The same config (or one differing only in how it is
+    watched: LAUNCH_ONLY) goes on to the trainer's "nothing to train", as a re-run of a finished job should."""
+    path = resume_candidate(cfg) if str(cfg.trainer.resume_mode) == "auto" else None
+    if path is None:
+        return
+    try:
+        step = int(json.loads((path / STATE_FILE).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # unreadable: the trainer's verification sets it aside or refuses it
+    saved = saved_config(path)
+    if step < plan.total_steps or saved is None:
+        return
+    changed = differences(saved, flat_config(cfg), LAUNCH_ONLY)
+    if not changed:
+        return
+    shown = ", ".join(f"{key} {show(old)} -> {show(new)}" for key, old, new in changed[:SHOWN])
+    more = f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else ""
+    root = cfg.trainer.default_local_dir
+    raise ConfigError(f"trainer.default_local_dir={root} holds a finished run ({path.name}: step {step} of "
+                      f"{plan.total_steps}), and this launch differs from it ({shown}{more}): resuming it would "
+                      f"train nothing; {way_out(cfg)}")
 
 
 def resume_candidate(cfg: DictConfig) -> Path | None:
@@ -73,8 +151,7 @@ def resume_candidate(cfg: DictConfig) -> Path | None:
     if mode != "auto":
         path = Path(mode)
         return path if path.is_dir() else None  # a missing one is the trainer's one line
-    found = complete_checkpoints(cfg.trainer.default_local_dir)
-    return found[-1][1] if found else None
+    return newest_resumable(cfg.trainer.default_local_dir)
 
 
 def check_checkpoint(cfg: DictConfig) -> None:
@@ -86,7 +163,8 @@ def check_checkpoint(cfg: DictConfig) -> None:
     mode = str(cfg.trainer.resume_mode)
     where = (f"trainer.default_local_dir={cfg.trainer.default_local_dir}: {path.name}" if mode == "auto"
              else f"trainer.resume_mode={mode}")
-    elsewhere = "use another trainer.default_local_dir" if mode == "auto" else "name another checkpoint"
+    # resume_mode=<path> saves into trainer.default_local_dir, not beside the path: nothing to move aside.
+    elsewhere = way_out(cfg) if mode == "auto" else "name another checkpoint in trainer.resume_mode"
     check_state_file(cfg, path)
     try:
         saved = json.loads((path / SHAPE_FILE).read_text())
@@ -97,8 +175,8 @@ def check_checkpoint(cfg: DictConfig) -> None:
         return
     if (problem := _difference(cfg, path, saved)) is not None:
         difference, old = problem
-        resume = f"resume it with {old}, " if old else ""
-        raise ConfigError(f"{where} {difference}: {resume}start over with trainer.resume_mode=disable, or {elsewhere}")
+        resume = f"resume it with {old}; or, " if old else ""
+        raise ConfigError(f"{where} {difference}: {resume}{elsewhere}")
 
 
 def _state_problem(path: Path) -> str | None:
@@ -121,8 +199,7 @@ def check_state_file(cfg: DictConfig, path: Path) -> None:
     keep = (f"{others[-1]} is the newest other checkpoint whose state reads: move {path} aside to resume from it"
             if others else "no other checkpoint there reads")
     raise ConfigError(f"{path / STATE_FILE} does not read ({problem[:160]}), though {path.name} is marked complete: it "
-                      f"was damaged or edited after it was saved; {keep}, or start over with "
-                      "trainer.resume_mode=disable")
+                      f"was damaged or edited after it was saved; {keep}; or, {way_out(cfg)}")
 
 
 def _difference(cfg: DictConfig, path: Path, saved: dict | None) -> tuple[str, str | None] | None:

@@ -7,8 +7,10 @@ file system that refuses the save (full, read-only) ends it with `SaveFailed`, o
 cause, the directory and the checkpoint still intact. MANIFEST.json holds every file's size and CRC-32,
 taken from what the writers summed as they wrote (logicrl/checksums.py; only the controller's own
 small JSON files are summed by reading them); at resume the chosen checkpoint is read in full against
-it before any rank loads it, and a damaged one is set aside. Nothing here unpickles: the trainer state
-is JSON, RNG states included. What users see: docs/faults.md.
+it before any rank loads it, and a damaged one is set aside. One without a manifest (older, or copied
+without it) cannot be verified so: it is said to be unverified, its files are checked against its DCP
+index, and the trainer checks its weights for NaN/inf once loaded. Nothing here unpickles: the trainer
+state is JSON, RNG states included. What users see: docs/faults.md.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from logicrl.checkpoint_layout import (  # noqa: F401 - re-exported: the trainer
     TMP_DIR,
     complete_checkpoints,
     is_complete,
+    newest_resumable,
     read_latest_pointer,
+    resumable,
     step_dir,
 )
 from logicrl.checksums import file_checksum, is_sidecar, recorded
 from logicrl.config.errors import ConfigError
+from logicrl.workers.checkpoint import index_damage
 
 log = logging.getLogger("logicrl.trainer")
 MANIFEST_FORMAT = 2  # 1: [size, CRC-32 as an int, or None above 1 MiB]; 2: [size, "crc32:<hex>"] for every file
@@ -147,8 +152,8 @@ def save_failed(err: BaseException, root: str | Path, step: int) -> SaveFailed |
         base = tmp if tmp is not None else root if root in name.parents else None
         where = f" ({name.relative_to(base) if base is not None else name})"
     fix = _FIXES.get(cause.errno, "check that file system or point trainer.default_local_dir elsewhere")
-    found = complete_checkpoints(root)
-    kept = (f"{found[-1][1].name} is intact and the same command resumes from it" if found
+    newest = newest_resumable(root)
+    kept = (f"{newest.name} is intact and the same command resumes from it" if newest is not None
             else "no checkpoint was saved before it, so the same command starts over")
     return SaveFailed(f"saving global_step_{step} in {root} failed: {what}{where}: {fix}; {kept}")
 
@@ -227,8 +232,13 @@ def manifest(directory: Path) -> dict:
     return {"format": MANIFEST_FORMAT, "files": files}
 
 
+def has_manifest(directory: str | Path) -> bool:
+    return (Path(directory) / MANIFEST_FILE).is_file()
+
+
 def damage(directory: str | Path) -> str | None:
-    """What is wrong with a complete checkpoint by its manifest, or None (also without a manifest).
+    """What is wrong with a complete checkpoint by its manifest, or None (also without a manifest:
+    `verified` says what it checks then).
     Sizes first (a file cut short is named without reading the rest), then every file's checksum:
     the whole checkpoint is read once."""
     directory = Path(directory)
@@ -300,12 +310,15 @@ def find_resume_point(root: str | Path, resume_mode: str, clean: bool = True) ->
     if resume_mode == "disable":
         return None
     if resume_mode == "auto":
-        found = complete_checkpoints(root)
-        while found:
-            step, path = found.pop()
+        latest = read_latest_pointer(root)
+        if above := [path.name for step, path in complete_checkpoints(root) if latest is not None and step > latest]:
+            log.warning(f"{', '.join(above)} under {root}: newer than the step {LATEST_FILE} names ({latest}), so "
+                        "not the last thing saved here (an earlier run's, or a save cut off before the pointer "
+                        f"moved): left as it is, not resumed (trainer.resume_mode=<path> resumes one by name)")
+        for step, path in resumable(root):
             problem = verified(path)
             if problem is None:
-                if read_latest_pointer(root) != step:
+                if latest != step:
                     write_durably(Path(root) / LATEST_FILE, f"{step}\n")
                 return path
             set_aside(path, problem)
@@ -324,8 +337,20 @@ def find_resume_point(root: str | Path, resume_mode: str, clean: bool = True) ->
 
 
 def verified(path: Path) -> str | None:
-    """damage(path), saying how long the full read took: a large checkpoint takes a while to verify."""
+    """What is wrong with `path` (None: nothing found), saying how it was checked and how long it took.
+
+    With a manifest: every file's size and CRC-32 (the whole checkpoint read once). Without one nothing
+    vouches for the bytes: the files must hold every item their DCP index names, and the line says the
+    checkpoint is unverified (the trainer checks its weights for NaN/inf once the ranks loaded them)."""
     start = time.perf_counter()
+    if not has_manifest(path):
+        problem = index_damage(path)
+        if problem is None:
+            log.warning(f"{path} has no {MANIFEST_FILE} (saved before manifests, or copied without it), so its content "
+                        "is unverified: its files hold every item their DCP index names, and its weights and "
+                        "optimizer state are checked for NaN/inf once loaded; a change that keeps them finite "
+                        "goes unseen")
+        return problem
     problem = damage(path)
     if problem is None:
         size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
@@ -338,13 +363,14 @@ def prune(root: str | Path, keep: int | None) -> list[Path]:
     """Delete all but the newest `keep` complete checkpoints (None or -1: keep all); returns what it removed.
 
     The newest complete checkpoint always stays, even with keep=0. Incomplete `global_step_N` dirs,
-    tmp dirs and any other file are left alone: only what this module can prove is an old, complete
-    checkpoint goes. Each one is first renamed to a tmp name (atomic), so a crash mid-delete
-    leaves debris that is ignored, never a half-deleted dir that still looks complete.
+    tmp dirs, checkpoints above the step `latest` names (an earlier run's) and any other file are left
+    alone: only what this module can prove is an old, complete checkpoint of this run goes. Each one is
+    first renamed to a tmp name (atomic), so a crash mid-delete leaves debris that is ignored, never a
+    half-deleted dir that still looks complete.
     """
     if keep is None or keep < 0:
         return []
-    found = complete_checkpoints(root)
+    found = resumable(root)[::-1]  # oldest first
     doomed = found[:max(0, len(found) - max(1, keep))]
     removed = []
     for step, path in doomed:

@@ -4,7 +4,8 @@ The record of finished stages is `<trainer.default_local_dir>/curriculum.json`, 
 after a stage's final checkpoint is committed. Re-running the same command skips the stages it
 lists, and the first unfinished stage resumes from its own newest complete checkpoint (or starts
 from the previous stage's final one): after a crash at any point the curriculum continues at the
-right stage and step. `trainer.resume_mode=disable` ignores the record and starts over.
+right stage and step. `trainer.resume_mode=disable` is for a directory that holds no run (the
+preflight refuses it over one); every way out below starts over in another directory or moves this aside.
 
 Each finished stage's row keeps its resolved config, so a re-run whose stage now says something
 else (an edited recipe, another command-line value) is refused, naming the keys, rather than the
@@ -18,13 +19,13 @@ import logging
 from fnmatch import fnmatch
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
+from logicrl.checkpoint_layout import start_over_hint
 from logicrl.config.errors import ConfigError
+from logicrl.config.flat import flat_config
 from logicrl.config.plan import ARR
 from logicrl.config.stages import Stage
 from logicrl.faults import Faults
-from logicrl.trainer.checkpoint import complete_checkpoints, damage, write_durably
+from logicrl.trainer.checkpoint import newest_resumable, verified, write_durably
 from logicrl.trainer.summaries import stage_row, write_summaries
 
 log = logging.getLogger("logicrl.trainer")
@@ -53,7 +54,7 @@ def read_record(root: Path, stages: list[Stage]) -> dict:
     names = [s.name for s in stages]
     if data.get("format") != RECORD_FORMAT or data.get("stages") != names:
         raise ConfigError(f"{path} records a curriculum with stages {data.get('stages')}, this one has {names}: "
-                          "use another trainer.default_local_dir, or trainer.resume_mode=disable to start over")
+                          f"{start_over_hint(root)}")
     return data["done"]
 
 
@@ -61,21 +62,6 @@ def write_record(root: Path, stages: list[Stage], done: dict) -> None:
     root.mkdir(parents=True, exist_ok=True)
     payload = {"format": RECORD_FORMAT, "stages": [s.name for s in stages], "done": done}
     write_durably(root / RECORD_FILE, json.dumps(payload, indent=1))
-
-
-def flat_config(cfg: DictConfig) -> dict:
-    """{dotted key: value} of a stage's resolved config (lists as values), as the record keeps it."""
-    out: dict = {}
-
-    def walk(node, prefix: str) -> None:
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                out[f"{prefix}{key}"] = value
-
-    walk(json.loads(json.dumps(OmegaConf.to_container(cfg, resolve=True))), "")  # JSON's types, as read back
-    return out
 
 
 def finished_row(stage: Stage, history: list[dict], elapsed_s: float, final: Path) -> dict:
@@ -117,8 +103,12 @@ def refuse_edited(stages: list[Stage], done: dict) -> None:
             f"curriculum stage {stage.index + 1}/{len(stages)} ({stage.name}) already finished with other settings "
             f"than it has now: {', '.join(changes[:SHOWN_CHANGES])}{more}; a finished stage is not trained again, "
             "so the change would be ignored: undo it (to change only the stages still to run, set it in their "
-            "overrides: +curriculum.stages.<index>.overrides.<key>=<value>), or start over with "
-            "trainer.resume_mode=disable, or use another trainer.default_local_dir")
+            f"overrides: +curriculum.stages.<index>.overrides.<key>=<value>); or, {start_over_hint(_root(stages))}")
+
+
+def _root(stages: list[Stage]) -> Path:
+    """The curriculum's directory: each stage's trainer.default_local_dir is <root>/<NN_name>."""
+    return Path(stages[0].cfg.trainer.default_local_dir).parent
 
 
 def finished_step(row: dict) -> int:
@@ -138,7 +128,7 @@ def reopen_lengthened(stages: list[Stage], done: dict) -> None:
         if later:
             raise ConfigError(f"stage {stage.name} now has {stage.plan.total_steps} steps but finished at "
                               f"{finished_step(row)}, and stage(s) {', '.join(later)} trained from its end: lengthen "
-                              f"only the last finished stage, or start over with trainer.resume_mode=disable")
+                              f"only the last finished stage; or, {start_over_hint(_root(stages))}")
         log.info(f"stage {stage.index + 1}/{len(stages)} ({stage.name}) finished at step {finished_step(row)} and now "
                  f"has {stage.plan.total_steps}: continuing it")
         del done[stage.name]
@@ -171,10 +161,10 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
         # One an earlier launch wrote is read in full before any rank loads it, as a resume's checkpoint
         # is; there is no older one to fall back to here (trainer/checkpoint.py). One this launch just
         # committed was summed as it was written: reading it back (~100 GB at 7B) would find nothing new.
-        if from_earlier_run and (problem := damage(previous_final)):
+        if from_earlier_run and (problem := verified(previous_final)):
             where = f"stage {stage.index + 1}/{len(stages)} ({stage.name})"
             raise ConfigError(f"{previous_final}, where {where} starts, is damaged ({problem}): restore it from a "
-                              "copy, or start over with trainer.resume_mode=disable")
+                              f"copy; or, {start_over_hint(root)}")
         r = cfg[ARR].rollout
         print(f"logicrl: stage {stage.index + 1}/{len(stages)} ({stage.name}): train_batch_size="
               f"{stage.plan.prompts}, rollout.n={stage.plan.n}, temperature={r.temperature}, "
@@ -182,7 +172,7 @@ def run_curriculum(stages: list[Stage], root: Path, run_dir: Path, carry_optimiz
         trainer = trainer_class(cfg)(cfg, stage.plan, run_dir / stage.dir_name, init_from=previous_final,
                              carry_optimizer=carry_optimizer, stage=stage.index, faults=faults)
         trainer.fit()
-        final = complete_checkpoints(cfg.trainer.default_local_dir)[-1][1]
+        final = newest_resumable(cfg.trainer.default_local_dir)
         done[stage.name] = finished_row(stage, trainer.history, trainer.elapsed_s, final)
         write_record(root, stages, done)
         previous_final, from_earlier_run = final, False

@@ -101,10 +101,30 @@ def nonfinite_state_reason(parts: list[str], step: int) -> str:
     return f"the {' and '.join(parts)} hold NaN or inf after step {step}, which was not saved"
 
 
-def diverged_line(reason: str, roles: list[str], lrs: dict[str, float], last: tuple[int, Path] | None) -> str:
-    """The one line a diverged run ends with: what happened, the knob, and the checkpoint to resume from."""
+def diverged_line(reason: str, roles: list[str], lrs: dict[str, float], last: tuple[int, Path] | None,
+                  start_over: str, unverified: bool = False, resumed: bool = False, older: Path | None = None) -> str:
+    """The one line a diverged run ends with: what happened, the knob, and the checkpoint to resume from.
+
+    A resumed run takes this launch's lr (trainer/resumed.py), so "lower it and run again" resumes the
+    checkpoint at the lower lr. `unverified`: the checkpoint named is the one this run resumed without a
+    manifest, so nothing vouches that it is sound: the line says so rather than "finite". `resumed`: not one
+    step since this launch resumed `last` was finite, so the checkpoint's weights are likely past saving
+    already (finite is not sound: a too-large lr throws them far in one update), and resuming it again at
+    any lr would diverge again: the line names `older` (the checkpoint before it) instead. `start_over`:
+    how to start a new run in a directory of its own."""
     knobs = " or ".join(f"{LR_KEYS[r]} (now {lrs[r]:g})" for r in ROLES if r in roles) or \
         f"{LR_KEYS['actor']} (now {lrs['actor']:g})"
-    where = (f"the last checkpoint, {last[1]}, is from step {last[0]} and finite (trainer.resume_mode=disable "
-             "starts over)") if last else "no checkpoint was saved before it"
-    return f"the run diverged: {reason}: lower {knobs} and run again; {where}"
+    if resumed and last is not None:
+        back = f"resume an older checkpoint (trainer.resume_mode={older})" if older else "there is no older one"
+        return (f"the run diverged: {reason}, and not one step since it resumed {last[1]} was finite: that "
+                f"checkpoint's weights are likely past saving already (finite, not sound: the lr of the steps "
+                f"before it), and resuming it again would diverge again: lower {knobs}, and {back}; or, "
+                f"{start_over}")
+    if last is None:
+        where = "no checkpoint was saved before it"
+    elif unverified:
+        where = (f"the last checkpoint, {last[1]}, is from step {last[0]} and was resumed without a MANIFEST.json "
+                 f"to verify it against: a damaged file in it would do this too ({start_over})")
+    else:
+        where = f"the last checkpoint, {last[1]}, is from step {last[0]} and finite ({start_over})"
+    return f"the run diverged: {reason}: lower {knobs} and run again, which resumes it at the lower value; {where}"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logicrl.config.plan import StepPlan
-from logicrl.trainer.checkpoint import complete_checkpoints, write_durably
+from logicrl.trainer.checkpoint import newest_resumable, write_durably
 from logicrl.workers.oom import RankOutOfMemory
 
 if TYPE_CHECKING:  # imports Ray, which the trainer does not need to run (tests/gpu/local_group.py)
@@ -63,8 +63,9 @@ def ended_by_oom(root: str | Path, err: WorkerFailed) -> OutOfMemoryOnRank:
     that ends the run, naming the rank, its node, the phase, the file and the checkpoint."""
     oom: RankOutOfMemory = err.cause
     path = save_halved(root, oom.key, oom.value)
-    found = complete_checkpoints(root)
-    resume = f"the last checkpoint {found[-1][1]} is intact" if found else "no checkpoint yet: the re-run starts over"
+    newest = newest_resumable(root)
+    resume = (f"the last checkpoint {newest} is intact" if newest is not None
+              else "no checkpoint yet: the re-run starts over")
     where = f" on node {err.node}" if err.node else ""
     return OutOfMemoryOnRank(
         f"rank {err.rank}{where} ran out of memory in {err.phase} with {oom.key}={oom.old}, ending the run rather "

@@ -23,6 +23,7 @@ from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
 from logicrl.algos.masked import response_lengths
+from logicrl.checkpoint_layout import step_of
 from logicrl.config.eval_keys import eval_sampling
 from logicrl.config.multi_turn import prompt_tools
 from logicrl.config.phases import SCORING_PASSES, UPDATE_PHASES
@@ -37,17 +38,19 @@ from logicrl.logs import quiet_driver
 from logicrl.models.eos import eos_ids
 from logicrl.models.loading import checkpoint_dir, load_tokenizer
 from logicrl.models.spec import load_model_spec
-from logicrl.preflight.checkpoints import write_run_shape
+from logicrl.preflight.checkpoints import way_out, write_run_shape
 from logicrl.reward.pool import make_scorer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
 from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch
 from logicrl.trainer.checkpoint import (
     TrainerState,
-    complete_checkpoints,
     find_resume_point,
+    has_manifest,
+    newest_resumable,
     prune,
     read_trainer_state,
+    resumable,
     saving,
     step_dir,
     write_trainer_state,
@@ -65,6 +68,7 @@ from logicrl.trainer.divergence import (
 )
 from logicrl.trainer.dynamic_sampling import FilterMetricError, Round, fill, metric_values, trainable_prompts
 from logicrl.trainer.micro_sizes import apply_saved
+from logicrl.trainer.resumed import kl_start, recorded, resume_lines
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler
 from logicrl.trainer.step_perf import FlopModel, generation_round, peak_bf16_flops, phase_shares, step_metrics
@@ -135,6 +139,8 @@ class PPOTrainer:
         # as the steps took (the sampler's position, checkpointed).
         self.rounds = 0
         self.workers = None
+        self.resumed: Path | None = None  # the checkpoint this launch resumed
+        self.unverified: Path | None = None  # the same, when it had no manifest to verify it against
         self.phase_totals: dict[str, float] = {}  # this launch's time per phase, for the closing line
         self.val_samples: list[dict] = []  # the last validation's scored responses (trainer/evaluation.py)
         arr = cfg[ARR]
@@ -142,8 +148,6 @@ class PPOTrainer:
         self.peak = peak_bf16_flops(torch.cuda.get_device_name(0)) if use_cuda else None
         if state is not None and state.step >= self.total_steps:
             self._adopt(state)
-            log.info(f"{resume} is at step {state.step} of {self.total_steps}: nothing left to train "
-                     "(trainer.resume_mode=disable starts over)")
             return
         if cfg.trainer.resume_mode != "disable":
             # Micro-batches an OOM halved before it ended an earlier run here (trainer/micro_sizes.py).
@@ -178,8 +182,11 @@ class PPOTrainer:
 
     def fit(self) -> dict:
         if self.workers is None:
-            print(f"logicrl: {self.ckpt_root} already holds step {self.start_step} of {self.total_steps}: "
-                  "nothing to train (trainer.resume_mode=disable starts over)")
+            # The preflight refused a launch that differs from the finished run (preflight/checkpoints.py
+            # check_not_done): this is the same run again, as a requeued or repeated job launches it.
+            print(f"logicrl: {self.ckpt_root} already holds step {self.start_step} of {self.total_steps} of this "
+                  f"run ({newest_resumable(self.ckpt_root).name}): nothing to train; "
+                  f"{way_out(self.cfg, self.ckpt_root)}")
             return {}
         tracker = Tracker(self.run_dir, list(self.cfg.trainer.logger), self.total_steps,
                           OmegaConf.to_container(self.cfg, resolve=True), self.cfg.trainer.project_name,
@@ -211,7 +218,9 @@ class PPOTrainer:
                     stop = requested()
                     try:  # a step that ends the run is logged too: its NaN show where the run diverged
                         if reason := guard.observe(step, metrics):
-                            raise self.diverged(reason, nonfinite_roles(metrics))
+                            # Not one finite step since this launch resumed: the checkpoint itself is suspect.
+                            at_once = self.start_step > 0 and guard.streak[0] == self.start_step + 1
+                            raise self.diverged(reason, nonfinite_roles(metrics), at_once)
                         if reason := rejection.observe(step, metrics):
                             raise BadInput(reason)
                         periodic = save_freq > 0 and step % save_freq == 0
@@ -267,11 +276,18 @@ class PPOTrainer:
         """What a loop of another shape adds to the checkpoint's trainer state (nothing here)."""
         return {}
 
-    def diverged(self, reason: str, roles: list[str]) -> Diverged:
-        """The error that ends a diverged run: the reason, the lr to lower, the checkpoint to go back to."""
+    def diverged(self, reason: str, roles: list[str], at_once: bool = False) -> Diverged:
+        """The error that ends a diverged run: the reason, the lr to lower, the checkpoint to go back to.
+        `at_once`: no step since this launch resumed was finite, so the checkpoint it resumed is named as
+        the likely cause, with the one before it."""
         lrs = learning_rates(self.cfg)
-        saved = complete_checkpoints(self.ckpt_root)
-        return Diverged(diverged_line(reason, roles, lrs, saved[-1] if saved else None))
+        found = [path for _, path in resumable(self.ckpt_root)]
+        newest = self.resumed if at_once else found[0] if found else None
+        last = (step_of(newest), newest) if newest is not None else None
+        older = next((p for p in found if step_of(p) < last[0]), None) if at_once else None
+        return Diverged(diverged_line(reason, roles, lrs, last, way_out(self.cfg, self.ckpt_root),
+                                      unverified=newest is not None and newest == self.unverified,
+                                      resumed=at_once, older=older))
 
     def _adopt(self, state: TrainerState) -> None:
         """The controller's side of a checkpoint: where the run is, its history, KL coef and RNG."""
@@ -288,7 +304,21 @@ class PPOTrainer:
             log.warning(f"{path} was saved with train_batch_size, rows = {saved}, this run has "
                         f"{(self.plan.prompts, len(self.train_set))}: the data order will differ")
         self.workers.call("resume_from", str(path))
+        self.resumed = path
+        if not has_manifest(path):
+            # Nothing vouched for its bytes (trainer/checkpoint.py verified): NaN or inf from a damaged
+            # shard shows here, before a step blames the lr for it.
+            self.unverified = path
+            if parts := sorted({part for rank in self.workers.call("nonfinite_state") for part in rank}):
+                raise BadInput(f"{path} has no MANIFEST.json to verify it against, and once loaded its "
+                               f"{' and '.join(parts)} hold NaN or inf: it is damaged; move it aside (mv {path} "
+                               f"{path}.damaged) and the same command resumes from the one before it, or "
+                               f"{way_out(self.cfg, self.ckpt_root)}")
         self._adopt(state)
+        old = recorded(path, state, self.cfg)
+        self.kl_ctrl.value = kl_start(self.cfg, state, old)
+        for line in resume_lines(path, state, self.cfg, old):
+            log.info(line)
         log.info(f"resumed from {path} at step {state.step}; {self.total_steps - state.step} steps to go")
 
     # ---------------------------------------------------------------- the step

@@ -43,6 +43,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from logicrl.checkpoint_layout import start_over_hint, step_of
 from logicrl.checksums import Checksums
 from logicrl.errors import BadInput
 from logicrl.models.loading import checkpoint_dir
@@ -89,8 +90,12 @@ class _MetadataUnpickler(pickle.Unpickler):
                                 ("builtins", "dict")}:
             obj = super().find_class(module, name)
         if obj is None:
-            raise pickle.UnpicklingError(f"checkpoint metadata names {module}.{name}, which is not plain data")
+            raise _NotPlainData(f"checkpoint metadata names {module}.{name}, which is not plain data")
         return obj
+
+
+class _NotPlainData(pickle.UnpicklingError):
+    """A refused global, as opposed to bytes that do not parse (a damaged file)."""
 
 
 class UnsafeCheckpoint(BadInput):
@@ -101,10 +106,13 @@ class UnsafeCheckpoint(BadInput):
 def unsafe(path: str | Path, item: str, err: Exception, data: bytes = b"") -> UnsafeCheckpoint:
     named = _globals_named(data)
     what = f"it names {', '.join(named)}" if named else " ".join(str(err).split()).split("WeightsUnpickler error: ")[-1]
+    # The global_step_N directory the file is in: what the user moves aside.
+    checkpoint = next((p for p in Path(path).parents if step_of(p) is not None), Path(path).parent)
     return UnsafeCheckpoint(f"checkpoint file {path}, item {item}: a pickle that is not plain data ({what[:160]}); a "
                             "logicrl checkpoint holds only tensors and plain values, so it was refused and nothing in "
-                            "it ran: resume from a checkpoint you wrote yourself, or start over with "
-                            "trainer.resume_mode=disable")
+                            f"it ran: resume from a checkpoint you wrote yourself (mv {checkpoint} "
+                            f"{checkpoint}.refused, and the same command resumes the one before it); or, "
+                            f"{start_over_hint(checkpoint.parent)}")
 
 
 def _globals_named(data: bytes) -> list[str]:
@@ -198,6 +206,39 @@ class _SafeFileSystemReader(dcp.FileSystemReader):
         return metadata
 
 
+def index_damage(checkpoint: str | Path) -> str | None:
+    """What is wrong with a checkpoint's sharded state without a manifest to compare it with, or None:
+    each DCP index (actor/.metadata, critic/.metadata) must parse, and every item it names must lie
+    inside its shard file (a file cut short or missing is found without reading the shards). The
+    small JSON files beside them must parse. A pickle naming a foreign type is refused (UnsafeCheckpoint)."""
+    checkpoint = Path(checkpoint)
+    for index in sorted(checkpoint.glob("*/.metadata")):
+        rel = index.relative_to(checkpoint)
+        data = index.read_bytes()
+        try:
+            metadata = _MetadataUnpickler(io.BytesIO(data)).load()
+        except _NotPlainData as err:
+            raise unsafe(index, "the DCP index", err, data) from None
+        except Exception as err:  # any byte can be wrong: whatever the unpickler trips on is damage
+            return f"its DCP index {rel} does not parse ({type(err).__name__})"
+        sizes: dict[str, int] = {}
+        for info in getattr(metadata, "storage_data", {}).values():
+            name = info.relative_path
+            if name not in sizes:
+                shard = index.parent / name
+                sizes[name] = shard.stat().st_size if shard.is_file() else -1
+            if sizes[name] < 0:
+                return f"{rel.parent / name} is missing"
+            if info.offset + info.length > sizes[name]:
+                return f"{rel.parent / name} is {sizes[name]} bytes, its index needs {info.offset + info.length}"
+    for small in [*checkpoint.glob("*.json"), *checkpoint.glob("*/*.json")]:
+        try:
+            json.loads(small.read_text())
+        except (UnicodeDecodeError, ValueError):
+            return f"{small.relative_to(checkpoint)} does not parse"
+    return None
+
+
 # ---------------------------------------------------------------- summing DCP's writes
 class _SummingFileSystem(FileSystem):
     """DCP's local file system, with every file it writes going through a Checksums record."""
@@ -276,9 +317,12 @@ def load_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch
 
     The optimizer must be built over the same parameters (same config); the world size may differ.
     `optimizer=None` loads the model weights alone (a curriculum stage's start, the reference model);
-    `scheduler=None` leaves the scheduler as built (a new stage restarts its schedule).
+    `scheduler=None` leaves the scheduler as built (a new stage restarts its schedule). With both, the
+    moments and the schedule's position come from the checkpoint, the hyperparameters from this run's
+    config (`keep_configured`).
     """
     directory = Path(directory)
+    configured = configured_settings(optimizer, scheduler) if optimizer is not None and scheduler is not None else None
     meta = json.loads((directory / META_FILE).read_text())
     options = StateDictOptions(ignore_frozen_params=meta["trainable_only"])
     if optimizer is None:
@@ -295,6 +339,8 @@ def load_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch
                        options=StateDictOptions(strict=not meta["trainable_only"]))
     if scheduler is not None:
         scheduler.load_state_dict(json.loads((directory / SCHEDULER_FILE).read_text()))
+    if configured is not None:
+        keep_configured(optimizer, scheduler, configured)
     rng = directory / f"rng_rank{_rank()}.json"
     if restore_rng and rng.is_file():  # absent when resuming on more ranks than saved: keep the seeded state
         restore_rng_state(json.loads(rng.read_text()))
@@ -304,11 +350,33 @@ def load_stage_start(directory: str | Path, model: torch.nn.Module, optimizer: t
                      carry_optimizer: bool) -> None:
     """A curriculum stage's start: the previous stage's weights (and, if asked, its Adam moments).
 
-    The lr comes from this stage's own schedule, not from the loaded param groups.
+    The lr and weight decay come from this stage's own config and schedule, not from the loaded param groups.
     """
+    configured = configured_settings(optimizer, scheduler)
     load_sharded(directory, model, optimizer if carry_optimizer else None, restore_rng=False)
-    for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
-        group["lr"] = lr
+    keep_configured(optimizer, scheduler, configured)
+
+
+def configured_settings(optimizer: torch.optim.Optimizer, scheduler) -> list[dict]:
+    """Per param group, what this run's config built (workers/fsdp.py build_optimizer): the peak lr and the
+    weight decay. Taken before a load overwrites them with the checkpoint's."""
+    return [{"lr": base, "weight_decay": group["weight_decay"]}
+            for group, base in zip(optimizer.param_groups, scheduler.base_lrs)]
+
+
+def keep_configured(optimizer: torch.optim.Optimizer, scheduler, configured: list[dict]) -> None:
+    """After a load: this run's peak lr and weight decay replace the checkpoint's, at the schedule's
+    loaded position. DCP restores the param groups as saved (lr, initial_lr, weight_decay) and the
+    scheduler its base_lrs, so without this a resumed run would keep training at the checkpoint's lr
+    whatever the command line says (and a diverged run's lower lr would never take). The schedule's
+    shape (warm-up, decay, total steps) is this run's already: LambdaLR saves no function, it keeps
+    the one built from the config."""
+    scheduler.base_lrs = [c["lr"] for c in configured]
+    for group, want, factor in zip(optimizer.param_groups, configured, scheduler.lr_lambdas):
+        group["initial_lr"] = want["lr"]
+        group["weight_decay"] = want["weight_decay"]
+        group["lr"] = want["lr"] * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
 
 
 # ---------------------------------------------------------------- HF export

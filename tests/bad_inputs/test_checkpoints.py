@@ -3,7 +3,8 @@
 The newest one changed in place (same size) is set aside with one warning, never deleted, and the
 run resumes from the newest intact one, training as the first run did; one that does not fit the
 run is refused by the preflight before anything starts; a disk that fills up mid-save ends the run
-with one line, the previous checkpoint intact. One run of several launches, so the checkpoints are
+with one line, the previous checkpoint intact; one without a manifest is said to be unverified, and
+with NaN in a shard it is refused once loaded, never trained on. One run of several launches, so the checkpoints are
 written once. Every file kind's same-size damage, in-process: tests/trainer/test_checkpoint_integrity.py.
 The misfits run main_ppo.py's checks in-process (`check_main`) on the real checkpoints: the
 preflight's refusal path through the entry point is tests/bad_inputs/test_data.py's.
@@ -51,8 +52,9 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
                                                         "this run has 8")):
         result = check_main(*RUN, "trainer.total_training_steps=3", f"trainer.default_local_dir={ckpt}",
                             f"hydra.run.dir={tmp_path / 'refused'}", override)
-        assert_refused(result, f"trainer.default_local_dir={ckpt}: ", says, "trainer.resume_mode=disable",
-                       "another trainer.default_local_dir")
+        assert_refused(result, f"trainer.default_local_dir={ckpt}: ", says, "give it a directory of its own "
+                       f"(trainer.default_local_dir=<another directory>) or move this one aside first: mv {ckpt} "
+                       f"{ckpt}.old")
     assert sorted(p.name for p in ckpt.iterdir() if p.name != LOCK_FILE) == ["global_step_1", "global_step_2",
                                                       "latest_checkpointed_iteration.txt"]
 
@@ -89,6 +91,27 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
     with caplog.at_level(logging.WARNING, logger="logicrl"):
         assert find_resume_point(ckpt, "auto") == ckpt / "global_step_3"
     assert [p.name for p in ckpt.iterdir() if ".corrupt-" in p.name] == aside and "is damaged" not in caplog.text
+
+    # Without its manifest nothing vouches for the bytes: NaN written into a shard (same size) passes the
+    # check against the DCP index, is found once the rank loaded it, and the run is refused, not trained.
+    newest = ckpt / "global_step_3"
+    (newest / MANIFEST_FILE).unlink()
+    shard = next((newest / "actor").glob("*.distcp"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 4096] = b"\xff" * 4096  # float32 0xffffffff is NaN
+    shard.write_bytes(bytes(data))
+    third, _ = timed_main(*RUN, "trainer.total_training_steps=5", f"trainer.default_local_dir={ckpt}",
+                          f"hydra.run.dir={tmp_path / 'run3'}")
+    out = third.stdout + third.stderr
+    assert f"{newest} has no MANIFEST.json (saved before manifests, or copied without it), so its content is " \
+           "unverified" in out and f"verified {newest}" not in out, tail(third)
+    errors = [line for line in third.stderr.splitlines() if line.startswith("error: ")]
+    assert third.returncode == 2 and len(errors) == 1, tail(third)
+    assert re.fullmatch(rf"error: {re.escape(str(newest))} has no MANIFEST\.json to verify it against, and once "
+                        r"loaded its actor (optimizer state|weights)( and actor weights)? hold NaN or inf: it "
+                        rf"is damaged; move it aside \(mv {re.escape(str(newest))} {re.escape(str(newest))}\.damaged"
+                        r"\) and the same command resumes from the one before it, or .*", errors[0]), errors[0]
+    assert not (ckpt / "global_step_4").exists() and "the run diverged" not in out
 
     # The disk estimate the preflight refuses by is close to what a real checkpoint takes. The
     # spec is the saved model's own config: the embedded model's built-in spec counts its config's

@@ -3,14 +3,18 @@
 lr=1e8 drives the tiny model to NaN by step 3 (its first update throws the weights to ~1e8, and the
 logits overflow from then on): the run stops within trainer.max_nonfinite_steps + 1 steps with one
 line and exit 5, metrics.jsonl has NaN where the values were NaN, and the newest checkpoint on disk is
-from before the non-finite steps, loads and is finite. lr=1e8 leaves the weights themselves finite, so
-a second run makes them NaN with the `nan` fault to show that a save from them is refused.
+from before the non-finite steps, loads and is finite. The line's advice taken, the same command with a
+lower lr resumes that checkpoint and trains at the lower lr (metrics.jsonl's actor/lr), saying so; its
+weights, thrown to ~1e8 by the first update, still overflow, and the line now says the checkpoint is the
+cause, naming the one before it. lr=1e8 leaves the weights themselves finite, so another run makes them
+NaN with the `nan` fault to show that a save from them is refused.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 
 import pytest
@@ -61,13 +65,24 @@ def _tensors(tree):
             yield from _tensors(value)
 
 
-def test_a_run_driven_to_nan_stops_shows_the_nan_and_keeps_a_finite_checkpoint(tmp_path):
-    ckpt = tmp_path / "ckpt"
-    result, seconds = timed_main(*RUN, f"{ARR}.actor.optim.lr=1e8", "trainer.total_training_steps=10",
-                                 f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}")
+DIVERGING = [*RUN, "trainer.total_training_steps=10"]
+
+
+@pytest.fixture(scope="module")
+def diverged(tmp_path_factory):
+    """The lr=1e8 run: (its directory, holding ckpt/ and run/, the result, its seconds)."""
+    base = tmp_path_factory.mktemp("diverged")
+    result, seconds = timed_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e8", f"trainer.default_local_dir={base / 'ckpt'}",
+                                 f"hydra.run.dir={base / 'run'}")
+    return base, result, seconds
+
+
+def test_a_run_driven_to_nan_stops_shows_the_nan_and_keeps_a_finite_checkpoint(diverged, tmp_path):
+    base, result, seconds = diverged
+    ckpt = base / "ckpt"
     line = the_line(result)
     assert seconds < BOUND_S, f"{seconds:.0f} s: {line}"
-    rows = read_metrics(tmp_path / "run")
+    rows = read_metrics(base / "run")
     first_nan = next(r["step"] for r in rows if math.isnan(r["actor/pg_loss"]))
     last = rows[-1]["step"]
     assert last - first_nan + 1 <= LIMIT + 1 and last < 10, (first_nan, last)  # stopped, and soon
@@ -87,6 +102,32 @@ def test_a_run_driven_to_nan_stops_shows_the_nan_and_keeps_a_finite_checkpoint(t
     assert f"the last checkpoint, {newest}, is from step {step} and finite" in line
     assert not [p for p in ckpt.iterdir() if ".tmp-" in p.name]
     assert finite_everywhere(newest, tmp_path) > 50
+
+
+def test_the_re_run_with_a_lower_lr_resumes_at_that_lr_and_says_so(diverged, tmp_path):
+    base, first, _ = diverged
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(base / "ckpt", ckpt)  # the first test reads the original as the first run left it
+    saved = complete_checkpoints(ckpt)
+    newest_step, newest = saved[-1]
+    back = f"resume an older checkpoint (trainer.resume_mode={saved[-2][1]})" if len(saved) > 1 else \
+        "there is no older one"
+    result, seconds = timed_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e-4", f"trainer.default_local_dir={ckpt}",
+                                 f"hydra.run.dir={tmp_path / 'run'}")
+    output = result.stdout + result.stderr
+    assert f"{ARR}.actor.optim.lr: 1e+08 -> 0.0001 (this launch's value replaces {newest.name}'s)" in output, \
+        tail(output)
+    assert f"resumed from {newest} at step {newest_step}" in output
+    rows = read_metrics(tmp_path / "run")
+    assert rows[0]["step"] == newest_step + 1  # resumed, not started over
+    assert all(r["actor/lr"] == pytest.approx(1e-4) for r in rows), [r["actor/lr"] for r in rows]
+    # The weights the first run saved after its 1e8 updates overflow at any lr: the line says the checkpoint,
+    # not the lr, is now the cause, and names the one before it.
+    line = the_line(result)
+    assert seconds < BOUND_S, f"{seconds:.0f} s: {line}"
+    assert f"not one step since it resumed {newest} was finite" in line
+    assert f"lower {ARR}.actor.optim.lr (now 0.0001), and {back}" in line
+    assert "now 1e+08" in first.stderr and "now 1e+08" not in line
 
 
 def test_weights_gone_nan_are_never_saved(tmp_path):

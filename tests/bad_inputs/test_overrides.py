@@ -59,6 +59,7 @@ def test_a_finished_stage_edited_before_a_rerun_is_refused_naming_the_change(tmp
     result = check_main(*args, "+curriculum.stages.0.overrides.actor_rollout_ref.rollout.n=4",
                         f"hydra.run.dir={tmp_path / 'run'}")
     line = assert_refused(result, "curriculum stage 1/2 (3ppl) already finished with other settings than it has "
-                          "now: actor_rollout_ref.rollout.n 8 -> 4;", "trainer.resume_mode=disable")
+                          "now: actor_rollout_ref.rollout.n 8 -> 4;",
+                          f"move this one aside first: mv {ckpt} {ckpt}.old")
     assert (ckpt / RECORD_FILE).read_text() == before and not list(ckpt.rglob("global_step_*"))  # nothing trained
     assert "+curriculum.stages.<index>.overrides.<key>=<value>" in line

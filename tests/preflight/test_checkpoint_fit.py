@@ -1,5 +1,5 @@
 """check_checkpoint: a checkpoint that cannot load into the run is refused before Ray starts, in one
-line naming the difference and the three ways out; one that fits, or one from before shape.json
+line naming the difference and the ways out; one that fits, or one from before shape.json
 (roles compared only), goes through."""
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from logicrl.config.errors import ConfigError
 from logicrl.config.phases import ARR
 from logicrl.preflight.checkpoints import check_checkpoint, run_shape, write_run_shape
 
-WAYS_OUT = "start over with trainer.resume_mode=disable, or use another trainer.default_local_dir"
+
+def ways_out(root) -> str:
+    return ("to start a new run, give it a directory of its own (trainer.default_local_dir=<another directory>) or "
+            f"move this one aside first: mv {root} {root}.old")
 
 
 def config(data_files, root, *overrides):
@@ -40,8 +43,8 @@ def test_a_lora_rank_other_than_the_saved_one_is_refused_with_the_ways_out(data_
     with pytest.raises(ConfigError) as err:
         check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=16"))
     assert str(err.value) == (f"trainer.default_local_dir={root}: global_step_3 was saved with "
-                              f"{ARR}.model.lora_rank=8, this run has 16: resume it with {ARR}.model.lora_rank=8, "
-                              f"{WAYS_OUT}")
+                              f"{ARR}.model.lora_rank=8, this run has 16: resume it with {ARR}.model.lora_rank=8; or, "
+                              f"{ways_out(root)}")
     with pytest.raises(ConfigError, match=f"saved with {ARR}.model.lora_rank=8, this run has 0: "):
         check_checkpoint(config(data_files, root))  # the full model from a LoRA checkpoint
     with pytest.raises(ConfigError, match=f"saved with {ARR}.model.lora_alpha=16, this run has 32: "):
@@ -65,7 +68,7 @@ def test_a_grpo_checkpoint_resumed_with_gae_names_the_missing_critic(data_files,
         check_checkpoint(config(data_files, root, "algorithm.adv_estimator=gae"))
     assert str(err.value) == (f"trainer.default_local_dir={root}: global_step_2 holds no critic (it was saved with "
                               f"algorithm.adv_estimator=grpo) and this run's algorithm.adv_estimator=gae trains one: "
-                              f"resume it with algorithm.adv_estimator=grpo, {WAYS_OUT}")
+                              f"resume it with algorithm.adv_estimator=grpo; or, {ways_out(root)}")
     # The other way round loads: the saved critic is left unread.
     gae_root = tmp_path / "gae"
     saved(gae_root, 2, config(data_files, gae_root, "algorithm.adv_estimator=gae"), roles=("actor", "critic"))
@@ -85,7 +88,8 @@ def test_another_model_shape_is_refused_naming_the_fields_and_the_old_path(data_
         check_checkpoint(config(data_files, root, f"{ARR}.model.path={large}"))
     assert str(err.value) == (f"trainer.default_local_dir={root}: global_step_5 was saved from a model with "
                               f"hidden_size=64, head_dim=32 ({ARR}.model.path={small}), and {ARR}.model.path={large} "
-                              f"has hidden_size=128, head_dim=64: resume it with {ARR}.model.path={small}, {WAYS_OUT}")
+                              f"has hidden_size=128, head_dim=64: resume it with {ARR}.model.path={small}; or, "
+                              f"{ways_out(root)}")
 
 
 def test_resume_mode_naming_a_checkpoint_is_compared_and_named(data_files, tmp_path):
@@ -94,8 +98,8 @@ def test_resume_mode_naming_a_checkpoint_is_compared_and_named(data_files, tmp_p
     with pytest.raises(ConfigError) as err:
         check_checkpoint(config(data_files, root, f"trainer.resume_mode={path}"))
     assert str(err.value) == (f"trainer.resume_mode={path} was saved with {ARR}.model.lora_rank=8, this run has 0: "
-                              f"resume it with {ARR}.model.lora_rank=8, start over with trainer.resume_mode=disable, "
-                              "or name another checkpoint")
+                              f"resume it with {ARR}.model.lora_rank=8; or, name another checkpoint in "
+                              "trainer.resume_mode")
 
 
 def test_the_newest_complete_checkpoint_is_the_one_compared(data_files, tmp_path):
@@ -111,7 +115,8 @@ def test_a_checkpoint_from_before_shape_json_is_compared_on_its_roles_only(data_
     saved(root, 2)  # actor/ only, no shape.json
     check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=16"))  # nothing recorded to compare
     with pytest.raises(ConfigError, match=r"global_step_2 holds no critic \(it was saved by a run without one\) and "
-                                          r"this run's algorithm.adv_estimator=gae trains one: start over with"):
+                                          r"this run's algorithm.adv_estimator=gae trains one: to start a new "
+                                          r"run, give"):
         check_checkpoint(config(data_files, root, "algorithm.adv_estimator=gae"))
     (root / "global_step_2" / SHAPE_FILE).write_text("{not json")
     check_checkpoint(config(data_files, root, f"{ARR}.model.lora_rank=16"))  # unreadable: the trainer's check

@@ -55,8 +55,9 @@ def test_exception_mid_save_keeps_previous(tmp_path):
     assert ckpt.find_resume_point(tmp_path, "auto") == tmp_path / "global_step_1"
 
 
-def test_crash_between_rename_and_pointer_still_resumes_newest(tmp_path, monkeypatch):
-    """The renamed dir carries COMPLETE, so it is resumable even if the pointer never moved."""
+def test_crash_between_rename_and_pointer_resumes_what_the_pointer_names(tmp_path, monkeypatch, caplog):
+    """The renamed dir is complete, but the pointer never moved: auto takes what the pointer names (the save
+    cut off is done again), and leaves the other as it is."""
     save(tmp_path, 1)
     real = ckpt.write_durably
 
@@ -70,7 +71,30 @@ def test_crash_between_rename_and_pointer_still_resumes_newest(tmp_path, monkeyp
         save(tmp_path, 2)
     monkeypatch.undo()
     assert ckpt.read_latest_pointer(tmp_path) == 1
+    assert ckpt.find_resume_point(tmp_path, "auto") == tmp_path / "global_step_1"
+    assert ckpt.is_complete(tmp_path / "global_step_2")
+    assert "global_step_2 under" in caplog.text and "newer than the step latest_checkpointed_iteration.txt " \
+        "names (1)" in caplog.text
+    save(tmp_path, 2)  # the resumed run saves its step 2 over it
     assert ckpt.find_resume_point(tmp_path, "auto") == tmp_path / "global_step_2"
+
+
+def test_auto_resumes_the_step_latest_names_not_the_highest(tmp_path):
+    """A run resumed from an older checkpoint by name saves its own steps below an earlier run's higher
+    ones: `latest` names the newer run's, and auto, the stop hints and pruning follow it."""
+    for step in (1, 2, 3):
+        save(tmp_path, step)
+    ckpt.write_durably(tmp_path / ckpt.LATEST_FILE, "1\n")  # what a run resumed from global_step_1 would leave
+    assert ckpt.find_resume_point(tmp_path, "auto") == tmp_path / "global_step_1"
+    assert ckpt.newest_resumable(tmp_path) == tmp_path / "global_step_1"
+    assert ckpt.prune(tmp_path, 0) == []  # the one latest names stays; the earlier run's 2 and 3 are not this run's
+    assert [s for s, _ in ckpt.complete_checkpoints(tmp_path)] == [1, 2, 3]
+    ckpt.write_durably(tmp_path / ckpt.LATEST_FILE, "7\n")  # names one that is gone: the newest below it
+    assert ckpt.find_resume_point(tmp_path, "auto") == tmp_path / "global_step_3"
+    assert ckpt.read_latest_pointer(tmp_path) == 3  # and the pointer is set to what was resumed
+    (tmp_path / ckpt.LATEST_FILE).unlink()  # none at all (a directory from elsewhere): the highest
+    assert ckpt.find_resume_point(tmp_path, "auto") == tmp_path / "global_step_3"
+    assert ckpt.prune(tmp_path, 1) == [tmp_path / "global_step_1", tmp_path / "global_step_2"]
 
 
 @pytest.mark.integration
@@ -171,8 +195,8 @@ def test_commit_refuses_foreign_dirs(tmp_path):
 
 @settings(max_examples=40, deadline=None)
 @given(complete=st.sets(st.integers(0, 30), max_size=8), incomplete=st.sets(st.integers(0, 30), max_size=3),
-       keep=st.one_of(st.none(), st.integers(-1, 6)))
-def test_prune_invariants(complete, incomplete, keep):
+       keep=st.one_of(st.none(), st.integers(-1, 6)), latest=st.one_of(st.none(), st.integers(0, 30)))
+def test_prune_invariants(complete, incomplete, keep, latest):
     incomplete = incomplete - complete
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
@@ -181,20 +205,24 @@ def test_prune_invariants(complete, incomplete, keep):
             (root / f"global_step_{step}" / ckpt.COMPLETE_MARKER).write_text(f"{step}\n")
         for step in incomplete:
             (root / f"global_step_{step}").mkdir()
-        (root / ckpt.LATEST_FILE).write_text("0\n")
+        if latest is not None:
+            (root / ckpt.LATEST_FILE).write_text(f"{latest}\n")
         (root / "summary.md").write_text("not a checkpoint")
 
         removed = ckpt.prune(root, keep)
 
         left = [s for s, _ in ckpt.complete_checkpoints(root)]
-        newest = sorted(complete)
+        # This run's: at or below the step latest names; those above it are an earlier run's and stay.
+        ours = sorted(s for s in complete if latest is None or s <= latest)
+        theirs = sorted(s for s in complete if latest is not None and s > latest)
         if keep is None or keep == -1:
-            assert left == newest and removed == []
+            assert left == sorted(complete) and removed == []
         else:
-            assert left == newest[max(0, len(newest) - max(1, keep)):]
-            assert sorted(removed) == sorted(root / f"global_step_{s}" for s in newest[:len(newest) - len(left)])
-        if complete:
-            assert max(complete) in left  # the newest complete checkpoint always stays
+            kept = ours[max(0, len(ours) - max(1, keep)):]
+            assert left == sorted(kept + theirs)
+            assert sorted(removed) == sorted(root / f"global_step_{s}" for s in ours[:len(ours) - len(kept)])
+        if ours:
+            assert max(ours) in left  # the newest complete checkpoint of this run always stays
         assert all((root / f"global_step_{s}").is_dir() for s in incomplete)
-        assert (root / "summary.md").read_text() == "not a checkpoint" and (root / ckpt.LATEST_FILE).exists()
+        assert (root / "summary.md").read_text() == "not a checkpoint"
         assert not [p for p in root.iterdir() if ".tmp-" in p.name]  # nothing half-deleted left behind

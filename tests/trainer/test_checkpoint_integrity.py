@@ -212,6 +212,33 @@ def test_a_record_that_no_longer_matches_its_file_is_not_trusted(tmp_path):
     assert files == {"a.bin": [4, checksums.file_checksum(tmp_path / "a.bin")]}
 
 
+def test_a_checkpoint_without_a_manifest_is_said_to_be_unverified_and_checked_against_its_index(root, caplog):
+    for step in (1, 2):
+        (root / f"global_step_{step}" / ckpt.MANIFEST_FILE).unlink()  # older, or copied without it
+    with caplog.at_level(logging.INFO, logger="logicrl"):
+        assert ckpt.find_resume_point(root, "auto") == root / "global_step_2"
+    assert "global_step_2 has no MANIFEST.json" in caplog.text and "its content is unverified" in caplog.text
+    assert "against its MANIFEST.json" not in caplog.text  # never called verified
+    # A shard cut short: its index names bytes past its end, so it is set aside without reading the shards.
+    shard = next((root / "global_step_2" / "actor").glob("*.distcp"))
+    size = shard.stat().st_size
+    with open(shard, "r+b") as f:
+        f.truncate(size - 100)
+    assert ckpt.index_damage(root / "global_step_2").startswith(f"actor/{shard.name} is {size - 100} bytes, its "
+                                                                "index needs ")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="logicrl"):
+        assert ckpt.find_resume_point(root, "auto") == root / "global_step_1"
+    assert f"global_step_2 is damaged (actor/{shard.name} is {size - 100} bytes" in caplog.text
+    aside = next(root.glob("global_step_2.corrupt-*"))
+    (aside / "actor" / shard.name).unlink()  # gone: named as missing
+    assert ckpt.index_damage(aside) == f"actor/{shard.name} is missing"
+    (root / "global_step_1" / ckpt.STATE_FILE).write_text("{not json")
+    assert ckpt.index_damage(root / "global_step_1") == f"{ckpt.STATE_FILE} does not parse"
+    with pytest.raises(ckpt.ConfigError, match="trainer_state.json does not parse"):
+        ckpt.find_resume_point(root, str(root / "global_step_1"))  # one named by the user is refused instead
+
+
 def test_a_format_1_manifest_still_verifies(tmp_path):
     import zlib
 
@@ -242,8 +269,9 @@ def test_a_damaged_checkpoint_a_curriculum_stage_starts_from_is_refused_before_i
     with pytest.raises(ckpt.ConfigError) as err:
         run_curriculum(stages, root, tmp_path / "run", carry_optimizer=False, resume=True)
     assert str(err.value) == (f"{final}, where stage 2/2 (s2) starts, is damaged (actor/__0_0.distcp changed since "
-                              "it was saved (CRC-32)): restore it from a copy, or start over with "
-                              "trainer.resume_mode=disable")
+                              "it was saved (CRC-32)): restore it from a copy; or, to start a new run, give it a "
+                              "directory of its own (trainer.default_local_dir=<another directory>) or move this one "
+                              f"aside first: mv {root} {root}.old")
 
 
 def test_a_lost_connection_during_a_save_is_not_called_a_disk_error(root):

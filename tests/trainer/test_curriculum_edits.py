@@ -53,7 +53,8 @@ def test_an_edited_finished_stage_is_refused_naming_each_change(stage_files):
     assert line.startswith("curriculum stage 1/2 (s1) already finished with other settings than it has now: "
                            "actor_rollout_ref.actor.optim.lr 0.0005 -> 0.001, "
                            "actor_rollout_ref.actor.ppo_mini_batch_size 8 -> 4, data.train_batch_size 8 -> 4; ")
-    assert "trainer.resume_mode=disable" in line and "+curriculum.stages.<index>.overrides.<key>=<value>" in line
+    assert "+curriculum.stages.<index>.overrides.<key>=<value>); or, to start a new run, give it a directory of its " \
+        "own" in line and " or move this one aside first: mv " in line
 
 
 def test_a_finished_stage_made_shorter_is_refused(stage_files):

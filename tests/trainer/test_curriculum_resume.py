@@ -157,7 +157,8 @@ def test_a_finished_curriculum_rerun_with_a_longer_last_stage_continues_it(refer
     # Lengthening a stage that a later one trained from is refused: that would mean retraining it.
     assert refusal(*args(4, 3)) == (
         "stage 3ppl now has 4 steps but finished at 3, and stage(s) 5ppl trained from its end: lengthen only "
-        "the last finished stage, or start over with trainer.resume_mode=disable")
+        "the last finished stage; or, to start a new run, give it a directory of its own "
+        f"(trainer.default_local_dir=<another directory>) or move this one aside first: mv {ckpt} {ckpt}.old")
 
     # A finished stage edited: refused (the record a real run wrote keeps each stage's config), not ignored.
     edited = refusal(*args(3, 4, "+curriculum.stages.0.overrides.actor_rollout_ref.rollout.temperature=0.5"))

@@ -118,13 +118,26 @@ def test_the_guard_counts_nonfinite_steps_in_a_row_and_a_finite_step_resets_it()
 def test_the_line_names_the_lr_and_the_last_checkpoint():
     lrs = {"actor": 1e8, "critic": 1e-5}
     reason = nonfinite_state_reason(["actor weights", "critic optimizer state"], 4)
-    line = diverged_line(reason, ["actor", "critic"], lrs, (2, Path("/ckpt/global_step_2")))
+    line = diverged_line(reason, ["actor", "critic"], lrs, (2, Path("/ckpt/global_step_2")), "to start a new run, ...")
     assert line == ("the run diverged: the actor weights and critic optimizer state hold NaN or inf after step 4, "
                     "which was not saved: lower actor_rollout_ref.actor.optim.lr (now 1e+08) or critic.optim.lr "
-                    "(now 1e-05) and run again; the last checkpoint, /ckpt/global_step_2, is from step 2 and finite "
-                    "(trainer.resume_mode=disable starts over)")
-    assert diverged_line("x", ["critic"], lrs, None).endswith(
-        "lower critic.optim.lr (now 1e-05) and run again; no checkpoint was saved before it")
+                    "(now 1e-05) and run again, which resumes it at the lower value; the last checkpoint, "
+                    "/ckpt/global_step_2, is from step 2 and finite (to start a new run, ...)")
+    assert diverged_line("x", ["critic"], lrs, None, "").endswith(
+        "lower critic.optim.lr (now 1e-05) and run again, which resumes it at the lower value; no checkpoint was "
+        "saved before it")
+    # Resumed without a manifest, nothing vouches for it: not called finite, and a damaged file named as a cause.
+    unverified = diverged_line(reason, ["actor"], lrs, (2, Path("/ckpt/global_step_2")), "...", unverified=True)
+    assert unverified.endswith("the last checkpoint, /ckpt/global_step_2, is from step 2 and was resumed without a "
+                               "MANIFEST.json to verify it against: a damaged file in it would do this too (...)")
+    # Not one finite step since the resume: lowering the lr alone would diverge again from the same weights.
+    again = diverged_line("3 steps in a row (3-5) had a non-finite actor gradient norm or loss", ["actor"], lrs,
+                          (2, Path("/ckpt/global_step_2")), "...", resumed=True, older=Path("/ckpt/global_step_1"))
+    assert again == ("the run diverged: 3 steps in a row (3-5) had a non-finite actor gradient norm or loss, and not "
+                     "one step since it resumed /ckpt/global_step_2 was finite: that checkpoint's weights are likely "
+                     "past saving already (finite, not sound: the lr of the steps before it), and resuming it again "
+                     "would diverge again: lower actor_rollout_ref.actor.optim.lr (now 1e+08), and resume an older "
+                     "checkpoint (trainer.resume_mode=/ckpt/global_step_1); or, ...")
 
 
 # ---------------------------------------------------------------- the ranks' check before a save
@@ -143,5 +156,5 @@ def test_a_diverged_run_names_each_trained_roles_learning_rate():
     cfg = compose(["actor_rollout_ref.actor.optim.lr=3e-4", "critic.optim.lr=2e-5"])
     assert learning_rates(cfg) == {"actor": 3e-4, "critic": 2e-5}
     assert LR_KEYS == {"actor": "actor_rollout_ref.actor.optim.lr", "critic": "critic.optim.lr"}
-    line = diverged_line("step 3 had a non-finite critic gradient norm", ["critic"], learning_rates(cfg), None)
+    line = diverged_line("step 3 had a non-finite critic gradient norm", ["critic"], learning_rates(cfg), None, "")
     assert "lower critic.optim.lr (now 2e-05) and run again" in line
