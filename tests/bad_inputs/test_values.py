@@ -86,7 +86,8 @@ def test_a_damaged_trainer_state_names_the_file_and_the_checkpoint_that_reads(tm
     result = check_main(*ROLE_DATA, *TINY_RUN, f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'run'}")
     assert_refused(result, f"{ckpt / 'global_step_2' / 'trainer_state.json'} does not read (JSONDecodeError: ",
                    "global_step_2 is marked complete", f"{ckpt / 'global_step_1'} is the newest other checkpoint whose "
-                   f"state reads: move {ckpt / 'global_step_2'} aside", "to start a new run, give it a directory of its own")
+                   f"state reads: move {ckpt / 'global_step_2'} aside",
+                   "to start a new run, give it a directory of its own")
 
 
 class _Code:
