@@ -41,7 +41,7 @@ STEP_FILE = "step"  # in the job dir: "<job>.<step>" of the Ray nodes' srun, for
 # In the job dir: written by the wrapper when the driver is done; each node's task then stops its own Ray and
 # exits 0, so the step ends on its own. A step ended by a signal (scancel) makes slurmstepd print
 # "error: *** STEP ... CANCELLED ***" into the job's output, which reads as a failure of a job that succeeded.
-STOP_FILE = "stop"
+STOP_FILE = "nodes_done"
 STOP_POLL_S = 0.5
 TOKEN_FILE = "token"
 # How long the batch step waits for the head's address and for every node to join; Ray nodes take

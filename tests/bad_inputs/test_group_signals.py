@@ -115,8 +115,9 @@ def test_sigkill_of_the_driver_leaves_no_process_of_its_cluster_nor_its_director
     proc.kill()  # the driver alone, no clean-up of its own
     proc.communicate(timeout=30)
     assert_none_left(pids, sessions, within_s=10)
-    # ... and after the first died by SIGKILL, the kernel has released its lock: a third runs.
-    third = run_main(*RUN, "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    # ... and after the first died by SIGKILL, the kernel has released its lock: a third runs (it resumes
+    # the first's step 1 and trains step 2; with 1 step it would be refused as a finished run's other config).
+    third = run_main(*RUN, "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
                      f"hydra.run.dir={tmp_path / 'run3'}", cwd=tmp_path)
     assert third.returncode == 0 and "in use by another run" not in third.stderr, tail(third)
 
