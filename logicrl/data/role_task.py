@@ -81,8 +81,15 @@ def generate(people: int, train_size: int, test_size: int, seed: int = 0) -> dic
     return splits
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m logicrl.data.role_task", description=__doc__.splitlines()[0])
+def write(splits: dict[str, list[dict]], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for split, rows in splits.items():
+        pq.write_table(pa.Table.from_pylist(rows), out / f"{split}.parquet")
+
+
+def run_cli(prog: str, doc: str, source: str, generate_splits, argv: list[str] | None) -> int:
+    """The command line shared by the role tasks: sizes and seed in, one parquet per split out."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     parser.add_argument("--people", type=int, default=3, help="islanders named per prompt (1 to 8)")
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--test-size", type=int, default=200)
@@ -94,16 +101,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     try:
-        splits = generate(args.people, args.train_size, args.test_size, args.seed)
+        splits = generate_splits(args.people, args.train_size, args.test_size, args.seed)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    for split, rows in splits.items():
-        pq.write_table(pa.Table.from_pylist(rows), args.out / f"{split}.parquet")
-    print(f"kk_role: {args.train_size} train + {args.test_size} test prompts of {args.people} people "
+    write(splits, args.out)
+    print(f"{source}: {args.train_size} train + {args.test_size} test prompts of {args.people} people "
           f"in {time.perf_counter() - start:.1f}s -> {args.out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli("python -m logicrl.data.role_task", __doc__, "kk_role", generate, argv)
 
 
 if __name__ == "__main__":

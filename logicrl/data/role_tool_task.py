@@ -21,18 +21,13 @@ turn now and then; after a bare `</tool_call>` it never does, and nothing would 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from logicrl.data.kk.render import NAMES
-from logicrl.data.role_task import INTRO, ROLES, _listing
+from logicrl.data.role_task import INTRO, ROLES, _listing, run_cli
 
 DATA_SOURCE = "kk_role_tool"
 TOOL = "lookup"
@@ -77,33 +72,8 @@ def generate(people: int, train_size: int, test_size: int, seed: int = 0) -> dic
     return splits
 
 
-def write(splits: dict[str, list[dict]], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for split, rows in splits.items():
-        pq.write_table(pa.Table.from_pylist(rows), out / f"{split}.parquet")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m logicrl.data.role_tool_task", description=__doc__.splitlines()[0])
-    parser.add_argument("--people", type=int, default=3, help="islanders named per prompt (1 to 8)")
-    parser.add_argument("--train-size", type=int, default=2000)
-    parser.add_argument("--test-size", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    if not 1 <= args.people <= 8 or args.train_size < 1 or args.test_size < 1:
-        print("error: --people must be 1..8 and the sizes positive", file=sys.stderr)
-        return 2
-    start = time.perf_counter()
-    try:
-        splits = generate(args.people, args.train_size, args.test_size, args.seed)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    write(splits, args.out)
-    print(f"{DATA_SOURCE}: {args.train_size} train + {args.test_size} test prompts of {args.people} people "
-          f"in {time.perf_counter() - start:.1f}s -> {args.out}")
-    return 0
+    return run_cli("python -m logicrl.data.role_tool_task", __doc__, DATA_SOURCE, generate, argv)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from logicrl.config.phases import ARR
-from logicrl.data.role_tool_task import generate, tool_answer, write
+from logicrl.data.role_task import write
+from logicrl.data.role_tool_task import generate, tool_answer
 from tests.conftest import ROOT, TINY_RUN, read_metrics, run_main, tail
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,8 @@ import statistics
 
 import pytest
 
-from logicrl.data.role_tool_task import generate, write
+from logicrl.data.role_task import write
+from logicrl.data.role_tool_task import generate
 from tests.conftest import ROOT, read_metrics, run_main, tail
 
 pytestmark = pytest.mark.slow
