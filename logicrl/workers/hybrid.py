@@ -44,18 +44,11 @@ class HybridWorker(PhaseWorker):
     def __init__(self, config: dict, plan: StepPlan, rank: int, world_size: int, master_addr: str,
                  master_port: int, threads: int | None = None, faults: Faults | None = None,
                  log_file: str | None = None):
-        if log_file:  # engine and Ray output to the run's log file, not the console (logicrl/logs.py)
-            quiet_worker(log_file, rank)
-        cfg: DictConfig = OmegaConf.create(config)
-        self.cfg, self.plan, self.rank, self.world_size = cfg, plan, rank, world_size
-        self.faults = faults or Faults()
-        where = init_rank(cfg, rank, world_size, master_addr, master_port, threads)
-        self.device, self.mesh, self.dtype = where.device, where.mesh, where.dtype
+        where = self._start_rank(config, plan, rank, world_size, master_addr, master_port, threads, faults, log_file)
+        cfg = self.cfg
         arr = cfg.actor_rollout_ref
-        self.temperature = arr.rollout.temperature
         self.remove_padding = arr.model.use_remove_padding  # the actor's and the reference's forwards
         self.lora = arr.model.lora_rank > 0
-        self.sizes = micro_sizes(cfg, plan)
         self.models = build_models(cfg, plan, where)
         self.sp = self.models.sp
         self.engine = build_rollout(cfg, plan, self.models.tokenizer, where)
@@ -81,6 +74,21 @@ class HybridWorker(PhaseWorker):
     reward_model = property(lambda self: self.models.reward and self.models.reward.module)
     rm_tokenizers = property(lambda self: self.models.reward and self.models.reward.tokenizers)
 
+
+    def _start_rank(self, config: dict, plan: StepPlan, rank: int, world_size: int, master_addr: str,
+                    master_port: int, threads: int | None, faults: Faults | None, log_file: str | None):
+        """What every rank does first, whatever it holds (this class, and the two groups' workers): the
+        config, the process group and device, the sampling temperature and micro-batch sizes; returns where."""
+        if log_file:  # engine and Ray output to the run's log file, not the console (logicrl/logs.py)
+            quiet_worker(log_file, rank)
+        self.cfg: DictConfig = OmegaConf.create(config)
+        self.plan, self.rank, self.world_size = plan, rank, world_size
+        self.faults = faults or Faults()
+        where = init_rank(self.cfg, rank, world_size, master_addr, master_port, threads)
+        self.device, self.mesh, self.dtype = where.device, where.mesh, where.dtype
+        self.temperature = self.cfg.actor_rollout_ref.rollout.temperature
+        self.sizes = micro_sizes(self.cfg, plan)
+        return where
     def module(self, model: str) -> torch.nn.Module | None:
         return self.models.module(model)
 

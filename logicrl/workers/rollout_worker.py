@@ -12,14 +12,12 @@ from __future__ import annotations
 import time
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.config.plan import StepPlan
 from logicrl.faults import Faults
-from logicrl.logs import quiet_worker
 from logicrl.models.loading import load_tokenizer
-from logicrl.workers.build import build_rollout, init_rank, micro_sizes
+from logicrl.workers.build import build_rollout
 from logicrl.workers.collective import BroadcastReceiver, WeightGroup
 from logicrl.workers.hybrid import HybridWorker
 from logicrl.workers.phase_worker import worker_phase
@@ -33,16 +31,9 @@ class RolloutWorker(HybridWorker):
     def __init__(self, config: dict, plan: StepPlan, rank: int, world_size: int, master_addr: str,
                  master_port: int, threads: int | None = None, faults: Faults | None = None,
                  log_file: str | None = None):
-        if log_file:
-            quiet_worker(log_file, rank)
-        cfg: DictConfig = OmegaConf.create(config)
-        cfg.actor_rollout_ref.rollout.free_cache_engine = False
-        self.cfg, self.plan, self.rank, self.world_size = cfg, plan, rank, world_size
-        self.faults = faults or Faults()
-        where = init_rank(cfg, rank, world_size, master_addr, master_port, threads)
-        self.device, self.mesh, self.dtype = where.device, where.mesh, where.dtype
-        self.temperature = cfg.actor_rollout_ref.rollout.temperature
-        self.sizes = micro_sizes(cfg, plan)
+        where = self._start_rank(config, plan, rank, world_size, master_addr, master_port, threads, faults, log_file)
+        cfg = self.cfg
+        cfg.actor_rollout_ref.rollout.free_cache_engine = False  # nothing trains here: the engine keeps its memory
         self.models = None
         self.engine = build_rollout(cfg, plan, load_tokenizer(cfg.actor_rollout_ref.model.path, quiet=True), where)
         self.transport = BroadcastReceiver(cfg.async_training.check_weights)

@@ -12,13 +12,10 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from logicrl.config.plan import StepPlan
 from logicrl.faults import Faults
-from logicrl.logs import quiet_worker
 from logicrl.workers import trained_state
-from logicrl.workers.build import build_models, init_rank, micro_sizes
+from logicrl.workers.build import build_models
 from logicrl.workers.collective import BroadcastSender, WeightGroup
 from logicrl.workers.hybrid import HybridWorker
 from logicrl.workers.transport import TensorMeta
@@ -31,19 +28,12 @@ class TrainerWorker(HybridWorker):
     def __init__(self, config: dict, plan: StepPlan, rank: int, world_size: int, master_addr: str,
                  master_port: int, threads: int | None = None, faults: Faults | None = None,
                  log_file: str | None = None):
-        if log_file:
-            quiet_worker(log_file, rank)
-        cfg: DictConfig = OmegaConf.create(config)
-        self.cfg, self.plan, self.rank, self.world_size = cfg, plan, rank, world_size
-        self.faults = faults or Faults()
         self.master_addr = master_addr
-        where = init_rank(cfg, rank, world_size, master_addr, master_port, threads)
-        self.device, self.mesh, self.dtype = where.device, where.mesh, where.dtype
+        where = self._start_rank(config, plan, rank, world_size, master_addr, master_port, threads, faults, log_file)
+        cfg = self.cfg
         arr = cfg.actor_rollout_ref
-        self.temperature = arr.rollout.temperature
         self.remove_padding = arr.model.use_remove_padding
         self.lora = arr.model.lora_rank > 0
-        self.sizes = micro_sizes(cfg, plan)
         self.models = build_models(cfg, plan, where)
         self.sp = self.models.sp
         self.engine = None  # on the rollout group
