@@ -63,7 +63,8 @@ def save_cost(mb: int, repeats: int) -> None:
     from safetensors.torch import save_file
 
     from logicrl.checksums import Checksums
-    from logicrl.workers.checkpoint import _SummingWriter, write_safetensors
+    from logicrl.workers.checkpoint import _SummingWriter
+    from logicrl.workers.hf_export import write_safetensors
 
     state = {f"w{i}": torch.randn(1024, 1024) for i in range(mb // 4)}  # 4 MiB each
 

@@ -23,7 +23,7 @@ from logicrl.config.plan import ARR
 from logicrl.config.stages import Stage
 from logicrl.config.validate import validate
 
-HF_EXPORT, LORA_EXPORT = "huggingface", "lora_adapter"  # a checkpoint's export (workers/checkpoint.py)
+HF_EXPORT, LORA_EXPORT = "huggingface", "lora_adapter"  # a checkpoint's export (workers/hf_export.py)
 
 
 @dataclass(frozen=True)

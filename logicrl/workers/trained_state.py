@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from logicrl.workers.checkpoint import export_hf, load_sharded, load_stage_start, save_sharded
+from logicrl.workers.checkpoint import load_sharded, load_stage_start, save_sharded
 from logicrl.workers.fsdp import has_nonfinite, offload_optimizer, optimizer_tensors
+from logicrl.workers.hf_export import export_hf
 
 
 def trained_parts(models) -> list:

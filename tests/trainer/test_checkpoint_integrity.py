@@ -21,8 +21,9 @@ import torch
 
 from logicrl import checksums
 from logicrl.trainer import checkpoint as ckpt
-from logicrl.workers.checkpoint import _SafeFileSystemReader, export_hf, save_sharded, write_safetensors
+from logicrl.workers.checkpoint import _SafeFileSystemReader, save_sharded
 from logicrl.workers.fsdp import build_optimizer
+from logicrl.workers.hf_export import export_hf, write_safetensors
 from tests.workers.conftest import build_tiny_qwen2
 
 

@@ -60,7 +60,8 @@ def _build(seed: int, rank: int, port: int):
 def _train_save_crash(rank: int, port: int, root: str, tmp1: str, tmp2: str, src: str, ref: str):
     from safetensors.torch import save_file
 
-    from logicrl.workers.checkpoint import export_hf, save_sharded
+    from logicrl.workers.checkpoint import save_sharded
+    from logicrl.workers.hf_export import export_hf
 
     model, optimizer, scheduler, _ = _build(0, rank, port)
     for step in range(2):
@@ -136,8 +137,8 @@ def _resume_and_compare(rank: int, port: int, checkpoint: str, ref: str, src: st
     # LoRA export rides on this spawn (a process group costs seconds to start): adapter + merged model.
     from safetensors.torch import save_file
 
-    from logicrl.workers.checkpoint import export_hf
     from logicrl.workers.fsdp import shard_model
+    from logicrl.workers.hf_export import export_hf
 
     lora = shard_model(_lora_model(seed=2), mesh, torch.device("cpu")).eval()
     with torch.no_grad():
@@ -211,7 +212,7 @@ def test_lora_export_merged_and_adapter(trained, resumed):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from logicrl.workers.checkpoint import LORA_ADAPTER_DIR
+    from logicrl.workers.hf_export import LORA_ADAPTER_DIR
 
     _, ref, _, src = trained
     out, ids = ref / "lora_hf", torch.arange(3, 19)[None]

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from logicrl.config.phases import ARR
-from logicrl.workers.checkpoint import LORA_ADAPTER_DIR
 from logicrl.workers.fsdp import reshard
+from logicrl.workers.hf_export import LORA_ADAPTER_DIR
 from tests.helpers.gptq import GROUP, TARGETS, quantize_tiny
 from tests.helpers.worker import add, make_worker, step, trained
 

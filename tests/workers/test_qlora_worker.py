@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from logicrl.config.phases import ARR
-from logicrl.workers.checkpoint import LORA_ADAPTER_DIR
 from logicrl.workers.fsdp import reshard
+from logicrl.workers.hf_export import LORA_ADAPTER_DIR
 from tests.helpers.worker import ADAPTER_BYTES, BASE_BYTES, add, make_worker, step, trained
 
 pytestmark = pytest.mark.integration
