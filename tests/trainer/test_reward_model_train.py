@@ -64,7 +64,9 @@ def rm_path(kk_role, tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(rm_path, tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
-    result = run_main(*RUN, f"reward_model.model.path={rm_path}", ckpt=root / "ckpt", run_dir=root / "run")
+    # Its step 1 measures each phase's live tensors (TINY_RUN leaves them out): the reward model's is checked.
+    result = run_main(*RUN, f"reward_model.model.path={rm_path}", "trainer.track_tensor_peaks=true",
+                      ckpt=root / "ckpt", run_dir=root / "run")
     assert result.returncode == 0, tail(result)
     (root / "output.txt").write_text(result.stdout + result.stderr)
     return root
