@@ -2,7 +2,7 @@
 reward model and the reference (KL in the reward); then a re-run of a run that died in step 2 (its
 checkpoint root as a SIGKILL leaves it: step 1 the newest), which resumes from step 1 and ends exactly
 where the uninterrupted run ended; and injected OOMs in every phase at step 1, which the run recovers
-from with the uninterrupted run's result. (A real SIGKILL mid-step, then the same command:
+from with the uninterrupted run's result. (A real SIGKILL mid-save, then the same command:
 tests/trainer/test_curriculum_resume.py; here the resumed state of all four models is the point.)
 
 Every run here trains at Ulysses sequence parallelism 2 from step 0 (models/ulysses.py): the actor, the
