@@ -26,8 +26,10 @@ from logicrl.config.plan import StepPlan
 from logicrl.memory.lengths import expected_response, measured_prompt_lengths
 from logicrl.models.spec import ModelSpec
 from logicrl.timeplan.calibrate import cpu_rates
+from logicrl.timeplan.devices import DEVICES
 from logicrl.timeplan.devices import device as device_row
 from logicrl.timeplan.predict import Rates, predict
+from logicrl.timeplan.split import SplitEstimate, split_estimate, split_line
 
 log = logging.getLogger("logicrl.timeplan")
 OFF_BY = 2.0  # a phase measured more than this factor away from its plan gets a line of its own
@@ -40,15 +42,22 @@ class TimePlan:
     rates: Rates
     prompt: int
     response: int
+    split: SplitEstimate | None = None  # separate groups: their step against the colocated one (split.py)
 
     @property
     def step_s(self) -> float:
-        return sum(self.phases.values())
+        return self.split.step_s if self.split else sum(self.phases.values())
 
 
-def rates_for(device: str, ranks_per_node: int) -> Rates | None:
-    """The device table's row on CUDA (None for a GPU it does not know), the calibration on CPU."""
+def rates_for(device: str, ranks_per_node: int, gpu_model: str | None = None) -> Rates | None:
+    """The device table's row on CUDA (`gpu_model`'s, else the first visible GPU's; None for a GPU it does not
+    know), the calibration on CPU."""
     if device == "cuda":
+        if gpu_model:
+            if (row := device_row(gpu_model)) is None:
+                raise ConfigError(f"trainer.gpu_model={gpu_model} is not in the time plan's device table: name one "
+                                  f"of {', '.join(d.name for d in DEVICES)} (logicrl/timeplan/devices.py)")
+            return Rates(gpu=row)
         import torch
 
         row = device_row(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
@@ -72,11 +81,12 @@ def _prompt_tokens(cfg: DictConfig) -> int:
 
 
 def time_plan(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, device: str) -> TimePlan | None:
-    rates = rates_for(device, min(plan.ranks, cfg.trainer.n_gpus_per_node or plan.ranks))
+    rates = rates_for(device, min(plan.ranks, cfg.trainer.n_gpus_per_node or plan.ranks), cfg.trainer.gpu_model)
     if rates is None:
         return None
     prompt, (response, _) = _prompt_tokens(cfg), expected_response(cfg)
-    return TimePlan(predict(cfg, spec, plan, rates, prompt, response), rates, prompt, response)
+    return TimePlan(predict(cfg, spec, plan, rates, prompt, response), rates, prompt, response,
+                    split_estimate(cfg, spec, plan, rates, prompt, response))
 
 
 def _duration(seconds: float) -> str:
@@ -94,8 +104,9 @@ def plan_line(plan: TimePlan | None, steps: int, now: datetime.datetime | None =
     total = plan.step_s * steps
     now = now or datetime.datetime.now(datetime.UTC)
     eta = (now + datetime.timedelta(seconds=total)).strftime("%H:%M UTC")
-    return (f"time plan: {plan.step_s:.3g} s/step ({parts}); {steps} steps: {_duration(total)}, ETA {eta}; "
+    line = (f"time plan: {plan.step_s:.3g} s/step ({parts}); {steps} steps: {_duration(total)}, ETA {eta}; "
             f"prompts {plan.prompt} + responses {plan.response} tokens; {plan.rates.describe()}")
+    return line + (f"\ntime plan, {split_line(plan.split)}" if plan.split else "")
 
 
 def measured_phases(run_dir: Path) -> tuple[dict[str, float], int]:
