@@ -261,7 +261,7 @@ def format_table(plan: MemoryPlan, capacity_note: str = "") -> str:
     short = {"optimizer": "optim", "activations": "activ", "logprob": "logits", "kv_cache": "kv"}
     header = f"{'phase':<15}" + "".join(f"{short.get(c, c):>9}" for c in COMPONENTS) + f"{'total':>9}{'of cap':>8}"
     lines = [f"memory plan per device ({unit}; capacity {plan.capacity / GB:.1f} GB{capacity_note})",
-             attention_line(plan), header]
+             *([attention_line(plan)] if plan.inputs.group != "rollout" else []), header]  # a rollout rank: no model
     for p in plan.phases:
         if p.skipped:
             lines.append(f"{p.name:<15}  skipped: {p.skipped}")
