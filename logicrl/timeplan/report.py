@@ -81,7 +81,9 @@ def _prompt_tokens(cfg: DictConfig) -> int:
 
 
 def time_plan(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, device: str) -> TimePlan | None:
-    rates = rates_for(device, min(plan.ranks, cfg.trainer.n_gpus_per_node or plan.ranks), cfg.trainer.gpu_model)
+    # CPU ranks of separate groups share this machine's cores with the trainer's (controller/placement.py).
+    ranks = min(plan.ranks, cfg.trainer.n_gpus_per_node or plan.ranks) + (plan.rollout_ranks if device == "cpu" else 0)
+    rates = rates_for(device, ranks, cfg.trainer.gpu_model)
     if rates is None:
         return None
     prompt, (response, _) = _prompt_tokens(cfg), expected_response(cfg)
