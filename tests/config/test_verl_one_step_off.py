@@ -83,7 +83,9 @@ def test_entry_point_dry_runs_verls_one_step_off_script_with_both_groups_plans(k
     result = check_main(*one_step_off_script(qwen3), *APPENDED, "trainer.dry_run=true", cwd=tmp_path)
     assert result.code == 0, result.line
     out = result.out
-    assert "trainer 6 (1 node(s) x 6) with the trained models, rollout 2 (1 node(s) x 2) with only the engine" in out
+    assert ("two groups (actor_rollout_ref.hybrid_engine=false), device auto: trainer 6 (1 node(s) x 6) with the "
+            "trained models, rollout 2 (1 node(s) x 2) with only the engine") in out
+    assert "async_training.max_staleness=1: the next batch generates while this one trains" in out
     # 1152 prompts x 5 = 5760 responses: 960 per trainer rank, 2880 per rollout rank.
     assert "960 trained per trainer rank, 2880 generated per rollout rank" in out
     trainer = out[out.index("== trainer group, 6 device(s) (trainer.nnodes=1 x trainer.n_gpus_per_node=6)"):]
