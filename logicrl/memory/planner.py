@@ -8,7 +8,8 @@ first step, once AdamW's states exist: what each rank holds between phases (FSDP
 and AdamW states of the trained models, the frozen reference and reward model in the compute dtype,
 the rollout engine's copy; offload moves them to the host) plus each phase's transients (phases.py).
 docs/memory.md ("The model") lists every term. Forward-only passes reshard FSDP2's root unit
-afterwards, so no gathered root is resident between phases.
+afterwards, so no gathered root is resident between phases. On separate groups (PlanInputs.group) a rank
+holds one side: the engine alone (rollout) or the models alone (trainer); groups.py plans their sync.
 Not modelled: allocator fragmentation, the CUDA context and NCCL buffers: HEADROOM_GB of each GPU is
 kept free for them (MemoryPlan.usable, read by grad_accumulation's choice here and by fit.py).
 """

@@ -93,6 +93,7 @@ def check_memory(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> StagePlan:
     `cfg` is validated (logicrl.config.validate), `spec` its actor's ModelSpec and `plan` its step
     plan. With trainer.auto_micro_batch=true the returned plan has every micro-batch / token budget
     at the largest value that fits, and the table shows the plan with them; otherwise it is `plan`.
+    Separate groups (plan.rollout_ranks) are planned group by group (_check_groups).
     """
     check_gpus_usable(cfg)
     x, cap, source = plan_for(cfg, spec, plan)
@@ -127,7 +128,7 @@ def _check_groups(cfg: DictConfig, plan: StepPlan, x: PlanInputs, cap: int, sour
     for group, inputs in groups.items():
         picks = auto_micro_batch(inputs, cap) if cfg.trainer.auto_micro_batch else {}
         # Each group sizes only the phases it runs: the other group's "fit" at any size here.
-        ours = _keys(inputs, group)
+        ours = _keys(inputs)
         picked[group] = {k: v for k, v in picks.items() if k in ours}
     every = {**picked["trainer"], **picked["rollout"]}
     by_rows = {token_key(p.micro.key) for p in plan.phases if p.micro is not None and not p.micro.by_tokens}
@@ -148,12 +149,11 @@ def _check_groups(cfg: DictConfig, plan: StepPlan, x: PlanInputs, cap: int, sour
     return StagePlan(table, step_plan, memory["trainer"], tuple(refusals), rollout=memory["rollout"])
 
 
-def _keys(x: PlanInputs, group: str) -> set[str]:
-    """The micro-batch and token budget keys of the phases `group` runs (PlanInputs.for_group)."""
-    away = f"on the {'rollout' if group == 'trainer' else 'trainer'} group"
+def _keys(x: PlanInputs) -> set[str]:
+    """The micro-batch and token budget keys of the phases x's group runs (PlanInputs.for_group)."""
     keys: set[str] = set()
     for p in x.phases:
-        if p.micro is not None and p.skipped != away:
+        if p.micro is not None and not x.elsewhere(p.name):
             keys |= {p.micro.key, *([BY_NAME[p.name].budget_key] if BY_NAME[p.name].budgeted else [])}
     return keys
 
