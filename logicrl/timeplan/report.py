@@ -99,7 +99,8 @@ def _duration(seconds: float) -> str:
 
 def plan_line(plan: TimePlan | None, steps: int, now: datetime.datetime | None = None) -> str:
     if plan is None:
-        return "time plan: none (a GPU the device table does not know: timeplan/devices.py)"
+        return ("time plan: none (no GPU here, or one the device table does not know: timeplan/devices.py; "
+                "trainer.gpu_model names the one to plan for)")
     worker = sorted(((p, s) for p, s in plan.phases.items() if p not in CONTROLLER), key=lambda kv: -kv[1])
     other = sum(s for p, s in plan.phases.items() if p in CONTROLLER)
     parts = ", ".join(f"{p} {s:.3g}" for p, s in worker) + (f", other {other:.2g}" if other else "")
