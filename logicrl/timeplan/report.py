@@ -48,6 +48,14 @@ class TimePlan:
     def step_s(self) -> float:
         return self.split.step_s if self.split else sum(self.phases.values())
 
+    @property
+    def compared(self) -> dict[str, float]:
+        """The phases as a run measures them: on separate groups the sync is timing_s/sync_weights, the
+        broadcast over the link included (split.py)."""
+        if not self.split:
+            return self.phases
+        return {**{p: s for p, s in self.phases.items() if p != "update_weights"}, "sync_weights": self.split.sync_s}
+
 
 def rates_for(device: str, ranks_per_node: int, gpu_model: str | None = None) -> Rates | None:
     """The device table's row on CUDA (`gpu_model`'s, else the first visible GPU's; None for a GPU it does not
@@ -125,12 +133,13 @@ def measured_phases(run_dir: Path) -> tuple[dict[str, float], int]:
     return out, len(steps)
 
 
-def time_report(planned: dict[str, float], run_dir: Path) -> str | None:
-    """Planned vs measured seconds per phase (median step), and one line naming any phase off by > 2x."""
+def time_report(planned: dict[str, float], run_dir: Path, step_s: float | None = None) -> str | None:
+    """Planned vs measured seconds per phase (median step), and one line naming any phase off by > 2x;
+    `step_s`: the planned step where it is not the phases' sum (separate groups overlap them)."""
     measured, n = measured_phases(run_dir)
     if not n:
         return None
-    planned = {**planned, "step": sum(planned.values())}
+    planned = {**planned, "step": sum(planned.values()) if step_s is None else step_s}
     lines = [f"time per step (s): planned vs measured (median of {n} step(s), the first left out)",
              f"{'phase':<16}{'planned':>9}{'measured':>10}{'ratio':>8}"]
     off = []

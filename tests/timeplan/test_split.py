@@ -2,6 +2,7 @@
 colocated counterpart's shares, and the line that says which layout is expected to win and why."""
 
 import datetime
+import json
 
 import pytest
 
@@ -10,7 +11,7 @@ from logicrl.config.phases import ARR
 from logicrl.timeplan.calibrate import CpuRates
 from logicrl.timeplan.devices import device
 from logicrl.timeplan.predict import Rates
-from logicrl.timeplan.report import TimePlan, plan_line, rates_for
+from logicrl.timeplan.report import TimePlan, plan_line, rates_for, time_report
 from logicrl.timeplan.split import SplitEstimate, colocated_plan, split_estimate, split_line
 
 # 8 prompts x 4 = 32 responses; 2 GB of weights over NCCL in one node (100 GB/s): 0.02 s on the link.
@@ -97,3 +98,17 @@ def test_an_unknown_gpu_model_is_named_with_the_ones_the_table_knows():
                                           r"one of H100 PCIe, .*H100, "):
         rates_for("cuda", 1, "H1OO")
     assert rates_for("cuda", 1, "NVIDIA H200").gpu.name == "H200"
+
+
+def test_the_closing_report_checks_the_async_step_and_the_sync_as_measured(tmp_path):
+    # A split run measures timing_s/sync_weights (the broadcast included) and a step that overlaps its phases.
+    rows = [{"step": s, "timing_s/step": 10.6, "timing_s/generate": 10.0, "timing_s/update_actor": 3.0,
+             "timing_s/sync_weights": 0.52} for s in range(1, 4)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cpu = CpuRates({64: 50e9, 1024: 100e9}, 10e9, 1e-6, 5e9, 2)
+    plan = TimePlan(SPLIT, Rates(cpu=cpu), 44, 4, split=estimate())
+    assert plan.compared["sync_weights"] == pytest.approx(0.52) and "update_weights" not in plan.compared
+    table = {line.split()[0]: line.split()[1:] for line in
+             time_report(plan.compared, tmp_path, plan.step_s).splitlines()[2:]}
+    assert table["sync_weights"] == ["0.520", "0.520", "1.00"]
+    assert table["step"] == ["10.520", "10.600", "1.01"]  # max(10, 6) + 0.52, not the phases' sum (16.52)
