@@ -1,4 +1,5 @@
-"""The end-of-run PNG: reward and accuracy per step, read back from metrics.jsonl."""
+"""The end-of-run PNG: reward and accuracy per step, read back from metrics.jsonl; a multi-turn run's also has
+its tool calls (workers/rollout/multi_turn.py), so the picture shows the model learning to call."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ from pathlib import Path
 
 CURVES = (("critic/score/mean", "reward (mean score)"), ("reward/acc/mean", "train accuracy"),
           ("val/acc", "validation accuracy"))
+# Drawn in a third panel, only for a run that logged them (multi_turn.enable=true; trainer/turns.py).
+TOOL_CURVES = (("tool/calls_per_sample", "tool calls per sample"), ("num_turns/mean", "assistant turns (mean)"),
+               ("tool/failure_rate", "failed call share"))
 
 
 def curve_points(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """What curves.png draws: each curve's label -> its (step, value) points, from metrics.jsonl."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {label: [(r["step"], r[key]) for r in rows if key in r] for key, label in CURVES}
+    return {label: [(r["step"], r[key]) for r in rows if key in r] for key, label in (*CURVES, *TOOL_CURVES)}
 
 
 def plot_curves(run_dir: Path) -> Path:
@@ -22,8 +26,11 @@ def plot_curves(run_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
     points = curve_points(run_dir)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, curves in ((axes[0], CURVES[:1]), (axes[1], CURVES[1:])):
+    panels = [("reward", CURVES[:1]), ("accuracy", CURVES[1:])]
+    if any(points[label] for _, label in TOOL_CURVES):
+        panels.append(("tool calls", TOOL_CURVES))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4))
+    for ax, (title, curves) in zip(axes, panels):
         for _, label in curves:
             if points[label]:
                 ax.plot(*zip(*points[label]), label=label, marker="." if len(points[label]) < 40 else None)
@@ -31,8 +38,7 @@ def plot_curves(run_dir: Path) -> Path:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # no curve (e.g. no validation): legend() warns on stderr
             ax.legend()
-    axes[0].set_title("reward")
-    axes[1].set_title("accuracy")
+        ax.set_title(title)
     fig.tight_layout()
     out = run_dir / "curves.png"
     fig.savefig(out, dpi=100)

@@ -338,7 +338,8 @@ class PPOTrainer:
             metrics.update(reward_metrics)
         if batch is not None:
             self._train(state, batch, token_scores)
-            metrics.update(length_metrics(batch["response_attention_mask"], cfg.data.max_response_length))
+            metrics.update(length_metrics(batch["response_attention_mask"], batch["response_mask"],
+                                           cfg.data.max_response_length))
             metrics.update(turn_metrics(batch))
             self.tool_watch.observe(step, metrics)
         metrics.update(merge_rank_metrics(state.rank_metrics))
@@ -507,8 +508,10 @@ def val_only_line(val: dict) -> str:
 def history_row(step: int, metrics: dict) -> dict:
     """What a checkpoint keeps of each step, for stage summaries and resume checks (small, JSON)."""
     row = {"step": step}
-    # Response lengths too: trainer.memory_plan=expected plans a resumed run for them (memory/lengths.py).
-    for key, name in (*HEADLINE_KEYS, ("response_length/mean", "len_mean"), ("response_length/max", "len_max")):
+    # Response lengths too: trainer.memory_plan=expected plans a resumed run for them (memory/lengths.py), so a
+    # multi-turn run keeps its whole trajectories' (tool output takes memory as sampled tokens do).
+    whole = "trajectory_length" if "trajectory_length/mean" in metrics else "response_length"
+    for key, name in (*HEADLINE_KEYS, (f"{whole}/mean", "len_mean"), (f"{whole}/max", "len_max")):
         if key in metrics:
             row[name] = float(metrics[key])
     # Accuracy per validation set (data_source, people count): a curriculum's picture shows each stage's data.
@@ -517,10 +520,13 @@ def history_row(step: int, metrics: dict) -> dict:
     return row
 
 
-def length_metrics(response_attention_mask: torch.Tensor, max_len: int) -> dict[str, float]:
-    """response_length/*: where each response ends (its attention mask, as verl's), tool output included;
-    clip_ratio is the share that reached data.max_response_length, the budget the whole response counts in."""
-    lengths = response_lengths(response_attention_mask).float()
+def length_metrics(response_attention_mask: torch.Tensor, response_mask: torch.Tensor,
+                   max_len: int) -> dict[str, float]:
+    """response_length/*: the tokens each response sampled (its loss mask), tool output left out (verl counts
+    the attention mask; a single turn has the two equal). clip_ratio is the share cut at
+    data.max_response_length, the budget the whole trajectory counts in, tool output included."""
+    lengths = response_mask.float().sum(-1)  # [N]
+    ends = response_lengths(response_attention_mask)  # [N] where each response ends
     return {"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
             "response_length/min": float(lengths.min()),
-            "response_length/clip_ratio": float((lengths >= max_len).float().mean())}
+            "response_length/clip_ratio": float((ends >= max_len).float().mean())}

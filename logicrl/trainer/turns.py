@@ -3,8 +3,8 @@
 Metrics, from the per-row counts the multi-turn engine adds to the batch (workers/rollout/multi_turn.py):
 `tool/calls_per_sample`, `tool/failure_rate` (failed calls over calls), `tool/latency_s` (mean per call),
 `num_turns/mean` and `/max` (assistant turns), `tool/token_share` (the share of response tokens that are tool
-output: attended, not trained) and `response_length/generated_mean` (the sampled tokens alone; the
-response_length/* metrics count the whole trajectory, the budget it is cut at).
+output: attended, not trained) and `trajectory_length/mean` and `/max` (sampled and tool tokens: what the
+budget and memory count; response_length/* count sampled tokens alone, trainer/ppo.py).
 
 The warnings are one line each, once: tools on but no call written in the first steps (a model that was
 never shown how to call, or a format it does not speak), and the data's rows and the config disagreeing
@@ -41,7 +41,8 @@ def turn_metrics(batch: TensorDict) -> dict[str, float]:
         "num_turns/mean": float(turns.mean()),
         "num_turns/max": float(turns.max()),
         "tool/token_share": float((attended - trained).sum() / attended.sum().clamp(min=1)),
-        "response_length/generated_mean": float(trained.mean()),
+        "trajectory_length/mean": float(attended.mean()),
+        "trajectory_length/max": float(attended.max()),
     }
 
 

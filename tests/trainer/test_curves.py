@@ -21,6 +21,7 @@ def test_curves_without_accuracy_draw_quietly(tmp_path, capfd):
         out = plot_curves(tmp_path)
     assert out.stat().st_size > 0
     assert curve_points(tmp_path)["validation accuracy"] == curve_points(tmp_path)["train accuracy"] == []
+    assert curve_points(tmp_path)["tool calls per sample"] == []  # no tool panel for a single-turn run
     assert capfd.readouterr().err == ""
 
 
@@ -59,3 +60,22 @@ def test_curriculum_curves_draw_each_validation_set_across_stages(tmp_path, capf
         warnings.simplefilter("error")
         out = plot_stages(stages, done, tmp_path / "curriculum_curves.png")
     assert out.stat().st_size > 0 and capfd.readouterr().err == ""
+
+
+def test_a_multi_turn_runs_curves_show_its_tool_calls(tmp_path, capfd):
+    rows = [{"step": 1, "critic/score/mean": -0.9, "reward/acc/mean": 0.0, "tool/calls_per_sample": 0.1,
+             "num_turns/mean": 1.1, "tool/failure_rate": 0.0},
+            {"step": 2, "critic/score/mean": 0.5, "reward/acc/mean": 0.7, "tool/calls_per_sample": 1.0,
+             "num_turns/mean": 2.0, "tool/failure_rate": 0.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = plot_curves(tmp_path)
+    points = curve_points(tmp_path)
+    assert points["tool calls per sample"] == [(1, 0.1), (2, 1.0)]
+    assert points["assistant turns (mean)"] == [(1, 1.1), (2, 2.0)]
+    # Three panels (reward, accuracy, tool calls) make a wider picture than a single-turn run's two.
+    import matplotlib.image
+
+    assert matplotlib.image.imread(out).shape[1] == 1650
+    assert capfd.readouterr().err == ""

@@ -22,6 +22,7 @@ def run(tmp_path, name, data, *overrides) -> list[dict]:
                       "trainer.seed=7", *overrides, f"hydra.run.dir={run_dir}",
                       f"trainer.default_local_dir={run_dir}/ckpt", cwd=ROOT)
     assert result.returncode == 0, tail(result)
+    assert (run_dir / "curves.png").stat().st_size > 0  # reward, accuracy and, with tools, the calls per step
     return read_metrics(run_dir)
 
 

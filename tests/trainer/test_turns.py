@@ -28,7 +28,8 @@ def test_turn_metrics_by_hand():
     assert m["tool/latency_s"] == pytest.approx(0.5)  # 1.5 s over 3 calls
     assert (m["num_turns/mean"], m["num_turns/max"]) == (2.0, 3.0)
     assert m["tool/token_share"] == pytest.approx(6 / 17)  # (2 + 0 + 4) tool tokens of 17 attended
-    assert m["response_length/generated_mean"] == pytest.approx(11 / 3)
+    assert (m["trajectory_length/mean"], m["trajectory_length/max"]) == (pytest.approx(17 / 3), 8.0)
+    assert not any(key.startswith("response_length/") for key in m)  # trainer/ppo.py's, from the loss mask
 
 
 def test_a_single_turn_batch_has_no_turn_metrics():
@@ -56,3 +57,14 @@ def test_rows_and_config_that_disagree_are_named():
     assert "1 of 2 rows" in off and "multi_turn.enable=false" in off
     assert "no row of data.train_files=t.parquet" in data_warning(True, plain, "t.parquet")
     assert data_warning(True, with_kwargs, "t.parquet") is None and data_warning(False, plain, "t.parquet") is None
+
+
+def test_a_checkpoints_history_keeps_the_whole_trajectorys_length():
+    """trainer.memory_plan=expected plans a resumed run for the lengths its history kept (memory/lengths.py):
+    tool output takes memory as sampled tokens do, so a multi-turn step keeps its trajectories'."""
+    from logicrl.trainer.ppo import history_row
+
+    single = {"response_length/mean": 4.0, "response_length/max": 6.0}
+    assert history_row(3, single) == {"step": 3, "len_mean": 4.0, "len_max": 6.0}
+    tools = {**single, "trajectory_length/mean": 21.0, "trajectory_length/max": 24.0}
+    assert history_row(3, tools) == {"step": 3, "len_mean": 21.0, "len_max": 24.0}

@@ -133,9 +133,15 @@ def test_length_and_reward_position_come_from_where_the_response_ends(batches, t
     text = response_text(holed["responses"][1], attention[1], tokenizer)
     assert text == tokenizer.decode(holed["responses"][1, :6].tolist()).replace(tokenizer.eos_token, "")
 
-    # response_length/* and the step's generation round (each rank's tokens, every length).
-    assert length_metrics(attention, R) == {"response_length/mean": 6.5, "response_length/max": 8.0,
-                                            "response_length/min": 5.0, "response_length/clip_ratio": 0.25}
+    # response_length/* count the sampled tokens (8, 6, 7, 5 less the span's 3); the clip ratio is where the
+    # responses end: row 0 reached the budget R. Without the span, verl's numbers.
+    assert length_metrics(attention, holed["response_mask"], R) == {
+        "response_length/mean": 3.5, "response_length/max": 5.0, "response_length/min": 2.0,
+        "response_length/clip_ratio": 0.25}
+    assert length_metrics(attention, whole["response_mask"], R) == {
+        "response_length/mean": 6.5, "response_length/max": 8.0, "response_length/min": 5.0,
+        "response_length/clip_ratio": 0.25}
+    # The step's generation round (each rank's tokens, every length) counts where the responses end.
     assert generation_round(attention, 2) == ([14, 12], LENGTHS)
 
 
