@@ -113,6 +113,16 @@ def guard_unit_tier(request, monkeypatch):
     # subprocess keeps its own reference; multiprocessing's spawn (torch's mp.spawn) reads the module's.
     monkeypatch.setattr(subprocess, "_fork_exec", fork_exec)
     monkeypatch.setattr(_posixsubprocess, "fork_exec", fork_exec)
+    # A rank forked by a running forkserver (tests/helpers/spawn.py) starts no executable: count it here.
+    from multiprocessing import forkserver
+
+    connect = forkserver.ForkServer.connect_to_new_process
+
+    def forked(server, fds):
+        started.append("a rank forked by tests/helpers/spawn.py's forkserver")
+        return connect(server, fds)
+
+    monkeypatch.setattr(forkserver.ForkServer, "connect_to_new_process", forked)
     yield
     if started:
         pytest.fail(f"{request.node.nodeid} started {started[0]!r}: a unit test starts no process; mark it "

@@ -20,7 +20,7 @@ from logicrl.models.reward_model import load_reward_model, score_rows
 from logicrl.models.spec import load_model_spec
 from logicrl.models.tiny import EMBEDDED_TINY, EMBEDDED_TINY_RM, TINY_RM_CONFIG
 from logicrl.reward import role
-from tests.conftest import ROOT, need_data, run_main, write_jsonl
+from tests.conftest import ROOT, check_main, need_data, write_jsonl
 
 # Builds the embedded reward model (83 s of training on 2 idle cores) on first use: not a unit test.
 pytestmark = pytest.mark.integration
@@ -113,14 +113,14 @@ def test_score_agrees_with_the_rule_reward_on_held_out_responses(directory, toke
     assert record["held_out_agreement"] >= 0.95
 
 
-@pytest.mark.integration
 def test_recipe_dry_runs(tmp_path):
+    # main_ppo.py's dry run in-process (check_main): a dry run's launch is tests/config/test_dry_run.py's.
     train = write_jsonl(tmp_path / "train.jsonl", 40)
     val = write_jsonl(tmp_path / "val.jsonl", 4)
-    result = run_main("+recipe=tiny_rm_ppo", f"data.train_files={train}", f"data.val_files={val}",
-                      "trainer.dry_run=true", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
+    result = check_main("+recipe=tiny_rm_ppo", f"data.train_files={train}", f"data.val_files={val}",
+                        "trainer.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.code == 0, (result.line, result.err)
+    out = result.out
     assert "algorithm  gae, rollout vllm, critic yes, reference yes" in out
     assert "reward     reward model embedded:tiny_rm, per rank 4 forwards of <= 32; reward.combine.mode=model" in out
     assert "16 prompts x n=8 = 128 responses" in out

@@ -12,11 +12,11 @@ LoRA; the LoRA and the value cases also recompute their layers in backward (grad
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import transformers
 
 from logicrl.controller.ports import free_port
 from logicrl.models.attention import packed_attention
+from tests.helpers.spawn import spawn
 from tests.models.conftest import trainer_batch
 from tests.workers.conftest import leave_group
 
@@ -139,4 +139,4 @@ def _rank(rank: int, world: int, port: int):
 
 
 def test_ulysses_equals_sp1_on_2_and_4_ranks():
-    mp.spawn(_rank, args=(4, free_port()), nprocs=4)
+    spawn(_rank, args=(4, free_port()), nprocs=4)

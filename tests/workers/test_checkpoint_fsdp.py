@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from logicrl.controller.ports import free_port
 from logicrl.rng import capture_rng_state
 from logicrl.trainer import checkpoint as ckpt
+from tests.helpers.spawn import spawn
 from tests.workers.conftest import leave_group
 
 WORLD = 2
@@ -160,7 +161,7 @@ def trained(tmp_path_factory):
     (src / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
     tmp1, tmp2 = ckpt.begin(root, 1), ckpt.begin(root, 2)
     with pytest.raises(mp.ProcessExitedException) as died:
-        mp.spawn(_train_save_crash, args=(free_port(), str(root), str(tmp1), str(tmp2), str(src), str(ref)),
+        spawn(_train_save_crash, args=(free_port(), str(root), str(tmp1), str(tmp2), str(src), str(ref)),
                  nprocs=WORLD)
     assert died.value.error_index == 1 and died.value.signal_name == "SIGKILL"
     return root, ref, tmp2, src
@@ -181,7 +182,7 @@ def resumed(trained):
     """Fresh ranks resume from the checkpoint `find_resume_point` picks; they assert equality themselves."""
     root, ref, _, src = trained
     checkpoint = ckpt.find_resume_point(root, "auto")
-    mp.spawn(_resume_and_compare, args=(free_port(), str(checkpoint), str(ref), str(src)), nprocs=WORLD)
+    spawn(_resume_and_compare, args=(free_port(), str(checkpoint), str(ref), str(src)), nprocs=WORLD)
     return checkpoint
 
 

@@ -1,7 +1,8 @@
 """Token-budget micro-batches and OOM retries give the same update as fixed micro-batches.
 
 Two FSDP2 ranks over gloo, or one (test_actor_dp's harness); the parameters after one SGD step compare
-the gradients, and `actor/loss` is the mini-batch's loss whatever the split.
+the gradients, and `actor/loss` is the mini-batch's loss whatever the split. One spawn of two ranks and
+one of one rank run every update here.
 """
 
 import pytest
@@ -11,12 +12,22 @@ from tensordict import TensorDict
 from logicrl.workers.actor import forward_logprobs
 from logicrl.workers.micro import split_by_tokens
 from logicrl.workers.oom import MicroSize, OutOfMemoryAtMinimum, retry_on_oom
-from tests.helpers.actor_ranks import make_batch, run
+from tests.helpers.actor_ranks import Scenario, make_batch, run
 
 
 @pytest.fixture(scope="module")
-def fixed(tmp_path_factory):
-    return run(2, tmp_path_factory.mktemp("fixed"))
+def two_ranks(tmp_path_factory):
+    # 4 responses per rank of 6-11 tokens: a budget of 20 packs them into 2-3 micro-batches. The OOM hits
+    # the last micro-batch, after the first one's gradient was accumulated.
+    fixed, dynamic, retried = run(2, tmp_path_factory.mktemp("two"), Scenario(),
+                                  Scenario(dict(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=20)),
+                                  Scenario(fault="oom@update_actor:1"))
+    return {"fixed": fixed, "dynamic": dynamic, "retried": retried}
+
+
+@pytest.fixture(scope="module")
+def fixed(two_ranks):
+    return two_ranks["fixed"]
 
 
 def assert_same_update(a: dict, b: dict):
@@ -26,17 +37,14 @@ def assert_same_update(a: dict, b: dict):
 
 
 @pytest.mark.integration
-def test_token_budget_micro_batches_match_fixed_ones(fixed, tmp_path):
-    # 4 responses per rank of 6-11 tokens: a budget of 20 packs them into 2-3 micro-batches.
-    dynamic = run(2, tmp_path, overrides=dict(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=20))
-    assert_same_update(fixed, dynamic)
+def test_token_budget_micro_batches_match_fixed_ones(fixed, two_ranks):
+    assert_same_update(fixed, two_ranks["dynamic"])
 
 
 @pytest.mark.integration
-def test_injected_oom_in_update_halves_the_micro_batch_and_gives_the_same_update(fixed, tmp_path):
-    # The OOM hits the last micro-batch, after the first one's gradient was accumulated: that
-    # gradient must be dropped, not counted twice.
-    retried = run(2, tmp_path, fault="oom@update_actor:1")
+def test_injected_oom_in_update_halves_the_micro_batch_and_gives_the_same_update(fixed, two_ranks):
+    # The first micro-batch's accumulated gradient must be dropped with the failed attempt, not counted twice.
+    retried = two_ranks["retried"]
     assert retried["metrics"]["perf/oom_retries/update_actor"] == 1
     assert retried["metrics"]["perf/micro_size/update_actor"] == 1  # 2 -> 1, kept for later steps
     assert fixed["metrics"]["perf/oom_retries/update_actor"] == 0
@@ -95,7 +103,6 @@ def test_a_token_budget_under_sequence_parallelism_stays_per_rank():
 def test_an_oom_inside_the_forward_of_a_single_rank_is_retried_to_the_same_update(tmp_path):
     # One GPU: nothing to agree with, so the retry goes on in place, though the OOM left FSDP2 in the
     # middle of a forward (raised after the first decoder layer's; logicrl/faults.py `@rank0`).
-    clean = run(1, tmp_path)
-    hit = run(1, tmp_path, fault="oom@update_actor:1@rank0")
+    clean, hit = run(1, tmp_path, Scenario(), Scenario(fault="oom@update_actor:1@rank0"))
     assert (hit["metrics"]["perf/oom_retries/update_actor"], hit["metrics"]["perf/micro_size/update_actor"]) == (1, 1)
     assert_same_update(clean, hit)

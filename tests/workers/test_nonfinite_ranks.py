@@ -4,9 +4,9 @@ next, finite mini-batch steps on both. The ranks agree with no collective of the
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from logicrl.controller.ports import free_port
+from tests.helpers.spawn import spawn
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ def _rank(rank: int, world: int, port: int, path: str):
 
 def test_a_nan_gradient_on_one_rank_skips_the_step_on_both(tmp_path):
     out = str(tmp_path / "rank")
-    mp.spawn(_rank, args=(2, free_port(), out), nprocs=2)
+    spawn(_rank, args=(2, free_port(), out), nprocs=2)
     for rank in range(2):
         record = torch.load(f"{out}.{rank}", weights_only=False)
         assert record["metrics"]["actor/nonfinite_steps"] == 1.0, rank  # the NaN mini-batch, on both ranks

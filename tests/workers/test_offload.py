@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from logicrl.controller.ports import free_port
 from logicrl.workers import fsdp
 from logicrl.workers.devices import gpu_index
 from logicrl.workers.fsdp import full_tensor, load_optimizer, offload_optimizer
+from tests.helpers.spawn import spawn
 from tests.workers.conftest import leave_group
 
 
@@ -93,7 +93,7 @@ def _clip_rank(rank: int, world: int, port: int, out: str):
 @pytest.mark.integration
 def test_clip_grad_norm_agrees_with_torch_on_two_gloo_ranks(tmp_path):
     out = str(tmp_path / "clip.pt")
-    mp.spawn(_clip_rank, args=(2, free_port(), out), nprocs=2)
+    spawn(_clip_rank, args=(2, free_port(), out), nprocs=2)
     got = torch.load(out)
     # torch's own clip on plain tensors holding the same (gathered, averaged) gradients.
     params = [torch.nn.Parameter(torch.zeros_like(g)) for g in got["before"]]

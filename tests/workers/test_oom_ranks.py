@@ -9,10 +9,10 @@ import time
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from logicrl.controller.ports import free_port
 from logicrl.workers.oom import MicroSize, OutOfMemoryAtMinimum, RankOutOfMemory, is_oom, retry_on_oom
+from tests.helpers.spawn import spawn
 
 PG_TIMEOUT_S = 60  # the old code's rank 1 would wait this long in its mismatched all-reduce
 
@@ -61,7 +61,7 @@ def _rank(rank: int, world: int, port: int, path: str):
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("oom") / "rank")
-    mp.spawn(_rank, args=(2, free_port(), out), nprocs=2)
+    spawn(_rank, args=(2, free_port(), out), nprocs=2)
     return [torch.load(f"{out}.{r}") for r in range(2)]
 
 

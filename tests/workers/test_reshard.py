@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from logicrl.controller.ports import free_port
+from tests.helpers.spawn import spawn
 from tests.workers.conftest import leave_group
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ def _rank(rank: int, port: int, out: str):
 
 def test_forward_only_pass_then_reshard_leaves_only_shards(tmp_path):
     out = str(tmp_path / "shapes.pt")
-    mp.spawn(_rank, args=(free_port(), out), nprocs=2)
+    spawn(_rank, args=(free_port(), out), nprocs=2)
     shapes = torch.load(out)
     assert shapes["before"] == (1024, 128)  # 2048 rows over 2 ranks
     assert shapes["after forward"] == (2048, 128)  # what the worker's forward-only phases left behind

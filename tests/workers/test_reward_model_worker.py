@@ -13,12 +13,12 @@ row's real tokens alone (no padding to get wrong).
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 import transformers
 from omegaconf import OmegaConf
 
 from logicrl.controller.ports import free_port
 from tests.conftest import ROOT
+from tests.helpers.spawn import spawn
 from tests.workers.conftest import PLAIN_TEMPLATE, leave_group, write_tiny_reward_model
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def test_worker_scores_equal_a_direct_hf_forward(kk_role, tmp_path):
                              "reward_model.forward_max_token_len_per_gpu=80"), ""),
         "retokenized": (overrides(own, "reward_model.model.use_remove_padding=false"), ""),
     }
-    mp.spawn(_rank, args=(free_port(), cases, str(tmp_path)), nprocs=WORLD)
+    spawn(_rank, args=(free_port(), cases, str(tmp_path)), nprocs=WORLD)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
 
     actor = load_tokenizer("embedded:tiny", quiet=True)

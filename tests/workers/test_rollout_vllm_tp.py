@@ -10,11 +10,11 @@ and the agreement holds against the perturbed model.
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 pytest.importorskip("vllm")
 
 from logicrl.controller.ports import free_port  # noqa: E402
+from tests.helpers.spawn import spawn  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -57,4 +57,4 @@ def _rank(rank: int, world: int, port: int):
 
 
 def test_two_ranks_share_one_tp2_engine_and_each_gets_its_own_rows():
-    mp.spawn(_rank, args=(2, free_port()), nprocs=2, join=True)
+    spawn(_rank, args=(2, free_port()), nprocs=2)

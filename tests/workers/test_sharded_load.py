@@ -10,9 +10,9 @@ cast shard by shard before the gather, against the full fp32 weights cast after.
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from logicrl.controller.ports import free_port
+from tests.helpers.spawn import spawn
 from tests.workers.conftest import leave_group
 
 pytestmark = pytest.mark.integration
@@ -73,7 +73,7 @@ def _rank(rank: int, port: int, out: str):
 
 
 def test_meta_load_gives_the_full_loads_shards_without_reading_on_rank_1(tmp_path):
-    mp.spawn(_rank, args=(free_port(), str(tmp_path)), nprocs=WORLD)
+    spawn(_rank, args=(free_port(), str(tmp_path)), nprocs=WORLD)
     for rank in range(WORLD):
         results = torch.load(tmp_path / f"rank{rank}.pt")
         for name in ("policy", "critic", "lora"):

@@ -8,10 +8,10 @@ c10 makes: the peak of live tensor bytes above the start is the sync's extra mem
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 import transformers
 
 from logicrl.controller.ports import free_port
+from tests.helpers.spawn import spawn
 from tests.workers.conftest import leave_group
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ def _rank(rank: int, world: int, port: int, out: str):
 
 def test_sync_peak_is_one_bucket_not_the_model(tmp_path):
     out = str(tmp_path / "sync.pt")
-    mp.spawn(_rank, args=(2, free_port(), out), nprocs=2)
+    spawn(_rank, args=(2, free_port(), out), nprocs=2)
     r = torch.load(out)
     small, whole = r["results"][1.0], r["results"][1000.0]
     assert r["synced"]  # the engine ended with the actor's weights
