@@ -31,7 +31,7 @@ from logicrl.preflight.data import check_data
 from logicrl.preflight.device import check_device
 from logicrl.preflight.disk import check_directories, checkpoint_bytes, create_directories
 from logicrl.preflight.lora import check_lora
-from logicrl.preflight.memory import StagePlan, check_memory
+from logicrl.preflight.memory import StagePlan, check_memory, peaks_gb_at
 from logicrl.preflight.models import check_models, check_weights
 
 
@@ -44,11 +44,12 @@ class Plans:
     @property
     def peaks_gb(self) -> dict[str, float]:
         """Each phase's planned peak per device in GB, the largest over the stages."""
-        peaks: dict[str, float] = {}
-        for stage in self.stages:
-            for phase, gb in stage.peaks_gb.items():
-                peaks[phase] = max(peaks.get(phase, 0.0), gb)
-        return peaks
+        return _largest(stage.peaks_gb for stage in self.stages)
+
+    def peaks_gb_at(self, prompt: int, response: int, micro: dict[str, int]) -> dict[str, float]:
+        """peaks_gb planned again at a run's longest prompt and response and its micro-batch sizes
+        (preflight/memory.py peaks_gb_at)."""
+        return _largest(peaks_gb_at(stage.memory, prompt, response, micro) for stage in self.stages)
 
     @property
     def capacity_gb(self) -> float:
@@ -58,6 +59,14 @@ class Plans:
     @property
     def device(self) -> str:
         return self.stages[0].memory.inputs.device
+
+
+def _largest(per_stage) -> dict[str, float]:
+    peaks: dict[str, float] = {}
+    for stage in per_stage:
+        for phase, gb in stage.items():
+            peaks[phase] = max(peaks.get(phase, 0.0), gb)
+    return peaks
 
 
 def preflight(stages: Sequence[Stage]) -> Plans:

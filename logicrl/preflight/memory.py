@@ -50,6 +50,19 @@ def peaks_gb(memory: MemoryPlan) -> dict[str, float]:
     return {p.name: round(p.total / GB, 3) for p in memory.running()}
 
 
+def peaks_gb_at(memory: MemoryPlan, prompt: int, response: int, micro: dict[str, int]) -> dict[str, float]:
+    """peaks_gb of the same plan at a run's longest prompt and response and the micro-batch sizes it ran
+    (`micro`: phase -> rows or tokens, perf/micro_size/<phase>: an OOM retry may have halved one), so the
+    closing memory table compares like with like (memory/report.py); never past the configured lengths.
+    Padded rows keep every response column (lengths.py), so there only the prompt changes."""
+    x = memory.inputs.worst_case()
+    phases = tuple(replace(p, micro=replace(p.micro, value=int(micro[p.name])))
+                   if p.micro is not None and p.name in micro else p for p in x.phases)
+    x = replace(x, prompt_len=min(prompt, x.prompt_len), phases=phases,
+                response_len=min(response, x.response_len) if x.packed else x.response_len)
+    return peaks_gb(plan_inputs(x, memory.capacity))
+
+
 def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
     """The memory plan's inputs for a validated config and its step plan on this machine (or on
     trainer.gpu_memory_gb GPUs), the capacity in bytes, and where that number comes from."""
