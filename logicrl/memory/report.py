@@ -43,6 +43,7 @@ class RunShape:
     prompt: int
     response: int
     micro: dict[str, int]
+    steps: tuple[int, ...] = ()  # the tracked steps
 
 
 def run_shape(rows: list[dict]) -> RunShape | None:
@@ -59,7 +60,7 @@ def run_shape(rows: list[dict]) -> RunShape | None:
                 phase = key[len(MICRO):]
                 micro[phase] = max(micro.get(phase, 0), int(value))
     return RunShape(int(max(row[PROMPT_MAX] for row in tracked)), int(max(row[RESPONSE_MAX] for row in tracked)),
-                    micro)
+                    micro, tuple(int(row["step"]) for row in tracked if "step" in row))
 
 
 def report_table(planned: dict[str, float], measured: dict[str, dict[str, float]],
@@ -74,6 +75,10 @@ def report_table(planned: dict[str, float], measured: dict[str, dict[str, float]
         lines.append(f"at run's lengths: the same plan at the longest prompt and response of the measured steps "
                      f"({shape.prompt} + {shape.response} tokens) and the micro-batches they ran; peak/plan is the "
                      "tensor peak over it")
+        if shape.steps == (1,):
+            # The plan is the steady state (planner.py); a short run tracks step 1 alone (telemetry.py).
+            lines.append("step 1 was the only step measured: its phases before the first update ran before the "
+                         "optimizer's states existed, which the plan counts in every phase")
     compared = planned if at_run is None else at_run
     # (title, width, format) per column
     columns = [("planned", 9, ".3f"), *([("at run's lengths", 18, ".3f")] if at_run is not None else []),

@@ -43,15 +43,15 @@ def test_a_run_without_steps_has_no_table(tmp_path):
 def test_the_peak_is_set_against_the_plan_for_what_the_measured_steps_ran(tmp_path):
     rows = [{"step": 0, "val/acc": 0.5},
             # step 1: tracked, prompts up to 40 tokens, micro-batches of 8 (an OOM retry halved the configured 16)
-            {"prompt_length/max": 40.0, "response_length/max": 4.0, "perf/micro_size/update_actor": 8.0,
+            {"step": 1, "prompt_length/max": 40.0, "response_length/max": 4.0, "perf/micro_size/update_actor": 8.0,
              "perf/memory/update_actor/tensor_peak_gb": 0.09, "perf/memory/update_actor/rss_peak_gb": 1.0},
             # step 2: untracked (RSS only): its longer prompts say nothing about the tensor peak
-            {"prompt_length/max": 100.0, "response_length/max": 4.0, "perf/micro_size/update_actor": 16.0,
+            {"step": 2, "prompt_length/max": 100.0, "response_length/max": 4.0, "perf/micro_size/update_actor": 16.0,
              "perf/memory/update_actor/rss_peak_gb": 1.0},
             # step 10: tracked, a longer response
-            {"prompt_length/max": 38.0, "response_length/max": 6.0, "perf/micro_size/update_actor": 8.0,
+            {"step": 10, "prompt_length/max": 38.0, "response_length/max": 6.0, "perf/micro_size/update_actor": 8.0,
              "perf/memory/update_actor/tensor_peak_gb": 0.1}]
-    assert run_shape(rows) == RunShape(40, 6, {"update_actor": 8})
+    assert run_shape(rows) == RunShape(40, 6, {"update_actor": 8}, (1, 10))
     assert run_shape(rows[:1]) is None
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     asked = []
@@ -66,3 +66,7 @@ def test_the_peak_is_set_against_the_plan_for_what_the_measured_steps_ran(tmp_pa
     assert lines[2].split() == ["phase", "planned", "at", "run's", "lengths", "tensor", "peak", "peak/plan",
                                 "process", "RSS"]
     assert lines[3].split() == ["update_actor", "0.170", "0.080", "0.100", "1.25", "1.000"]  # 0.1 / 0.08
+    # A run that measured step 1 alone says why a phase before its first update reads under the plan.
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:3]))
+    lines = memory_report({"update_actor": 0.17}, tmp_path, plan_at).splitlines()
+    assert lines[2].startswith("step 1 was the only step measured") and lines[3].split()[0] == "phase"
