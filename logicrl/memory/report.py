@@ -77,8 +77,8 @@ def report_table(planned: dict[str, float], measured: dict[str, dict[str, float]
                      "tensor peak over it")
         if shape.steps == (1,):
             # The plan is the steady state (planner.py); a short run tracks step 1 alone (telemetry.py).
-            lines.append("step 1 was the only step measured: its phases before the first update ran before the "
-                         "optimizer's states existed, which the plan counts in every phase")
+            lines.append("step 1 alone was measured: the plan at the run's lengths leaves out the optimizer's states "
+                         "before the first update, which do not exist yet")
     compared = planned if at_run is None else at_run
     # (title, width, format) per column
     columns = [("planned", 9, ".3f"), *([("at run's lengths", 18, ".3f")] if at_run is not None else []),
@@ -96,15 +96,15 @@ def report_table(planned: dict[str, float], measured: dict[str, dict[str, float]
 
 
 def memory_report(planned: dict[str, float], run_dir: Path,
-                  plan_at: Callable[[int, int, dict[str, int]], dict[str, float]] | None = None) -> str | None:
+                  plan_at: Callable[[RunShape], dict[str, float]] | None = None) -> str | None:
     """The table for the run under `run_dir` (every metrics.jsonl below it: a curriculum has one per stage);
-    None when nothing was measured (no step ran). `plan_at(prompt, response, micro)`: the plan's peaks for
-    a RunShape's fields (preflight's Plans.peaks_gb_at)."""
+    None when nothing was measured (no step ran). `plan_at`: the plan's peaks for what the measured steps
+    ran (preflight's Plans.peaks_gb_at)."""
     rows = [json.loads(line) for path in sorted(Path(run_dir).rglob("metrics.jsonl"))
             for line in path.read_text().splitlines() if line.strip()]
     measured = measured_peaks(rows)
     if not measured:
         return None
     shape = run_shape(rows)
-    at_run = plan_at(shape.prompt, shape.response, shape.micro) if plan_at is not None and shape else None
+    at_run = plan_at(shape) if plan_at is not None and shape else None
     return report_table(planned, measured, at_run, shape)

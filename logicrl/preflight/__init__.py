@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from logicrl.config.stages import Stage
 from logicrl.errors import BadInput
 from logicrl.memory.phases import GB
+from logicrl.memory.report import RunShape
 from logicrl.preflight.checkpoints import check_checkpoint, check_fresh_start, check_not_done
 from logicrl.preflight.data import check_data
 from logicrl.preflight.device import check_device
@@ -46,10 +47,9 @@ class Plans:
         """Each phase's planned peak per device in GB, the largest over the stages."""
         return _largest(stage.peaks_gb for stage in self.stages)
 
-    def peaks_gb_at(self, prompt: int, response: int, micro: dict[str, int]) -> dict[str, float]:
-        """peaks_gb planned again at a run's longest prompt and response and its micro-batch sizes
-        (preflight/memory.py peaks_gb_at)."""
-        return _largest(peaks_gb_at(stage.memory, prompt, response, micro) for stage in self.stages)
+    def peaks_gb_at(self, run: RunShape) -> dict[str, float]:
+        """peaks_gb planned again for what a run's measured steps ran (preflight/memory.py peaks_gb_at)."""
+        return _largest(peaks_gb_at(stage.memory, run) for stage in self.stages)
 
     @property
     def capacity_gb(self) -> float:

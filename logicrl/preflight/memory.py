@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from logicrl.config.engines import resolve_engine
 from logicrl.config.errors import ConfigError
+from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import ARR, StepPlan, token_key
 from logicrl.errors import BadInput
 from logicrl.memory.fit import auto_micro_batch, check_fit, stop_lengths, worst_phase
@@ -24,6 +25,7 @@ from logicrl.memory.lengths import EXPECTED, plan_lengths
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import HEADROOM_GB, MemoryPlan, format_table, plan_inputs
 from logicrl.memory.planner_inputs import PlanInputs
+from logicrl.memory.report import RunShape
 from logicrl.models.spec import ModelSpec, load_model_spec
 from logicrl.preflight.device import capacity, check_gpus_usable
 
@@ -50,17 +52,25 @@ def peaks_gb(memory: MemoryPlan) -> dict[str, float]:
     return {p.name: round(p.total / GB, 3) for p in memory.running()}
 
 
-def peaks_gb_at(memory: MemoryPlan, prompt: int, response: int, micro: dict[str, int]) -> dict[str, float]:
-    """peaks_gb of the same plan at a run's longest prompt and response and the micro-batch sizes it ran
-    (`micro`: phase -> rows or tokens, perf/micro_size/<phase>: an OOM retry may have halved one), so the
-    closing memory table compares like with like (memory/report.py); never past the configured lengths.
-    Padded rows keep every response column (lengths.py), so there only the prompt changes."""
+def peaks_gb_at(memory: MemoryPlan, run: RunShape) -> dict[str, float]:
+    """peaks_gb of the same plan for what a run's measured steps ran (memory/report.py RunShape): their
+    longest prompt and response, never past the configured lengths (padded rows keep every response
+    column, lengths.py, so there only the prompt changes), and the micro-batch sizes they ran (an OOM retry
+    may have halved one), so the closing memory table compares like with like. Measured at step 1 alone,
+    the phases before the first update run before any optimizer state exists (AdamW makes its states at
+    its first step): they are planned without them; the updates keep the steady state's, an upper bound."""
     x = memory.inputs.worst_case()
-    phases = tuple(replace(p, micro=replace(p.micro, value=int(micro[p.name])))
-                   if p.micro is not None and p.name in micro else p for p in x.phases)
-    x = replace(x, prompt_len=min(prompt, x.prompt_len), phases=phases,
-                response_len=min(response, x.response_len) if x.packed else x.response_len)
-    return peaks_gb(plan_inputs(x, memory.capacity))
+    phases = tuple(replace(p, micro=replace(p.micro, value=int(run.micro[p.name])))
+                   if p.micro is not None and p.name in run.micro else p for p in x.phases)
+    x = replace(x, prompt_len=min(run.prompt, x.prompt_len), phases=phases,
+                response_len=min(run.response, x.response_len) if x.packed else x.response_len)
+    plan = plan_inputs(x, memory.capacity)
+    peaks = {}
+    before_update = run.steps == (1,)
+    for p in plan.running():
+        before_update = before_update and not phase_row(p.name).backward
+        peaks[p.name] = round((p.total - (p.parts["optimizer"] if before_update else 0)) / GB, 3)
+    return peaks
 
 
 def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):

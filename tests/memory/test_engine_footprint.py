@@ -9,19 +9,19 @@ from logicrl.memory.planner import plan_inputs
 from tests.memory.conftest import planned
 
 GB = 2**30
-# The embedded tiny model (qwen2): 2 layers, hidden 128, 2 heads / 1 KV head of 64, MLP 352, vocab 2048, tied,
-# q/k/v biases. fp32 on CPU.
-H, Q, KV, MLP, V, L = 128, 128, 64, 352, 2048, 2
+# The embedded tiny model (qwen2): 2 layers, hidden 128, 2 heads / 1 KV head of 64, MLP 352, the trained
+# tokenizer's 763 tokens, tied, q/k/v biases. fp32 on CPU.
+H, Q, KV, MLP, V, L = 128, 128, 64, 352, 763, 2
 LAYER = H * Q + 2 * H * KV + Q * H + 3 * H * MLP + 2 * H + (Q + 2 * KV)  # Linears, two norms, q/k/v biases
-WEIGHTS = 4 * (L * LAYER + V * H + H)  # + the (tied) embedding and the final norm: 631,936 parameters
-assert WEIGHTS == 2_527_744
+WEIGHTS = 4 * (L * LAYER + V * H + H)  # + the (tied) embedding and the final norm: 467,456 parameters
+assert WEIGHTS == 1_869_824
 KV_PER_TOKEN = 2 * L * 1 * 64 * 4  # K and V, every layer, one KV head of 64, fp32
 SEQS = 256  # rollout.max_num_seqs
 # One forward of max_num_batched_tokens (8192) tokens: per token the residual and the norm's output (2 x 4H)
 # and the norm's fp32 upcast (4H) beside the MLP's SiLU(gate), up and their product (3 x 4 x MLP, larger than the
 # attention's 4 x 4q + 4 x width at these widths); and the sampler's two fp32 [max_num_seqs, V] buffers.
 RESERVE = 8192 * (2 * 4 * H + 4 * H + 3 * 4 * MLP) + 2 * 4 * SEQS * V
-assert RESERVE == 51_380_224
+assert RESERVE == 48_748_544
 
 
 def test_vllm_holds_weights_and_kv_between_rollouts_and_its_reserve_only_while_generating(data):

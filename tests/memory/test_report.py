@@ -56,12 +56,12 @@ def test_the_peak_is_set_against_the_plan_for_what_the_measured_steps_ran(tmp_pa
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     asked = []
 
-    def plan_at(prompt, response, micro):
-        asked.append((prompt, response, micro))
+    def plan_at(shape):
+        asked.append(shape)
         return {"update_actor": 0.08}
 
     lines = memory_report({"update_actor": 0.17}, tmp_path, plan_at).splitlines()
-    assert asked == [(40, 6, {"update_actor": 8})]
+    assert asked == [RunShape(40, 6, {"update_actor": 8}, (1, 10))]
     assert "(40 + 6 tokens)" in lines[1]
     assert lines[2].split() == ["phase", "planned", "at", "run's", "lengths", "tensor", "peak", "peak/plan",
                                 "process", "RSS"]
@@ -69,4 +69,31 @@ def test_the_peak_is_set_against_the_plan_for_what_the_measured_steps_ran(tmp_pa
     # A run that measured step 1 alone says why a phase before its first update reads under the plan.
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:3]))
     lines = memory_report({"update_actor": 0.17}, tmp_path, plan_at).splitlines()
-    assert lines[2].startswith("step 1 was the only step measured") and lines[3].split()[0] == "phase"
+    assert lines[2].startswith("step 1 alone was measured") and lines[3].split()[0] == "phase"
+
+
+def test_the_plan_for_what_a_run_ran(data):
+    """preflight's peaks_gb_at on make train's model (vLLM, CPU): the same plan at a run's lengths and micro-
+    batches; at step 1 alone, no optimizer state before the first update."""
+    from dataclasses import replace
+
+    from logicrl.config.phases import ARR
+    from logicrl.memory.phases import GB
+    from logicrl.memory.planner import plan_inputs
+    from logicrl.preflight.memory import peaks_gb_at
+    from tests.memory.conftest import planned
+
+    *_, x = planned(*data, f"{ARR}.rollout.name=vllm", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=16", device="cpu")
+    memory = plan_inputs(x, 16 * GB)
+
+    def gb(plan, phase):
+        return round(plan.phase(phase).total / GB, 3)
+
+    later = peaks_gb_at(memory, RunShape(44, 4, {"update_actor": 8}, (1, 10)))
+    ran = plan_inputs(replace(x, prompt_len=44).with_micro({f"{ARR}.actor.ppo_micro_batch_size_per_gpu": 8}), 16 * GB)
+    assert later == {p: gb(ran, p) for p in ("generate", "update_actor", "update_weights")}
+    assert later["update_actor"] < gb(memory, "update_actor")  # shorter rows, half the micro-batch
+    first = peaks_gb_at(memory, RunShape(44, 4, {"update_actor": 8}, (1,)))
+    states = 2 * 4 * 467_456  # AdamW's two fp32 moments of the tiny actor's 467,456 parameters
+    assert first["generate"] == round((ran.phase("generate").total - states) / GB, 3)
+    assert first["update_actor"] == later["update_actor"] and first["update_weights"] == later["update_weights"]
