@@ -59,8 +59,9 @@ class PreallocatingFootprint:
     the device less the weights and its activation reserve (CUDA), rollout.kv_cache_gb, or on CPU room for
     max_num_seqs full sequences; it schedules its own batches inside that cache. The activation reserve is
     room, not tensors: vLLM frees its profiling forward, and a generate's forwards and sampler allocate
-    and free theirs, so it is generate's transient alone (measured on CPU: tests/trainer). Asleep on CUDA
-    (its row's sleep_levels, rollout.free_cache_engine) it holds nothing on the device."""
+    and free theirs, so it is generate's transient alone (the closing memory table checks it on CPU:
+    docs/memory.md, "Measured in a run"). Asleep on CUDA (its row's sleep_levels, rollout.free_cache_engine)
+    it holds nothing on the device."""
 
     preallocates_kv = True
 
