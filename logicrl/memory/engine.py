@@ -120,14 +120,16 @@ class DecodingFootprint:
 
     def generating(self, x: PlanInputs) -> tuple[str, dict[str, int]]:
         """A KV cache growing to the full width, grown by torch.cat one layer at a time (one layer's K or V
-        twice for a moment); the prompt's prefill; and per step either the attention's repeated K and V, or
+        twice for a moment); the prompt's prefill, whose RoPE cos and sin ([rows, P, head_dim] each, made once
+        per forward) live through every layer; and per step either the attention's repeated K and V, or
         the sampler's [rows, V] buffers beside the model's own logits in its dtype: log-softmax, tempered
         logits, softmax and its cumsum (plus the fp32 upcast of the logits when the dtype is not fp32)."""
         b, rows = x.dtype_bytes, min(x.gen_micro, x.gen_rows)
         per_token = kv_bytes_per_token(x.spec, b)
         # The prefill runs beside the prompt's KV only; the sampler's buffers beside the full cache.
         prompt_cache = rows * x.prompt_len * per_token
-        prefill = rows * x.prompt_len * (forward_transient_per_token(x.spec, b, x.prompt_len) + x.prompt_len)
+        rope = 2 * b * x.spec.head_dim
+        prefill = rows * x.prompt_len * (forward_transient_per_token(x.spec, b, x.prompt_len) + x.prompt_len + rope)
         cache = rows * x.width * per_token
         cache += cache // (2 * x.spec.num_layers)
         sampling = rows * x.spec.vocab_size * (4 * FP32 + b + (FP32 if b < FP32 else 0))
