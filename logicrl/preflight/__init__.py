@@ -32,7 +32,7 @@ from logicrl.preflight.data import check_data
 from logicrl.preflight.device import check_device
 from logicrl.preflight.disk import check_directories, checkpoint_bytes, create_directories
 from logicrl.preflight.lora import check_lora
-from logicrl.preflight.memory import StagePlan, check_memory, peaks_gb_at
+from logicrl.preflight.memory import StagePlan, check_memory
 from logicrl.preflight.models import check_models, check_weights
 
 
@@ -49,7 +49,7 @@ class Plans:
 
     def peaks_gb_at(self, run: RunShape) -> dict[str, float]:
         """peaks_gb planned again for what a run's measured steps ran (preflight/memory.py peaks_gb_at)."""
-        return _largest(peaks_gb_at(stage.memory, run) for stage in self.stages)
+        return _largest(stage.peaks_gb_at(run) for stage in self.stages)
 
     @property
     def capacity_gb(self) -> float:

@@ -89,11 +89,11 @@ def test_the_plan_for_what_a_run_ran(data):
     def gb(plan, phase):
         return round(plan.phase(phase).total / GB, 3)
 
-    later = peaks_gb_at(memory, RunShape(44, 4, {"update_actor": 8}, (1, 10)))
+    later = peaks_gb_at(RunShape(44, 4, {"update_actor": 8}, (1, 10)), memory)
     ran = plan_inputs(replace(x, prompt_len=44).with_micro({f"{ARR}.actor.ppo_micro_batch_size_per_gpu": 8}), 16 * GB)
     assert later == {p: gb(ran, p) for p in ("generate", "update_actor", "update_weights")}
     assert later["update_actor"] < gb(memory, "update_actor")  # shorter rows, half the micro-batch
-    first = peaks_gb_at(memory, RunShape(44, 4, {"update_actor": 8}, (1,)))
+    first = peaks_gb_at(RunShape(44, 4, {"update_actor": 8}, (1,)), memory)
     states = 2 * 4 * 467_456  # AdamW's two fp32 moments of the tiny actor's 467,456 parameters
     assert first["generate"] == round((ran.phase("generate").total - states) / GB, 3)
     assert first["update_actor"] == later["update_actor"] and first["update_weights"] == later["update_weights"]
