@@ -33,9 +33,12 @@ ROLE_DATA = [f"data.train_files={ROLE}/train.parquet", f"data.val_files={ROLE}/t
 # rank; tests about vLLM say rollout.name=vllm), metrics in metrics.jsonl and no validation. A test
 # adds what it is about after it: later overrides of the same key win. preset=embedded: the embedded
 # default's values also where a test points it at another tiny checkpoint (which would select verl's).
+# No live-tensor peaks (trainer.track_tensor_peaks): step 1 would scan every Python object of each rank
+# before each phase, a second or two each; the tests of those peaks turn it back on.
 TINY_RUN = ["preset=embedded", "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
             "data.max_response_length=4", "trainer.total_training_steps=2", f"{ARR}.rollout.name=hf",
-            "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1"]
+            "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1",
+            "trainer.track_tensor_peaks=false"]
 # Tiers whose tests may start processes (the unit tier may not: see guard_unit_tier).
 PROCESS_TIERS = ("integration", "slow", "gpu")
 

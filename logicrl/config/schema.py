@@ -379,6 +379,7 @@ class TrainerConfig:
     memory_plan: str = key(choices=("worst_case", "expected"))  # logicrl/memory/lengths.py
     expected_response_length: Optional[int] = key(ge=1)  # <= data.max_response_length (validate.py)
     verbose: bool = key()
+    track_tensor_peaks: bool = key()  # CPU: tensor_peak_gb on step 1 and every 10th (memory/telemetry.py)
     # The process group's timeout (workers/fsdp.py init_distributed), and how long a rank may go without a
     # heartbeat before the run ends (controller/heartbeat.py).
     collective_timeout_s: float = key(gt=0, finite=True)

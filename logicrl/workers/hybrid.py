@@ -88,6 +88,7 @@ class HybridWorker(PhaseWorker):
         self.device, self.mesh, self.dtype = where.device, where.mesh, where.dtype
         self.temperature = self.cfg.actor_rollout_ref.rollout.temperature
         self.sizes = micro_sizes(self.cfg, plan)
+        self.track_tensor_peaks = self.cfg.trainer.track_tensor_peaks
         return where
     def module(self, model: str) -> torch.nn.Module | None:
         return self.models.module(model)

@@ -89,6 +89,8 @@ class PhaseWorker:
     """A rank that runs declared phases. A subclass sets `faults`, `rank`, `device` and `sizes` (each
     retried phase's MicroSize), and says which FSDP2 module a phase's model is (`module`)."""
 
+    track_tensor_peaks = True  # trainer.track_tensor_peaks: CPU phases of tracked steps measure live tensors
+
     phases: Mapping[str, WorkerPhase] = MappingProxyType({})  # this class's own, set when it is defined
     # Phases a subclass does not run although a base declares them (a trainer-only rank has no generate).
     without_phases: tuple[str, ...] = ()
@@ -115,7 +117,8 @@ class PhaseWorker:
         model = self.module(declared.model)
         size = self.sizes[phase] if declared.retried else None
         # Only generate wakes the whole engine; other phases see it asleep (or only its weights, for the sync).
-        with measure(phase, metrics, self.device, engine_awake=phase == "generate", track_tensors=tracks_tensors(step)):
+        tracked = self.track_tensor_peaks and tracks_tensors(step)
+        with measure(phase, metrics, self.device, engine_awake=phase == "generate", track_tensors=tracked):
             # The sharded model tells the retry that the phase runs FSDP2 collectives: there an OOM
             # on several ranks ends the run instead of retrying in place (workers/oom.py).
             retry = None if size is None else phase_retry(size, self.device, self.faults, step, self.rank, model)

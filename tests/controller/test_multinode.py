@@ -33,8 +33,13 @@ def probe(*mode: str) -> dict:
     return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("PROBE "))[6:])
 
 
-def test_two_nodes_one_rank_each_rendezvous_on_rank_0s_node():
-    seen = probe()
+@pytest.fixture(scope="module")
+def seen() -> dict:
+    """One cluster for both tests: the ranks report where they are, then rank 1's node is lost."""
+    return probe("lose-node")
+
+
+def test_two_nodes_one_rank_each_rendezvous_on_rank_0s_node(seen):
     ranks = seen["ranks"]
     assert seen["driver"] == "127.0.0.2"
     assert [r["node"] for r in ranks] == ["127.0.0.3", "127.0.0.4"]  # one per node, by address
@@ -44,8 +49,8 @@ def test_two_nodes_one_rank_each_rendezvous_on_rank_0s_node():
     assert [r["omp"] for r in ranks] == ["2", "1"]
 
 
-def test_a_lost_node_ends_the_call_within_60_s_naming_its_rank_and_node():
-    lost = probe("lose-node")["lost"]
+def test_a_lost_node_ends_the_call_within_60_s_naming_its_rank_and_node(seen):
+    lost = seen["lost"]
     # Rank 1 sits on 127.0.0.4, the node removed (raylet and workers killed) 2 s into a 300 s call.
     assert lost["error"] is not None and lost["seconds"] < 60, lost
     assert (lost["rank"], lost["node"]) == (1, "127.0.0.4"), lost

@@ -1,6 +1,8 @@
 """slurm/train.sbatch on a real SLURM with two nodes (tests/slurm/conftest.py): the shape the driver
 is given, two jobs on the same nodes at once, training across both nodes, preemption and requeue,
-and nothing left behind. Few jobs, each checked for several things: a job pays ~10-20 s for Ray."""
+and nothing left behind. Few jobs, each checked for several things: a job pays ~10-20 s for Ray.
+Training and preemption (two 24-step jobs, one requeued: two minutes) are in the slow tier; make test
+keeps the two dry-run jobs (docs/testing.md says what else covers the rest)."""
 
 from __future__ import annotations
 
@@ -182,6 +184,7 @@ def run_metrics(submit_dir: Path, job: str) -> list[dict]:
     return steps(submit_dir / "outputs" / "logicrl" / "kk_tiny" / f"slurm-{job}" / "metrics.jsonl")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_trains_across_two_nodes(slurm, two_runs):
     submit_dir, job = two_runs["plain"]
@@ -192,6 +195,7 @@ def test_trains_across_two_nodes(slurm, two_runs):
     assert_left_nothing(slurm, submit_dir, job)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_preempted_job_checkpoints_requeues_and_resumes_where_it_stopped(slurm, two_runs):
     submit_dir, job = two_runs["preempted"]

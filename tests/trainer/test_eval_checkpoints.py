@@ -1,8 +1,11 @@
-"""+recipe=eval_math over two checkpoints of one tiny run (the model it started from, and the run's last
-checkpoint found from its directory): one table, pass@k non-decreasing in k, and samples.jsonl
-recomputing to eval.json. One training launch and one evaluation launch for the module."""
+"""+recipe=eval_math over two checkpoints (the embedded model, and a run's last checkpoint found from its
+directory): one table, pass@k non-decreasing in k, and samples.jsonl recomputing to eval.json. One
+evaluation launch for the module: the run's directory is written by the trainer's own save code
+(trainer/checkpoint.py `saving`: steps 1 and 2, each committed with its export), the embedded model as
+step 2's export; that a trained run's export loads and generates: tests/trainer/test_curriculum_resume.py."""
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -11,7 +14,8 @@ from logicrl.config.phases import ARR
 from logicrl.eval.report import group_metrics, read_samples
 from logicrl.models.loading import checkpoint_dir
 from logicrl.models.tiny import EMBEDDED_TINY
-from tests.conftest import ROOT, TINY_RUN, need_data, read_metrics, run_main, tail
+from logicrl.trainer.checkpoint import saving
+from tests.conftest import ROOT, need_data, read_metrics, run_main, tail
 
 pytestmark = pytest.mark.integration
 KS = [1, 2, 4]
@@ -26,9 +30,9 @@ def evaluated(tmp_path_factory):
     pd.concat([pd.read_parquet(ROOT / "data/kk_role/test.parquet").head(8),
                pd.read_parquet(ROOT / "data/kk_role_5ppl/test.parquet").head(4)]).to_parquet(val)
     ckpt = tmp / "ckpt"
-    trained = run_main(*TINY_RUN, f"data.train_files={ROOT}/data/kk_role/train.parquet", f"data.val_files={val}",
-                       ckpt=ckpt, run_dir=tmp / "train")
-    assert trained.returncode == 0, tail(trained)
+    for step in (1, 2):  # what a run's checkpoint root holds: its newest complete step is the one evaluated
+        with saving(ckpt, step) as saved:
+            shutil.copytree(checkpoint_dir(EMBEDDED_TINY), saved / "huggingface")
     run_dir = tmp / "eval"
     result = run_main("+recipe=eval_math", f"data.val_files={val}", "data.max_prompt_length=128",
                       "data.max_response_length=4", f"{ARR}.rollout.name=hf", "eval.n=4", f"eval.k={KS}",

@@ -6,6 +6,10 @@ from that checkpoint with the halved micro-batch and completes.
 `oom@update_actor:2@rank1` raises on rank 1 only, in its first decoder layer's forward of step 2's
 update, while rank 0 goes on into the next layer's all-gather (logicrl/faults.py). Before the fix
 rank 1's retry agreement met rank 0's all-gather and both waited out the 30-minute timeout.
+
+Slow tier (two 2-rank launches): make test keeps the pieces, tests/workers/test_oom_ranks.py (the failing
+rank gives up inside FSDP2's collectives at once, no hang) and tests/trainer/test_micro_sizes.py (the
+halved value saved, the line naming rank, node, phase, file and checkpoint, the resumed plan taking it).
 """
 
 import json
@@ -19,7 +23,7 @@ from logicrl.config.phases import ARR
 from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, run_main, tail
 from tests.helpers.signals import assert_gone, finish, intact, one_error_line, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("kk_role")]
 MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
 # 4 prompts x 4 responses over 2 ranks: 8 responses per rank and mini-batch, 2 micro-batches of 4.
 RUN = [*ROLE_DATA, *TINY_RUN, f"{ARR}.rollout.n=4", f"{MICRO}=4", "trainer.n_gpus=2", "trainer.total_training_steps=3",

@@ -2,7 +2,7 @@
 reward model and the reference (KL in the reward); then a re-run of a run that died in step 2 (its
 checkpoint root as a SIGKILL leaves it: step 1 the newest), which resumes from step 1 and ends exactly
 where the uninterrupted run ended; and injected OOMs in every phase at step 1, which the run recovers
-from with the uninterrupted run's result. (A real SIGKILL mid-step, then the same command:
+from with the uninterrupted run's result. (A real SIGKILL mid-save, then the same command:
 tests/trainer/test_curriculum_resume.py; here the resumed state of all four models is the point.)
 
 Every run here trains at Ulysses sequence parallelism 2 from step 0 (models/ulysses.py): the actor, the
@@ -64,7 +64,9 @@ def rm_path(kk_role, tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(rm_path, tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
-    result = run_main(*RUN, f"reward_model.model.path={rm_path}", ckpt=root / "ckpt", run_dir=root / "run")
+    # Its step 1 measures each phase's live tensors (TINY_RUN leaves them out): the reward model's is checked.
+    result = run_main(*RUN, f"reward_model.model.path={rm_path}", "trainer.track_tensor_peaks=true",
+                      ckpt=root / "ckpt", run_dir=root / "run")
     assert result.returncode == 0, tail(result)
     (root / "output.txt").write_text(result.stdout + result.stderr)
     return root

@@ -46,7 +46,8 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
             "algorithm.adv_estimator=gae", f"{ARR}.actor.use_kl_loss=true", f"{ARR}.actor.ppo_epochs=2",
             f"{ARR}.actor.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
             f"{ARR}.model.enable_gradient_checkpointing=true", f"{CORR}.rollout_rs='token,geometric'",
-            f"{CORR}.rollout_rs_threshold='0.5_2.0,0.9_1.1'", f"{ARR}.actor.policy_loss.loss_mode=cispo"]
+            f"{CORR}.rollout_rs_threshold='0.5_2.0,0.9_1.1'", f"{ARR}.actor.policy_loss.loss_mode=cispo",
+            "trainer.track_tensor_peaks=true"]  # the measured peaks against the plan (TINY_RUN leaves them out)
     dry = check_main(*args, "trainer.dry_run=true", cwd=tmp_path)  # main_ppo.py's dry run, in-process
     assert dry.code == 0, dry.line
     assert "5 steps per epoch, 5 steps in all" in dry.out
@@ -91,8 +92,8 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
 
 def test_multirun_two_jobs(tmp_path):
     sweep, ckpt = tmp_path / "sweep", tmp_path / "ckpt"
-    args = ["-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", f"{ARR}.rollout.n=2,4",
-            f"hydra.sweep.dir={sweep}", f"trainer.default_local_dir={ckpt}"]
+    args = ["-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", "trainer.track_tensor_peaks=true",
+            f"{ARR}.rollout.n=2,4", f"hydra.sweep.dir={sweep}", f"trainer.default_local_dir={ckpt}"]
     result = run_main(*args, cwd=tmp_path)
     assert result.returncode == 0, tail(result)
     jobs = ["rollout.n=2", "rollout.n=4"]  # named by the swept value, run and checkpoint directories alike

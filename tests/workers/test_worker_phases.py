@@ -80,3 +80,20 @@ def test_run_refuses_a_phase_its_class_does_not_declare():
     worker = RolloutOnly.__new__(RolloutOnly)
     with pytest.raises(ValueError, match="no worker phase 'update_actor' on RolloutOnly; it runs generate"):
         worker.run(None, "update_actor")
+
+
+@pytest.mark.parametrize("track", [True, False])
+def test_step_1_measures_live_tensors_unless_the_config_says_not(track):
+    from logicrl.faults import Faults
+
+    class Bare(RolloutOnly):
+        def module(self, model):
+            return None  # the engine alone: no FSDP2 module
+
+    worker = Bare.__new__(Bare)
+    worker.faults, worker.rank, worker.device, worker.sizes = Faults(), 0, "cpu", {}
+    worker.track_tensor_peaks = track  # trainer.track_tensor_peaks, as HybridWorker._start_rank sets it
+    _, step_1 = worker.run(None, "generate", step=1)
+    _, step_2 = worker.run(None, "generate", step=2)
+    assert ("perf/memory/generate/tensor_peak_gb" in step_1) == track
+    assert "perf/memory/generate/tensor_peak_gb" not in step_2 and "perf/memory/generate/rss_peak_gb" in step_1
