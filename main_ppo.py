@@ -187,7 +187,8 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
             trainer_class(runs[0].cfg)(runs[0].cfg, runs[0].plan, run_dir, faults=faults).fit()
         from logicrl.memory.report import memory_report
 
-        if table := memory_report(plans.peaks_gb, run_dir):  # the plan checked against the run, phase by phase
+        # The plan checked against the run, phase by phase (and again at the lengths the run saw).
+        if table := memory_report(plans.peaks_gb, run_dir, plans.peaks_gb_at):
             print(table)
         for stage in runs:  # the time plan checked the same way, per stage
             where = run_dir / stage.dir_name if curriculum else run_dir

@@ -98,8 +98,8 @@ CASES = [
               "of 256, torchao's layout), whole on every GPU (FSDP2 leaves them out); embeddings and lm_head in "
               "bf16, LoRA adapters and their AdamW states in fp32 and sharded, activations in bf16, plus one "
               "Linear dequantized at a time in each forward and backward. The engine loads the bf16 checkpoint "
-              "and takes the dequantized base once, at build, then the adapters alone (15.2 GB in vLLM's "
-              "share). The bf16 LoRA run follows it."),
+              "and takes the dequantized base once, at build, then the adapters alone (its bf16 weights are "
+              "generate's engine column). The bf16 LoRA run follows it."),
     Case("The same LoRA run in bf16 (what logicrl loads)", "qwen2.5-7b", 2, 40,
          [*NO_CKPT, "algorithm.adv_estimator=grpo", f"{ARR}.actor.use_kl_loss=true", "data.max_prompt_length=512",
           "data.max_response_length=2048", "data.train_batch_size=16", f"{ARR}.rollout.n=8",
@@ -235,6 +235,40 @@ def cases_markdown() -> str:
         data = Path(tmp) / "prompts.jsonl"
         data.write_text("".join(f'{{"prompt": "puzzle {i}"}}\n' for i in range(64)))
         return "\n\n".join(render(case, data) for case in CASES)
+
+
+def summary_figures() -> dict[str, str]:
+    """The figures docs/memory.md's summary ("In short") states beyond what the case tables print, as it
+    prints them (tests/memory/test_docs_numbers.py checks that every GB figure there is a table's or one of
+    these): what-ifs of the cases' plans."""
+    from logicrl.memory.footprint import dequant_bytes
+    from logicrl.memory.footprint import kv_bytes_per_token as per_token
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "prompts.jsonl"
+        data.write_text("".join(f'{{"prompt": "puzzle {i}"}}\n' for i in range(64)))
+        by_title = {case.title: case for case in CASES}
+        qwen = case_inputs(by_title["GRPO on Qwen2.5-7B, 4 x 80 GB, train_batch_size 8, rollout.n 32"], data)
+        gptq_case = by_title["TRL's GPTQ QLoRA run: GRPO with Qwen2.5-7B-GPTQ-int4, QLoRA and vLLM at 0.2 on 2 x 40 GB"]
+        gptq = case_inputs(gptq_case, data)
+    capacity = int(gptq_case.gpu_gb * GB)
+    from logicrl.memory.planner import build_models
+
+    written = plan_inputs(gptq, capacity)
+    # Merged: the engine holds the dequantized bf16 model and every sync streams it (no adapter sync possible).
+    merged = plan_inputs(replace(gptq, engine_full_precision=True, lora_sync="merged"), capacity)
+    no_ckpt = plan_inputs(gptq.with_model("actor", ckpt=False), capacity).phase("update_actor")
+    kv = written.phase("generate").parts["kv_cache"]
+    return {
+        "7B's fp32 gradient accumulated unsharded": f"{build_models(qwen).actor.trainable_full / GB:.2f} GB",
+        "7B's largest Linear dequantized from NF4": f"{dequant_bytes(qwen.spec, 2) / GB:.2f} GB",
+        "GPTQ engine's bf16 weights when merged": f"{merged.phase('generate').parts['engine'] / GB:.2f} GB",
+        "GPTQ merged update_weights": f"{merged.phase('update_weights').total / GB:.1f} GB",
+        "GPTQ sequences in the KV cache": f"{kv // (per_token(gptq.spec, 2) * gptq.width)} sequences",
+        "GPTQ update_actor activations without checkpointing": f"{no_ckpt.parts['activations'] / GB:.1f} GB",
+        "GPTQ update_actor without checkpointing": f"{no_ckpt.total / GB:.1f} GB "
+                                                   f"in all, {100 * no_ckpt.total / capacity:.0f}% of 40",
+    }
 
 
 def main() -> None:

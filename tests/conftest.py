@@ -386,3 +386,21 @@ def tail(result, chars: int = 3000) -> str:
 def read_metrics(run_dir: Path) -> list[dict]:
     """A run's metrics.jsonl (trainer.logger includes jsonl), one dict per logged step."""
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+# The memory planner's band: a phase's measured peak within 15% of its plan (docs/memory.md).
+MEMORY_BAND = (0.85, 1.15)
+
+
+def peak_over_plan(stdout: str) -> dict[str, float]:
+    """The closing memory table's peak/plan column (memory/report.py), by phase, for the phases it measured."""
+    lines = stdout[stdout.index("memory per device (GB): planned vs measured"):].splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("phase") and "peak/plan" in line)
+    ratios = {}
+    for line in lines[header + 1:]:
+        cells = line.split()
+        if len(cells) < 5 or not all(c == "-" or c.replace(".", "", 1).isdigit() for c in cells[1:]):
+            break  # the table's end
+        if cells[-2] != "-":
+            ratios[cells[0]] = float(cells[-2])
+    return ratios

@@ -4,7 +4,7 @@
 
 A note, not a refusal: the run goes on as asked (a user may mean to exercise a 7B recipe's code paths on
 the stand-in). `python main_ppo.py +recipe=stage1 trainer.n_gpus=4` on a machine without GPUs otherwise
-trains the embedded 0.6M-parameter model on 4,096-token puzzles for about 20 hours at accuracy 0, with
+trains the embedded 0.5M-parameter model on 4,096-token puzzles for about 20 hours at accuracy 0, with
 nothing saying why.
 """
 

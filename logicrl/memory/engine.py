@@ -55,33 +55,33 @@ def footprint(x: PlanInputs) -> EngineFootprint:
 
 
 class PreallocatingFootprint:
-    """vLLM: weights (1/tp each under tensor parallelism) and an activation reserve at start-up, then a KV
-    cache of a fraction of the device (CUDA), of rollout.kv_cache_gb, or on CPU of room for max_num_seqs full
-    sequences; it schedules its own batches inside that cache. Asleep on CUDA (its row's sleep_levels,
-    rollout.free_cache_engine) it holds nothing on the device."""
+    """vLLM: weights (1/tp each under tensor parallelism) and a KV cache reserved at start-up: a fraction of
+    the device less the weights and its activation reserve (CUDA), rollout.kv_cache_gb, or on CPU room for
+    max_num_seqs full sequences; it schedules its own batches inside that cache. The activation reserve is
+    room, not tensors: vLLM frees its profiling forward, and a generate's forwards and sampler allocate
+    and free theirs, so it is generate's transient alone (the closing memory table checks it on CPU:
+    docs/memory.md, "Measured in a run"). Asleep on CUDA (its row's sleep_levels, rollout.free_cache_engine)
+    it holds nothing on the device."""
 
     preallocates_kv = True
 
     def resident(self, x: PlanInputs, engine: ModelBytes, capacity: int, awake: bool) -> tuple[int, int]:
         if self._sleeps(x) and not awake:
             return 0, 0  # level 2 (weights and KV cache discarded) or 1 (weights on the host): rollout/vllm.py
-        # vLLM sizes its activations by profiling one forward of max_num_batched_tokens tokens and
-        # the sampler's fp32 logits for max_num_seqs rows; this is an estimate of that profile.
-        reserve = x.max_num_batched_tokens * forward_transient_per_token(x.spec, x.dtype_bytes, x.width) + \
-            2 * FP32 * x.gen_micro * x.spec.vocab_size
         # With tensor parallelism vLLM keeps 1/tp of each sharded weight (vocab and norms are small next to the
         # linears); the KV cache default is unchanged: tp times the rows at 1/tp of the KV heads.
-        weights = engine.total_full // x.rollout_tp + reserve
+        weights = engine.total_full // x.rollout_tp
         if x.kv_cache_gb is not None:
             return weights, int(x.kv_cache_gb * 2**30)
         if x.device == "cuda":  # vLLM takes this fraction of the device; the KV cache is what is left
-            return weights, max(0, int(x.gpu_memory_utilization * capacity) - weights)
-        # engines.kv_cache_gb on CPU: room for max_num_seqs full sequences, at least MIN_KV_CACHE_GB.
-        return weights, max(int(MIN_KV_CACHE_GB * 2**30),
-                            kv_bytes_per_token(x.spec, x.dtype_bytes) * x.gen_micro * x.width)
+            return weights, max(0, int(x.gpu_memory_utilization * capacity) - weights - self._reserve(x))
+        # engines.kv_cache_gb on CPU: room for max_num_seqs sequences at the configured full lengths, whatever
+        # lengths the plan is for (the engine is built before any prompt is seen), at least MIN_KV_CACHE_GB.
+        full = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.gen_micro * x.worst_case().width
+        return weights, max(int(MIN_KV_CACHE_GB * 2**30), full)
 
     def generating(self, x: PlanInputs) -> tuple[str, dict[str, int]]:
-        return "", {}  # everything it decodes with was reserved at start-up
+        return "largest forward", {"activations": self._reserve(x)}
 
     def syncing(self, x: PlanInputs, engine: ModelBytes, capacity: int) -> tuple[int, int]:
         weights, kv = self.resident(x, engine, capacity, awake=False)
@@ -96,6 +96,13 @@ class PreallocatingFootprint:
 
     def kv_from_utilization(self, x: PlanInputs) -> bool:
         return x.device == "cuda" and x.kv_cache_gb is None
+
+    @staticmethod
+    def _reserve(x: PlanInputs) -> int:
+        """vLLM sizes its activations by profiling one forward of max_num_batched_tokens tokens and the
+        sampler's fp32 logits for max_num_seqs rows; this is an estimate of that profile."""
+        return x.max_num_batched_tokens * forward_transient_per_token(x.spec, x.dtype_bytes, x.width) + \
+            2 * FP32 * x.gen_micro * x.spec.vocab_size
 
     @staticmethod
     def _sleeps(x: PlanInputs) -> bool:
@@ -113,14 +120,16 @@ class DecodingFootprint:
 
     def generating(self, x: PlanInputs) -> tuple[str, dict[str, int]]:
         """A KV cache growing to the full width, grown by torch.cat one layer at a time (one layer's K or V
-        twice for a moment); the prompt's prefill; and per step either the attention's repeated K and V, or
+        twice for a moment); the prompt's prefill, whose RoPE cos and sin ([rows, P, head_dim] each, made once
+        per forward) live through every layer; and per step either the attention's repeated K and V, or
         the sampler's [rows, V] buffers beside the model's own logits in its dtype: log-softmax, tempered
         logits, softmax and its cumsum (plus the fp32 upcast of the logits when the dtype is not fp32)."""
         b, rows = x.dtype_bytes, min(x.gen_micro, x.gen_rows)
         per_token = kv_bytes_per_token(x.spec, b)
         # The prefill runs beside the prompt's KV only; the sampler's buffers beside the full cache.
         prompt_cache = rows * x.prompt_len * per_token
-        prefill = rows * x.prompt_len * (forward_transient_per_token(x.spec, b, x.prompt_len) + x.prompt_len)
+        rope = 2 * b * x.spec.head_dim
+        prefill = rows * x.prompt_len * (forward_transient_per_token(x.spec, b, x.prompt_len) + x.prompt_len + rope)
         cache = rows * x.width * per_token
         cache += cache // (2 * x.spec.num_layers)
         sampling = rows * x.spec.vocab_size * (4 * FP32 + b + (FP32 if b < FP32 else 0))

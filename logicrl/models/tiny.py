@@ -66,8 +66,14 @@ TINY_RM_CONFIG = {
     "rope_theta": 10000.0,
 }
 
+# The trained tokenizer's size (tiny_tokenizer.py: what its corpus needs, below the cap above), which each
+# checkpoint's config.json records (tests/models/test_tiny_tokenizer.py checks it): the memory plan's
+# embeddings, log-prob chunks and sampler buffers are sized by it, not by the cap.
+TINY_VOCAB = 763
+
 # Every embedded name and the config.json it stands for: what the preflight reads before anything is built.
-EMBEDDED_CONFIGS = {EMBEDDED_TINY: TINY_CONFIG, EMBEDDED_TINY_RM: TINY_RM_CONFIG}
+EMBEDDED_CONFIGS = {EMBEDDED_TINY: {**TINY_CONFIG, "vocab_size": TINY_VOCAB},
+                    EMBEDDED_TINY_RM: {**TINY_RM_CONFIG, "vocab_size": TINY_VOCAB}}
 
 
 # --- the checkpoint directory --------------------------------------------------------------

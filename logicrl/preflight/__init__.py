@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from logicrl.config.stages import Stage
 from logicrl.errors import BadInput
 from logicrl.memory.phases import GB
+from logicrl.memory.report import RunShape
 from logicrl.preflight.checkpoints import check_checkpoint, check_fresh_start, check_not_done
 from logicrl.preflight.data import check_data
 from logicrl.preflight.device import check_device
@@ -44,11 +45,11 @@ class Plans:
     @property
     def peaks_gb(self) -> dict[str, float]:
         """Each phase's planned peak per device in GB, the largest over the stages."""
-        peaks: dict[str, float] = {}
-        for stage in self.stages:
-            for phase, gb in stage.peaks_gb.items():
-                peaks[phase] = max(peaks.get(phase, 0.0), gb)
-        return peaks
+        return _largest(stage.peaks_gb for stage in self.stages)
+
+    def peaks_gb_at(self, run: RunShape) -> dict[str, float]:
+        """peaks_gb planned again for what a run's measured steps ran (preflight/memory.py peaks_gb_at)."""
+        return _largest(stage.peaks_gb_at(run) for stage in self.stages)
 
     @property
     def capacity_gb(self) -> float:
@@ -58,6 +59,14 @@ class Plans:
     @property
     def device(self) -> str:
         return self.stages[0].memory.inputs.device
+
+
+def _largest(per_stage) -> dict[str, float]:
+    peaks: dict[str, float] = {}
+    for stage in per_stage:
+        for phase, gb in stage.items():
+            peaks[phase] = max(peaks.get(phase, 0.0), gb)
+    return peaks
 
 
 def preflight(stages: Sequence[Stage]) -> Plans:

@@ -26,6 +26,7 @@ from logicrl.memory.lengths import EXPECTED, plan_lengths
 from logicrl.memory.phases import GB
 from logicrl.memory.planner import HEADROOM_GB, MemoryPlan, format_table, plan_inputs
 from logicrl.memory.planner_inputs import PlanInputs
+from logicrl.memory.report import RunShape
 from logicrl.models.spec import ModelSpec, load_model_spec
 from logicrl.preflight.device import capacity, check_gpus_usable
 
@@ -48,6 +49,9 @@ class StagePlan:
     def peaks_gb(self) -> dict[str, float]:
         return peaks_gb(self.memory, *[self.rollout] if self.rollout else [])
 
+    def peaks_gb_at(self, run: RunShape) -> dict[str, float]:
+        return peaks_gb_at(run, self.memory, *[self.rollout] if self.rollout else [])
+
 
 def peaks_gb(*memory: MemoryPlan) -> dict[str, float]:
     """Each running phase's planned peak per device in GB (a sweep's summary reports them); with two groups
@@ -56,6 +60,28 @@ def peaks_gb(*memory: MemoryPlan) -> dict[str, float]:
     for plan in memory:
         for p in plan.running():
             peaks[p.name] = max(peaks.get(p.name, 0.0), round(p.total / GB, 3))
+    return peaks
+
+
+def peaks_gb_at(run: RunShape, *memory: MemoryPlan) -> dict[str, float]:
+    """peaks_gb of the same plans for what a run's measured steps ran (memory/report.py RunShape): their
+    longest prompt and response, never past the configured lengths (padded rows keep every response
+    column, lengths.py, so there only the prompt changes), and the micro-batch sizes they ran (an OOM retry
+    may have halved one), so the closing memory table compares like with like. Measured at step 1 alone,
+    the phases before the first update run before any optimizer state exists (AdamW makes its states at
+    its first step): they are planned without them; the updates keep the steady state's, an upper bound."""
+    peaks: dict[str, float] = {}
+    for group in memory:
+        x = group.inputs.worst_case()
+        phases = tuple(replace(p, micro=replace(p.micro, value=int(run.micro[p.name])))
+                       if p.micro is not None and p.name in run.micro else p for p in x.phases)
+        x = replace(x, prompt_len=min(run.prompt, x.prompt_len), phases=phases,
+                    response_len=min(run.response, x.response_len) if x.packed else x.response_len)
+        before_update = run.steps == (1,)
+        for p in plan_inputs(x, group.capacity).running():
+            before_update = before_update and not BY_NAME[p.name].backward
+            gb = round((p.total - (p.parts["optimizer"] if before_update else 0)) / GB, 3)
+            peaks[p.name] = max(peaks.get(p.name, 0.0), gb)
     return peaks
 
 

@@ -111,3 +111,14 @@ def merge_rank_metrics(per_rank: list[dict]) -> dict[str, float]:
         name = "perf/worker_" + key if key.startswith("timing_s/") else key
         out[name] = max(values) if key.startswith(("perf/memory/", "timing_s/")) else sum(values) / len(values)
     return out
+
+
+def prompt_length_metrics(batch: TensorDict, max_len: int) -> dict[str, float]:
+    """prompt_length/* (verl's names): each row's real prompt tokens, the part of `attention_mask` before the
+    response columns; clip_ratio is the share at data.max_prompt_length. The closing memory table plans
+    again at the longest (memory/report.py)."""
+    columns = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+    lengths = batch["attention_mask"][:, :columns].sum(-1).float()  # [N]
+    return {"prompt_length/mean": float(lengths.mean()), "prompt_length/max": float(lengths.max()),
+            "prompt_length/min": float(lengths.min()),
+            "prompt_length/clip_ratio": float((lengths >= max_len).float().mean())}

@@ -42,7 +42,7 @@ from logicrl.preflight.checkpoints import way_out, write_run_shape
 from logicrl.reward.pool import make_scorer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
-from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch
+from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch, prompt_length_metrics
 from logicrl.trainer.checkpoint import (
     TrainerState,
     find_resume_point,
@@ -339,7 +339,8 @@ class PPOTrainer:
         if batch is not None:
             self._train(state, batch, token_scores)
             metrics.update(length_metrics(batch["response_attention_mask"], batch["response_mask"],
-                                           cfg.data.max_response_length))
+                                          cfg.data.max_response_length))
+            metrics.update(prompt_length_metrics(batch, cfg.data.max_prompt_length))
             metrics.update(turn_metrics(batch))
             self.tool_watch.observe(step, metrics)
         metrics.update(merge_rank_metrics(state.rank_metrics))

@@ -1,6 +1,6 @@
-"""The memory numbers the docs print are the code's: docs/memory.md's case sections are what
-benchmarks/memory_cases.py prints, and its example refusal (and README's, which quotes it) is what the
-dry run of its command says."""
+"""The memory numbers the docs print are the code's: docs/memory.md's case sections (and the GB figures of
+their summary) are what benchmarks/memory_cases.py prints, and its example refusal (and README's, which
+quotes it) is what the dry run of its command says."""
 
 from __future__ import annotations
 
@@ -22,12 +22,22 @@ def memory_cases():
     return module
 
 
-def test_the_case_sections_are_what_memory_cases_prints():
+def test_the_case_sections_and_their_summary_are_what_memory_cases_prints():
     doc = MEMORY_MD.read_text()
     cases = memory_cases()
     first = doc.index(f"### {cases.CASES[0].title}\n")
+    tables = cases.cases_markdown()
     # Regenerate: python benchmarks/memory_cases.py, pasted over the page from its first case on.
-    assert doc[first:].rstrip("\n") == cases.cases_markdown().rstrip("\n")
+    assert doc[first:].rstrip("\n") == tables.rstrip("\n")
+    # The summary above the cases: every GB figure it states is one the case tables print, or one of the
+    # what-ifs summary_figures computes, which it states as computed.
+    summary = " ".join(doc[doc.index("**What fp32 master weights cost"):first].split())
+    extras = cases.summary_figures()
+    for phrase in extras.values():
+        assert phrase in summary, phrase
+    printed = set(re.findall(r"\d+\.\d+", tables)) | {re.match(r"[\d.]+", v).group() for v in extras.values()}
+    stated = re.findall(r"(\d+\.\d+) GB", summary)
+    assert stated and not [gb for gb in stated if gb not in printed], [gb for gb in stated if gb not in printed]
 
 
 def example_refusal() -> tuple[list[str], str]:

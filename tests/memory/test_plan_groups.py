@@ -34,11 +34,15 @@ def groups(data_files):
 def test_the_rollout_group_holds_the_engine_alone_its_kv_cache_a_share_of_the_whole_device(groups):
     _, rollout = groups
     generate = rollout.phase("generate")
-    # vLLM takes gpu_memory_utilization of the device for its weights and KV cache: 0.5 x 80 GiB, nothing else.
+    # vLLM takes gpu_memory_utilization of the device for its weights, KV cache and activation reserve (generate's
+    # activations): 0.5 x 80 GiB, nothing else.
     assert generate.total == 40 * GB
-    assert generate.parts["params"] == generate.parts["optimizer"] == generate.parts["activations"] == 0
-    # Receiving a sync: the awake engine and one flat 512 MiB bucket (the payload, 2N bytes, is larger).
-    assert rollout.phase("update_weights").total == 40 * GB + BUCKET
+    assert generate.parts["params"] == generate.parts["optimizer"] == 0
+    reserve = generate.parts["activations"]
+    assert generate.parts["engine"] + generate.parts["kv_cache"] + reserve == 40 * GB
+    # Receiving a sync: the engine's weights and KV cache (its reserve is room its forwards use, not tensors it
+    # keeps) and one flat 512 MiB bucket (the payload, 2N bytes, is larger).
+    assert rollout.phase("update_weights").total == 40 * GB - reserve + BUCKET
     for name in ("old_log_prob", "update_actor"):
         assert rollout.phase(name).skipped == "on the trainer group"
 
@@ -86,11 +90,12 @@ def test_a_7b_that_a_colocated_rank_cannot_hold_fits_on_two_groups(data_files):
 
 def test_each_group_is_checked_against_its_own_device_and_named(data_files):
     overrides = [*data_files, *SPLIT, *GROUPS, "trainer.gpu_memory_gb=80", f"{ARR}.rollout.gpu_memory_utilization=0.99"]
-    # 0.99 x 80 GiB = 79.2 GiB for the engine, over the 79 GiB left beside the 1 GiB kept free; a sync received
-    # beside it adds its 0.5 GiB bucket. 0.90 (the largest 0.05 step below) leaves room for both.
+    # 0.99 x 80 GiB = 79.2 GiB for the engine as it generates, over the 79 GiB left beside the 1 GiB kept free; a
+    # sync received beside its weights and KV cache adds its 0.5 GiB bucket. 0.90 (the largest 0.05 step below)
+    # leaves room for both.
     with pytest.raises(ConfigError) as err:
         check_memory(*validate(compose(overrides)))
-    assert str(err.value).startswith("the rollout group: update_weights needs 79.7 GB > 79.0 GB usable per device "
+    assert str(err.value).startswith("the rollout group: generate needs 79.2 GB > 79.0 GB usable per device "
                                      f"(1 other phase(s) too): set {ARR}.rollout.gpu_memory_utilization=0.90")
     # The trainer group, on its own device, fits: only the engine's share was too large.
     assert "the trainer group" not in str(err.value)

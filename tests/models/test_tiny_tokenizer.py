@@ -9,7 +9,14 @@ from logicrl.data.kk.build import build_splits
 from logicrl.data.kk.generator import generate_puzzles
 from logicrl.data.kk.render import render_puzzle, render_solution, sample_names
 from logicrl.models import tiny
-from logicrl.models.tiny import TINY_CONFIG, cache_root, tiny_checkpoint_dir
+from logicrl.models.tiny import (
+    EMBEDDED_CONFIGS,
+    EMBEDDED_TINY,
+    EMBEDDED_TINY_RM,
+    TINY_CONFIG,
+    cache_root,
+    tiny_checkpoint_dir,
+)
 from logicrl.models.tiny_tokenizer import SPECIAL_TOKENS, TAG_TOKENS, train_tiny_tokenizer
 
 
@@ -56,6 +63,9 @@ def test_special_tokens_and_config(cache, tokenizer):
     assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|endoftext|>")
     config = json.loads((tiny_checkpoint_dir(cache) / "config.json").read_text())
     assert config["vocab_size"] == len(tokenizer) <= TINY_CONFIG["vocab_size"]
+    # What the preflight plans with before anything is built (models/tiny.py EMBEDDED_CONFIGS).
+    assert config["vocab_size"] == EMBEDDED_CONFIGS[EMBEDDED_TINY]["vocab_size"] == \
+        EMBEDDED_CONFIGS[EMBEDDED_TINY_RM]["vocab_size"]
     assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (0, 2, 0)
     assert {k: v for k, v in config.items() if k in TINY_CONFIG and k != "vocab_size"} == \
         {k: v for k, v in TINY_CONFIG.items() if k != "vocab_size"}

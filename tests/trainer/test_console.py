@@ -11,7 +11,7 @@ import pytest
 
 from logicrl.logs import lines_above, quiet_driver, run_log_file
 from logicrl.trainer.tracking import Tracker
-from tests.conftest import ROOT, read_metrics, run_main, tail
+from tests.conftest import MEMORY_BAND, ROOT, peak_over_plan, read_metrics, run_main, tail
 
 LEARN_STEPS = 30
 
@@ -149,6 +149,11 @@ def test_default_run_console_is_readable_and_it_learns(kk_role, tmp_path):
     assert "Failed to load weights" not in log
     assert re.search(r"^time plan: [0-9.]+ s/step", result.stdout, re.MULTILINE)  # beside the memory plan
     assert "time per step (s): planned vs measured" in result.stdout  # and checked after the run
+    # The memory plan checked after the run too: each phase's tensor peak (steps 1, 10, 20, 30) within the band
+    # of the plan for what those steps ran (their lengths, and update_actor's micro-batch the OOM halved).
+    ratios = peak_over_plan(result.stdout)
+    assert set(ratios) == {"generate", "update_actor", "update_weights"}, ratios
+    assert all(MEMORY_BAND[0] <= r <= MEMORY_BAND[1] for r in ratios.values()), ratios
 
     rows = read_metrics(run_dir)
     val = {r["step"]: r["val/acc"] for r in rows if "val/acc" in r}

@@ -17,7 +17,7 @@ import statistics
 import pytest
 
 from logicrl.trainer.curves import curve_points
-from tests.conftest import run_main, tail
+from tests.conftest import MEMORY_BAND, peak_over_plan, run_main, tail
 
 pytestmark = pytest.mark.slow
 STEPS = 60  # the recipe's; it takes off around step 10-15
@@ -29,6 +29,9 @@ def run(tmp_path, name, *overrides):
     result = run_main("+recipe=tiny_rm_ppo", "trainer.logger=[jsonl]", *overrides, ckpt=run_dir / "ckpt",
                       run_dir=run_dir, timeout=1200)
     assert result.returncode == 0, tail(result)
+    # The recipe's closing memory table: every phase's tensor peak (steps 1, 10, ... 60) within the planner's band.
+    ratios = peak_over_plan(result.stdout)
+    assert ratios and all(MEMORY_BAND[0] <= r <= MEMORY_BAND[1] for r in ratios.values()), ratios
     points = curve_points(run_dir)  # what curves.png draws
     train = [acc for _, acc in points["train accuracy"]]
     val = dict(points["validation accuracy"])

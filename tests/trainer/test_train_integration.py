@@ -10,7 +10,17 @@ from logicrl.algo_names import POLICY_LOSS_MODES
 from logicrl.config.phases import ARR
 from logicrl.config.plan import PHASES
 from logicrl.launch.sweep_summary import job_rows, plot
-from tests.conftest import ROLE_DATA, TINY_RUN, check_main, read_metrics, run_main, tail, write_jsonl
+from tests.conftest import (
+    MEMORY_BAND,
+    ROLE_DATA,
+    TINY_RUN,
+    check_main,
+    peak_over_plan,
+    read_metrics,
+    run_main,
+    tail,
+    write_jsonl,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kk_role")]
 # The trainer with HF's engine (TINY_RUN); the vLLM tests below, LoRA's weight sync and
@@ -57,9 +67,11 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
     assert tracked == measured and not any(key.endswith("/tensor_peak_gb") for key in rows[-1])  # step 5: not tracked
     first = rows[0]
     assert all(0 < first[f"perf/memory/{p}/tensor_peak_gb"] < first[f"perf/memory/{p}/rss_peak_gb"] for p in tracked)
-    # The closing table: each phase's plan beside its tensor peak, as measured in this run.
-    assert "memory per device (GB): planned vs measured" in result.stdout
-    assert all(re.search(rf"^{p} +[0-9.]+ +[0-9.]+ +[0-9.]+$", result.stdout, re.MULTILINE) for p in tracked)
+    # The closing table: each phase's plan beside its tensor peak, as measured in this run, within the band of
+    # the plan for what step 1 ran (hf's engine, a critic, a reference, two mini-batches, checkpointing).
+    ratios = peak_over_plan(result.stdout)
+    assert set(ratios) == tracked, ratios
+    assert all(MEMORY_BAND[0] <= r <= MEMORY_BAND[1] for r in ratios.values()), ratios
     # Every phase that reported its memory is a row of the dry run's table, under the same name.
     assert measured == {"generate", "old_log_prob", "ref", "values", "update_critic", "update_actor",
                         "update_weights"} <= planned
