@@ -70,7 +70,7 @@ from logicrl.trainer.dynamic_sampling import FilterMetricError, Round, fill, met
 from logicrl.trainer.micro_sizes import apply_saved
 from logicrl.trainer.resumed import kl_start, recorded, resume_lines
 from logicrl.trainer.rewards import RewardManager
-from logicrl.trainer.sampler import EpochSampler
+from logicrl.trainer.sampler import EpochSampler, record_draws
 from logicrl.trainer.step_perf import FlopModel, generation_round, peak_bf16_flops, phase_shares, step_metrics
 from logicrl.trainer.step_state import StepState
 from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
@@ -264,7 +264,7 @@ class PPOTrainer:
                                  curriculum_stage=self.stage, rng=capture_rng_state(),
                                  extra={"history": self.history, "elapsed_s": self.elapsed_s,
                                         "train_batch_size": self.plan.prompts,
-                                        "train_rows": len(self.train_set), **self._state_extra(step)})
+                                        "train_rows": len(self.train_set), **self._state_extra(step, tmp)})
             write_trainer_state(tmp, state)
             write_run_shape(tmp, self.cfg)  # what it fits, for the next run's preflight (preflight/checkpoints.py)
             self.faults.kill_if_due("save", step)
@@ -272,8 +272,9 @@ class PPOTrainer:
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
         return merge_rank_metrics(rank_metrics) | {"timing_s/save": time.perf_counter() - start}
 
-    def _state_extra(self, step: int) -> dict:
-        """What a loop of another shape adds to the checkpoint's trainer state (nothing here)."""
+    def _state_extra(self, step: int, directory: Path) -> dict:
+        """What a loop of another shape adds to the checkpoint's trainer state, and writes into `directory`
+        (nothing here)."""
         return {}
 
     def diverged(self, reason: str, roles: list[str], at_once: bool = False) -> Diverged:
@@ -327,6 +328,7 @@ class PPOTrainer:
         state = StepState(step)
         metrics = state.metrics
         start = time.perf_counter()
+        first_round = self.rounds
         if plan.filter_groups:
             batch, prompts = self._dynamic_batch(state)
             token_scores = batch.pop("token_level_scores") if batch is not None else None
@@ -352,6 +354,7 @@ class PPOTrainer:
         metrics["timing_s/step"] = time.perf_counter() - start
         metrics.update(self._perf_metrics(batch, state))
         metrics["perf/rollout_tokens_per_s"] = metrics["perf/gen_tokens_per_s"]
+        record_draws(self.run_dir, step, self.sampler, range(first_round, self.rounds))
         return metrics
 
     def _generate_and_score(self, rows: list, first_uid: int, state: StepState, params: dict,
