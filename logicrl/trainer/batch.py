@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
+from logicrl.algos.masked import response_lengths
 from logicrl.data.dataset import NON_TENSOR_FIELDS, collate_prompts
 
 
@@ -111,3 +112,12 @@ def merge_rank_metrics(per_rank: list[dict]) -> dict[str, float]:
         name = "perf/worker_" + key if key.startswith("timing_s/") else key
         out[name] = max(values) if key.startswith(("perf/memory/", "timing_s/")) else sum(values) / len(values)
     return out
+
+
+def length_metrics(response_attention_mask: torch.Tensor, max_len: int) -> dict[str, float]:
+    """response_length/*: where each response ends (its attention mask, as verl's), tool output included;
+    clip_ratio is the share that reached data.max_response_length, the budget the whole response counts in."""
+    lengths = response_lengths(response_attention_mask).float()
+    return {"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
+            "response_length/min": float(lengths.min()),
+            "response_length/clip_ratio": float((lengths >= max_len).float().mean())}

@@ -22,7 +22,6 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
-from logicrl.algos.masked import response_lengths
 from logicrl.checkpoint_layout import step_of
 from logicrl.config.eval_keys import eval_sampling
 from logicrl.config.multi_turn import prompt_tools
@@ -42,7 +41,7 @@ from logicrl.preflight.checkpoints import way_out, write_run_shape
 from logicrl.reward.pool import make_scorer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
-from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch
+from logicrl.trainer.batch import balanced_order, cat_rounds, length_metrics, merge_rank_metrics, prompt_batch
 from logicrl.trainer.checkpoint import (
     TrainerState,
     find_resume_point,
@@ -73,9 +72,10 @@ from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.sampler import EpochSampler, record_draws
 from logicrl.trainer.step_perf import FlopModel, generation_round, peak_bf16_flops, phase_shares, step_metrics
 from logicrl.trainer.step_state import StepState
-from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
+from logicrl.trainer.summaries import history_row
+from logicrl.trainer.tracking import Tracker
 from logicrl.trainer.turns import ToolWatch, conversations, data_warning, turn_metrics
-from logicrl.trainer.validation import scored_samples, validation_metrics, write_samples
+from logicrl.trainer.validation import scored_samples, val_only_line, validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
 
 log = logging.getLogger("logicrl.trainer")
@@ -495,35 +495,3 @@ class PPOTrainer:
         self.val_samples = scored_samples(batch, texts, results, n, self.cfg.data.max_response_length,
                                           eos_ids(self.tokenizer, checkpoint_dir(self.cfg[ARR].model.path)))
         return validation_metrics(batch, results) | flat_metrics(group_metrics(self.val_samples, self.cfg.eval.k))
-
-
-def val_only_line(val: dict) -> str:
-    """trainer.val_only's result: the accuracy of each data_source (val/<source>/acc), then over all."""
-    # Sources may hold slashes (lighteval/MATH); kk_logic's per-size keys come along, as sources of their own.
-    sources = sorted(k[len("val/"):-len("/acc")] for k in val if k.startswith("val/") and k.endswith("/acc")
-                     and k != "val/acc")
-    parts = [f"{source} {val[f'val/{source}/acc']:.3f}" for source in sources]
-    return "logicrl: validation accuracy per data_source: " + ", ".join(parts) + \
-        (f"; all {val['val/acc']:.3f}" if "val/acc" in val else "")
-
-
-def history_row(step: int, metrics: dict) -> dict:
-    """What a checkpoint keeps of each step, for stage summaries and resume checks (small, JSON)."""
-    row = {"step": step}
-    # Response lengths too: trainer.memory_plan=expected plans a resumed run for them (memory/lengths.py).
-    for key, name in (*HEADLINE_KEYS, ("response_length/mean", "len_mean"), ("response_length/max", "len_max")):
-        if key in metrics:
-            row[name] = float(metrics[key])
-    # Accuracy per validation set (data_source, people count): a curriculum's picture shows each stage's data.
-    row.update({key: float(v) for key, v in metrics.items()
-                if key.startswith("val/") and key.endswith("/acc") and key != "val/acc"})
-    return row
-
-
-def length_metrics(response_attention_mask: torch.Tensor, max_len: int) -> dict[str, float]:
-    """response_length/*: where each response ends (its attention mask, as verl's), tool output included;
-    clip_ratio is the share that reached data.max_response_length, the budget the whole response counts in."""
-    lengths = response_lengths(response_attention_mask).float()
-    return {"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
-            "response_length/min": float(lengths.min()),
-            "response_length/clip_ratio": float((lengths >= max_len).float().mean())}
