@@ -46,5 +46,9 @@ def record_draws(run_dir: Path, step: int, sampler: EpochSampler, rounds: range)
     """Append step `step`'s line to the run's prompts.jsonl: each round it drew (0-based), that round's epoch
     and its prompts (positions in the training set as loaded, the numbers `batch` returns)."""
     draws = [{"round": r, "epoch": sampler.epoch_of(r), "prompts": sampler.batch(r)} for r in rounds]
-    with (run_dir / RECORD_FILE).open("a") as f:
-        f.write(json.dumps({"step": step, "draws": draws}) + "\n")
+    path = run_dir / RECORD_FILE
+    try:
+        with path.open("a") as f:
+            f.write(json.dumps({"step": step, "draws": draws}) + "\n")
+    except OSError as err:  # a full disk fails at the close, which names no file: name it (as metrics.jsonl)
+        raise OSError(err.errno, err.strerror, str(path)) from err
