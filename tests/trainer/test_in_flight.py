@@ -85,7 +85,7 @@ def test_a_save_keeps_the_batch_in_flight_and_a_resume_gives_it_back_as_generate
 @pytest.mark.parametrize("change, says", [
     ("seed", "the sampler's prompts for it differ now (the data or data.seed changed)"),
     ("n", "its saved responses are not of this run's prompts x 3"),
-    ("failed", "its generation had failed"),
+    ("failed", "the checkpoint kept its prompts only (its generation had failed, or an older logicrl saved it)"),
     ("staleness", "async_training.max_staleness=0 now"),
 ])
 def test_a_batch_that_cannot_be_given_back_is_generated_again_and_said(tmp_path, caplog, change, says):
