@@ -191,7 +191,8 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
             print(table)
         for stage in runs:  # the time plan checked the same way, per stage
             where = run_dir / stage.dir_name if curriculum else run_dir
-            if (planned := time_plans.get(stage.index)) and (table := time_report(planned.phases, where)):
+            planned = time_plans.get(stage.index)
+            if planned and (table := time_report(planned.compared, where, planned.step_s)):
                 print(table)
     except BadInput as err:  # one the preflight could not see (e.g. a row past the sampled ones)
         fail(err)

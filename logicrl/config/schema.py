@@ -374,6 +374,7 @@ class TrainerConfig:
     seed: int = key()
     dry_run: bool = key()
     gpu_memory_gb: Optional[float] = key(gt=0)  # null: detect (logicrl/preflight/device.py)
+    gpu_model: Optional[str] = key()  # null: the visible GPU's name (logicrl/timeplan/report.py)
     auto_micro_batch: bool = key()
     memory_plan: str = key(choices=("worst_case", "expected"))  # logicrl/memory/lengths.py
     expected_response_length: Optional[int] = key(ge=1)  # <= data.max_response_length (validate.py)

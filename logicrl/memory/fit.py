@@ -219,8 +219,10 @@ def remedies(plan: MemoryPlan) -> list[tuple[str, object]]:
     for key, change in _flag_knobs(x, worst.name):
         if _fits(change(x), plan.capacity, (worst.name,)):
             fixes.append((key, True))
-    if worst.name == "generate" and footprint(x).kv_from_utilization(x):
-        util = _largest_utilization(x, plan.capacity)
+    # The engine's share of the device bounds generate, and a sync received beside the awake engine (a rollout
+    # group's: memory/groups.py).
+    if worst.name in ("generate", "update_weights") and footprint(x).kv_from_utilization(x):
+        util = _largest_utilization(x, plan.capacity, worst.name)
         if util is not None:
             fixes.append((KNOBS["gpu_memory_utilization"], util))
     return fixes
@@ -292,7 +294,8 @@ def sp_remedy(plan: MemoryPlan, auto: bool = False) -> str | None:
     (trainer.auto_micro_batch picks it at that size)."""
     worst, x = worst_phase(plan), plan.inputs
     model = BY_NAME[worst.name].model
-    if model not in x.models or x.models[model].packing is None:  # SP splits packed rows only
+    # SP splits packed rows only, in a phase that splits them (not the weight sync)
+    if model not in x.models or x.models[model].packing is None or x.phase(worst.name).micro is None:
         return None
     spec, key = x.models[model].spec, model_row(model).sp_key
     row = BY_NAME[worst.name]
@@ -359,11 +362,11 @@ def stop_lengths(plan: MemoryPlan) -> dict[str, int | None]:
     return out
 
 
-def _largest_utilization(x: PlanInputs, capacity: int) -> float | None:
-    """The largest vLLM memory fraction (in steps of 0.05) that fits generate, with room for one sequence."""
+def _largest_utilization(x: PlanInputs, capacity: int, phase: str = "generate") -> float | None:
+    """The largest vLLM memory fraction (in steps of 0.05) that fits `phase`, with room for one sequence."""
     for step in range(int(x.gpu_memory_utilization * 20) - 1, 0, -1):
         y = replace(x, gpu_memory_utilization=step / 20)
-        if _fits(y, capacity, ("generate",)) and plan_inputs(y, capacity).phase("generate").parts["kv_cache"] > 0:
+        if _fits(y, capacity, (phase,)) and plan_inputs(y, capacity).phase("generate").parts["kv_cache"] > 0:
             return step / 20
     return None
 

@@ -8,7 +8,8 @@ first step, once AdamW's states exist: what each rank holds between phases (FSDP
 and AdamW states of the trained models, the frozen reference and reward model in the compute dtype,
 the rollout engine's copy; offload moves them to the host) plus each phase's transients (phases.py).
 docs/memory.md ("The model") lists every term. Forward-only passes reshard FSDP2's root unit
-afterwards, so no gathered root is resident between phases.
+afterwards, so no gathered root is resident between phases. On separate groups (PlanInputs.group) a rank
+holds one side: the engine alone (rollout) or the models alone (trainer); groups.py plans their sync.
 Not modelled: allocator fragmentation, the CUDA context and NCCL buffers: HEADROOM_GB of each GPU is
 kept free for them (MemoryPlan.usable, read by grad_accumulation's choice here and by fit.py).
 """
@@ -27,6 +28,7 @@ from logicrl.config.phases import phase as phase_row
 from logicrl.config.plan import StepPlan
 from logicrl.memory.engine import footprint
 from logicrl.memory.footprint import ModelBytes, kv_bytes_per_token
+from logicrl.memory.groups import GROUP_FOOTPRINTS
 from logicrl.memory.phases import (
     COMPONENTS,
     FOOTPRINTS,
@@ -135,8 +137,9 @@ def phase_memory(name: str, x: PlanInputs, m: Models, base: dict[str, int], capa
     model = runs_on(x, m, row.model) if role else None
     if role and model is None:
         return PhaseMemory(name, skipped=x.skipped(name) or f"no {role.title}")
-    if name in FOOTPRINTS:
-        phase = FOOTPRINTS[name](x, m, base, capacity)
+    own = {**FOOTPRINTS, **GROUP_FOOTPRINTS.get(x.group, {})}  # a device group's own sync (groups.py)
+    if name in own:
+        phase = own[name](x, m, base, capacity)
     elif role is None:
         raise KeyError(f"phase {name!r} runs on {row.model!r}, no model of config/models.py: give it a footprint "
                        "(memory/phases.py FOOTPRINTS)")
@@ -160,13 +163,14 @@ def plan_inputs(x: PlanInputs, capacity: int) -> MemoryPlan:
     A grad_accumulation of "auto" is resolved first (resolve_grad_accumulation)."""
     x = resolve_grad_accumulation(x, capacity)
     m = build_models(x)
-    params, optim = resident(x, m)
-    weights, kv = footprint(x).resident(x, m.engine, capacity, awake=False)
+    # On separate groups the rollout ranks hold only the engine, the trainer ranks no engine.
+    params, optim = resident(x, m) if x.group != "rollout" else (0, 0)
+    weights, kv = footprint(x).resident(x, m.engine, capacity, awake=False) if x.group != "trainer" else (0, 0)
     base = dict(params=params, optimizer=optim, engine=weights, kv_cache=kv)
     # One list of phase names (config/phases.py): the table's rows are the metrics' perf/memory/<phase>.
     phases = [phase_memory(name, x, m, base, capacity) for name in WORKER_PHASES]
     notes = _notes(x, m, phases[0])
-    once = base_once(x, m, base, capacity)
+    once = base_once(x, m, base, capacity) if not x.group else None
     if once is not None:
         usable = usable_bytes(capacity, x.device)
         notes.append(f"the engine is sent the dequantized 4-bit base once, at build, awake: {once.total / GB:.1f} GB "
@@ -201,14 +205,14 @@ def _with_grad_accum(x: PlanInputs, modes: dict[str, str]) -> PlanInputs:
 
 def _notes(x: PlanInputs, m: Models, generate: PhaseMemory) -> list[str]:
     notes = []
-    if footprint(x).preallocates_kv:
+    if footprint(x).preallocates_kv and not generate.skipped:
         one = kv_bytes_per_token(x.spec, x.dtype_bytes) * x.width
         fits = generate.parts["kv_cache"] // one
         notes.append(f"{ENGINES[x.engine].label}'s KV cache holds {fits} sequences of {x.width} tokens at once; this "
                      f"rank generates {x.gen_rows} (more queue, they do not fail)")
     actor = x.models["actor"]
     steps = micro_batches(x, *x.split("update_actor"), actor.per_rank_mini)
-    if x.world > 1 and steps > 1:
+    if x.world > 1 and steps > 1 and not x.skipped("update_actor"):
         if actor.grad_accum == "sharded":
             notes.append(f"update_actor accumulates {steps} micro-batches sharded (grad_accumulation): "
                          f"{m.actor.trainable_shard / GB:.2f} GB of gradients per rank, one reduce-scatter per "
@@ -258,7 +262,7 @@ def format_table(plan: MemoryPlan, capacity_note: str = "") -> str:
     short = {"optimizer": "optim", "activations": "activ", "logprob": "logits", "kv_cache": "kv"}
     header = f"{'phase':<15}" + "".join(f"{short.get(c, c):>9}" for c in COMPONENTS) + f"{'total':>9}{'of cap':>8}"
     lines = [f"memory plan per device ({unit}; capacity {plan.capacity / GB:.1f} GB{capacity_note})",
-             attention_line(plan), header]
+             *([attention_line(plan)] if plan.inputs.group != "rollout" else []), header]  # a rollout rank: no model
     for p in plan.phases:
         if p.skipped:
             lines.append(f"{p.name:<15}  skipped: {p.skipped}")

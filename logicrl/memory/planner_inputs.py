@@ -121,6 +121,9 @@ class PlanInputs:
     gen_responses_per_rank: int = 0
     # Ulysses sequence parallelism (models/ulysses.py): (phase, S) for each phase whose model has S > 1
     sequence_parallel: tuple[tuple[str, int], ...] = ()
+    # Separate device groups (actor_rollout_ref.hybrid_engine=false): "trainer" or "rollout" plans that group's
+    # devices alone (for_group); "" a colocated rank, which holds both.
+    group: str = ""
 
     @property
     def spec(self) -> ModelSpec:
@@ -145,6 +148,22 @@ class PlanInputs:
         if not changed:
             raise KeyError(f"{key} is no model's switch (config/models.py)")
         return replace(self, models={**self.models, **changed})
+
+    def for_group(self, group: str, ranks: int) -> PlanInputs:
+        """The inputs of one device group of a split run, `ranks` devices each: the other group's phases are
+        skipped (generate is the rollout group's, the models' phases the trainer group's; update_weights runs
+        on both, a send and a receive). The rollout group's engine never sleeps (workers/rollout_worker.py)."""
+        def skipped(p: PhasePlan) -> str | None:
+            ours = p.name == "update_weights" or (phase_row(p.name).model == "engine") == (group == "rollout")
+            return p.skipped if p.skipped or ours else _elsewhere(group)
+
+        engine = {"free_cache_engine": False} if group == "rollout" else {}
+        phases = tuple(replace(p, skipped=skipped(p)) for p in self.phases)
+        return replace(self, group=group, world=ranks, phases=phases, **engine)
+
+    def elsewhere(self, name: str) -> bool:
+        """Whether `name` runs on the other device group, not on this one's (for_group)."""
+        return bool(self.group) and self.skipped(name) == _elsewhere(self.group)
 
     def sp_of(self, name: str) -> int:
         """Ranks that split `name`'s rows (1 without sequence parallelism)."""
@@ -249,6 +268,10 @@ class PlanInputs:
             sequence_parallel=tuple((p.name, s) for p in plan.phases
                                     if p.skipped is None and (s := phase_sp_size(cfg, p.name)) > 1),
             **what_if)
+
+
+def _elsewhere(group: str) -> str:
+    return f"on the {'rollout' if group == 'trainer' else 'trainer'} group"
 
 
 def quantized_base(cfg: DictConfig, spec: ModelSpec, dtype_bytes: int) -> dict:

@@ -18,6 +18,7 @@ import warnings
 
 from omegaconf import DictConfig, OmegaConf
 
+from logicrl.config.async_training import rollout_ranks
 from logicrl.config.errors import ConfigError
 from logicrl.config.plan import StepPlan
 from logicrl.memory.phases import GB
@@ -172,4 +173,5 @@ def capacity(cfg: DictConfig) -> tuple[str, float, str]:
     import psutil
 
     free = psutil.virtual_memory().available / GB
-    return "cpu", free / t.n_gpus, f"CPU: {free:.1f} GB of available RAM / {t.n_gpus} rank(s)"
+    ranks = t.n_gpus + rollout_ranks(cfg)  # separate groups: the rollout ranks share this machine too
+    return "cpu", free / ranks, f"CPU: {free:.1f} GB of available RAM / {ranks} rank(s)"

@@ -15,10 +15,12 @@ from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
-from logicrl.config.engines import resolve_engine
+from logicrl.config.engines import ENGINES, resolve_engine
 from logicrl.config.errors import ConfigError
+from logicrl.config.phases import BY_NAME
 from logicrl.config.plan import ARR, StepPlan, token_key
 from logicrl.errors import BadInput
+from logicrl.memory.engine import footprint
 from logicrl.memory.fit import auto_micro_batch, check_fit, stop_lengths, worst_phase
 from logicrl.memory.lengths import EXPECTED, plan_lengths
 from logicrl.memory.phases import GB
@@ -36,18 +38,25 @@ class StagePlan:
 
     table: str  # the plan as printed: mode and lengths, the table, auto_micro_batch's picks
     plan: StepPlan  # the step plan to run: picked micro-batches, resolved grad_accumulation
-    memory: MemoryPlan  # the planner's result the table shows (inputs, peak bytes per phase)
+    memory: MemoryPlan  # the planner's result the table shows (inputs, peak bytes per phase): the trainer group's
     # A dry run's refusals, in the order a launch meets them: main_ppo says them after the plan (exit 2).
     refusals: tuple[BadInput, ...] = ()
+    # Separate groups (hybrid_engine=false): the trainer group's plan (`memory`) and the rollout group's.
+    rollout: MemoryPlan | None = None
 
     @property
     def peaks_gb(self) -> dict[str, float]:
-        return peaks_gb(self.memory)
+        return peaks_gb(self.memory, *[self.rollout] if self.rollout else [])
 
 
-def peaks_gb(memory: MemoryPlan) -> dict[str, float]:
-    """Each running phase's planned peak per device in GB (a sweep's summary reports them)."""
-    return {p.name: round(p.total / GB, 3) for p in memory.running()}
+def peaks_gb(*memory: MemoryPlan) -> dict[str, float]:
+    """Each running phase's planned peak per device in GB (a sweep's summary reports them); with two groups
+    the higher of the two for a phase both run (update_weights)."""
+    peaks: dict[str, float] = {}
+    for plan in memory:
+        for p in plan.running():
+            peaks[p.name] = max(peaks.get(p.name, 0.0), round(p.total / GB, 3))
+    return peaks
 
 
 def plan_for(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, **what_if):
@@ -84,9 +93,12 @@ def check_memory(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> StagePlan:
     `cfg` is validated (logicrl.config.validate), `spec` its actor's ModelSpec and `plan` its step
     plan. With trainer.auto_micro_batch=true the returned plan has every micro-batch / token budget
     at the largest value that fits, and the table shows the plan with them; otherwise it is `plan`.
+    Separate groups (plan.rollout_ranks) are planned group by group (_check_groups).
     """
     check_gpus_usable(cfg)
     x, cap, source = plan_for(cfg, spec, plan)
+    if plan.rollout_ranks:
+        return _check_groups(cfg, plan, x, cap, source)
     picked: dict[str, int] = {}
     if cfg.trainer.auto_micro_batch:
         picked = auto_micro_batch(x, cap)
@@ -106,6 +118,55 @@ def check_memory(cfg: DictConfig, spec: ModelSpec, plan: StepPlan) -> StagePlan:
     modes = {role: inputs.grad_accum for role, inputs in chosen.models.items()}
     step_plan = plan.with_micro(picked).with_grad_accumulation(modes)
     return StagePlan(table, step_plan, memory, tuple(refusals))
+
+
+def _check_groups(cfg: DictConfig, plan: StepPlan, x: PlanInputs, cap: int, source: str) -> StagePlan:
+    """check_memory for separate groups: each group planned, sized and checked on its own devices (the
+    engine's micro-batch chosen on the rollout group, the models' on the trainer group), both tables printed."""
+    groups = {"trainer": x.for_group("trainer", plan.ranks), "rollout": x.for_group("rollout", plan.rollout_ranks)}
+    picked: dict[str, dict[str, int]] = {}
+    for group, inputs in groups.items():
+        picks = auto_micro_batch(inputs, cap) if cfg.trainer.auto_micro_batch else {}
+        # Each group sizes only the phases it runs: the other group's "fit" at any size here.
+        ours = _keys(inputs)
+        picked[group] = {k: v for k, v in picks.items() if k in ours}
+    every = {**picked["trainer"], **picked["rollout"]}
+    by_rows = {token_key(p.micro.key) for p in plan.phases if p.micro is not None and not p.micro.by_tokens}
+    memory = {group: plan_inputs(inputs.with_micro(every), cap) for group, inputs in groups.items()}
+    table = "\n".join(_group_title(cfg, group, memory[group]) + "\n" + _table(memory[group], source, picked[group],
+                                                                           by_rows) for group in ("trainer", "rollout"))
+    refusals = [ConfigError(line) for line in plan.launch_refusals]
+    for group in ("trainer", "rollout"):
+        try:
+            check_fit(memory[group], auto=cfg.trainer.auto_micro_batch)
+        except ConfigError as err:
+            err.args = (f"the {group} group: {err}", *err.args[1:])
+            if not cfg.trainer.dry_run:
+                raise
+            refusals.append(err)
+    modes = {role: inputs.grad_accum for role, inputs in memory["trainer"].inputs.models.items()}
+    step_plan = plan.with_micro(every).with_grad_accumulation(modes)
+    return StagePlan(table, step_plan, memory["trainer"], tuple(refusals), rollout=memory["rollout"])
+
+
+def _keys(x: PlanInputs) -> set[str]:
+    """The micro-batch and token budget keys of the phases x's group runs (PlanInputs.for_group)."""
+    keys: set[str] = set()
+    for p in x.phases:
+        if p.micro is not None and not x.elsewhere(p.name):
+            keys |= {p.micro.key, *([BY_NAME[p.name].budget_key] if BY_NAME[p.name].budgeted else [])}
+    return keys
+
+
+def _group_title(cfg: DictConfig, group: str, memory: MemoryPlan) -> str:
+    """The line above a group's table: its devices and what they hold."""
+    x, where = memory.inputs, cfg[group]  # verl's keys: trainer.* and the top-level rollout.*
+    devices = f"{x.world} device(s) ({group}.nnodes={where.nnodes} x {group}.n_gpus_per_node={where.n_gpus_per_node})"
+    if group == "trainer":
+        return f"== trainer group, {devices}: the FSDP2 models, their optimizer and activations; no engine, no KV cache"
+    kv = ("its KV cache from rollout.gpu_memory_utilization of the whole device" if footprint(x).kv_from_utilization(x)
+          else "its KV cache as the engine sizes it")
+    return f"== rollout group, {devices}: the engine only ({ENGINES[x.engine].label}; {kv}), no FSDP model or optimizer"
 
 
 def _table(plan, source: str, picked: dict[str, int], by_rows: set[str] = frozenset()) -> str:

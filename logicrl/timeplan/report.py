@@ -26,8 +26,10 @@ from logicrl.config.plan import StepPlan
 from logicrl.memory.lengths import expected_response, measured_prompt_lengths
 from logicrl.models.spec import ModelSpec
 from logicrl.timeplan.calibrate import cpu_rates
+from logicrl.timeplan.devices import DEVICES
 from logicrl.timeplan.devices import device as device_row
 from logicrl.timeplan.predict import Rates, predict
+from logicrl.timeplan.split import SplitEstimate, split_estimate, split_line
 
 log = logging.getLogger("logicrl.timeplan")
 OFF_BY = 2.0  # a phase measured more than this factor away from its plan gets a line of its own
@@ -40,15 +42,30 @@ class TimePlan:
     rates: Rates
     prompt: int
     response: int
+    split: SplitEstimate | None = None  # separate groups: their step against the colocated one (split.py)
 
     @property
     def step_s(self) -> float:
-        return sum(self.phases.values())
+        return self.split.step_s if self.split else sum(self.phases.values())
+
+    @property
+    def compared(self) -> dict[str, float]:
+        """The phases as a run measures them: on separate groups the sync is timing_s/sync_weights, the
+        broadcast over the link included (split.py)."""
+        if not self.split:
+            return self.phases
+        return {**{p: s for p, s in self.phases.items() if p != "update_weights"}, "sync_weights": self.split.sync_s}
 
 
-def rates_for(device: str, ranks_per_node: int) -> Rates | None:
-    """The device table's row on CUDA (None for a GPU it does not know), the calibration on CPU."""
+def rates_for(device: str, ranks_per_node: int, gpu_model: str | None = None) -> Rates | None:
+    """The device table's row on CUDA (`gpu_model`'s, else the first visible GPU's; None for a GPU it does not
+    know), the calibration on CPU."""
     if device == "cuda":
+        if gpu_model:
+            if (row := device_row(gpu_model)) is None:
+                raise ConfigError(f"trainer.gpu_model={gpu_model} is not in the time plan's device table: name one "
+                                  f"of {', '.join(d.name for d in DEVICES)} (logicrl/timeplan/devices.py)")
+            return Rates(gpu=row)
         import torch
 
         row = device_row(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
@@ -72,11 +89,14 @@ def _prompt_tokens(cfg: DictConfig) -> int:
 
 
 def time_plan(cfg: DictConfig, spec: ModelSpec, plan: StepPlan, device: str) -> TimePlan | None:
-    rates = rates_for(device, min(plan.ranks, cfg.trainer.n_gpus_per_node or plan.ranks))
+    # CPU ranks of separate groups share this machine's cores with the trainer's (controller/placement.py).
+    ranks = min(plan.ranks, cfg.trainer.n_gpus_per_node or plan.ranks) + (plan.rollout_ranks if device == "cpu" else 0)
+    rates = rates_for(device, ranks, cfg.trainer.gpu_model)
     if rates is None:
         return None
     prompt, (response, _) = _prompt_tokens(cfg), expected_response(cfg)
-    return TimePlan(predict(cfg, spec, plan, rates, prompt, response), rates, prompt, response)
+    return TimePlan(predict(cfg, spec, plan, rates, prompt, response), rates, prompt, response,
+                    split_estimate(cfg, spec, plan, rates, prompt, response))
 
 
 def _duration(seconds: float) -> str:
@@ -87,15 +107,17 @@ def _duration(seconds: float) -> str:
 
 def plan_line(plan: TimePlan | None, steps: int, now: datetime.datetime | None = None) -> str:
     if plan is None:
-        return "time plan: none (a GPU the device table does not know: timeplan/devices.py)"
+        return ("time plan: none (no GPU here, or one the device table does not know: timeplan/devices.py; "
+                "trainer.gpu_model names the one to plan for)")
     worker = sorted(((p, s) for p, s in plan.phases.items() if p not in CONTROLLER), key=lambda kv: -kv[1])
     other = sum(s for p, s in plan.phases.items() if p in CONTROLLER)
     parts = ", ".join(f"{p} {s:.3g}" for p, s in worker) + (f", other {other:.2g}" if other else "")
     total = plan.step_s * steps
     now = now or datetime.datetime.now(datetime.UTC)
     eta = (now + datetime.timedelta(seconds=total)).strftime("%H:%M UTC")
-    return (f"time plan: {plan.step_s:.3g} s/step ({parts}); {steps} steps: {_duration(total)}, ETA {eta}; "
+    line = (f"time plan: {plan.step_s:.3g} s/step ({parts}); {steps} steps: {_duration(total)}, ETA {eta}; "
             f"prompts {plan.prompt} + responses {plan.response} tokens; {plan.rates.describe()}")
+    return line + (f"\ntime plan, {split_line(plan.split)}" if plan.split else "")
 
 
 def measured_phases(run_dir: Path) -> tuple[dict[str, float], int]:
@@ -111,12 +133,13 @@ def measured_phases(run_dir: Path) -> tuple[dict[str, float], int]:
     return out, len(steps)
 
 
-def time_report(planned: dict[str, float], run_dir: Path) -> str | None:
-    """Planned vs measured seconds per phase (median step), and one line naming any phase off by > 2x."""
+def time_report(planned: dict[str, float], run_dir: Path, step_s: float | None = None) -> str | None:
+    """Planned vs measured seconds per phase (median step), and one line naming any phase off by > 2x;
+    `step_s`: the planned step where it is not the phases' sum (separate groups overlap them)."""
     measured, n = measured_phases(run_dir)
     if not n:
         return None
-    planned = {**planned, "step": sum(planned.values())}
+    planned = {**planned, "step": sum(planned.values()) if step_s is None else step_s}
     lines = [f"time per step (s): planned vs measured (median of {n} step(s), the first left out)",
              f"{'phase':<16}{'planned':>9}{'measured':>10}{'ratio':>8}"]
     off = []

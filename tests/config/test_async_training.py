@@ -60,38 +60,7 @@ def test_stale_samples_without_importance_weights_are_warned_about(data_files, c
     assert "train without importance weights against the engine that sampled them" in caplog.text
 
 
-def one_step_off_script(data: list[str]) -> list[str]:
-    """verl's recipe/one_step_off_policy/shell/grpo_0.6b_gsm8k_fsdp2_2_6.sh on one 8-GPU node (2 rollout + 6
-    training GPUs), with the entry point, the model and the data paths changed; planned for 80 GB GPUs."""
-    return [*data, "algorithm.adv_estimator=grpo", "data.train_batch_size=1152", "data.max_prompt_length=512",
-            "data.max_response_length=1024", "data.filter_overlong_prompts=True", "data.truncation=error",
-            f"{ARR}.actor.strategy=fsdp2", "critic.strategy=fsdp2", f"{ARR}.model.path=embedded:tiny",
-            f"{ARR}.actor.optim.lr=1e-6", f"{ARR}.hybrid_engine=False", f"{ARR}.model.use_remove_padding=True",
-            f"{ARR}.actor.ppo_mini_batch_size=192", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=32",
-            f"{ARR}.actor.use_kl_loss=True", f"{ARR}.actor.kl_loss_coef=0.001", f"{ARR}.actor.kl_loss_type=low_var_kl",
-            f"{ARR}.actor.entropy_coeff=0", f"{ARR}.model.enable_gradient_checkpointing=True",
-            f"{ARR}.actor.fsdp_config.param_offload=False", f"{ARR}.actor.fsdp_config.optimizer_offload=False",
-            f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.rollout.tensor_model_parallel_size=1",
-            f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.gpu_memory_utilization=0.6", f"{ARR}.rollout.n=5",
-            f"{ARR}.rollout.load_format=safetensors", f"{ARR}.rollout.layered_summon=True",
-            f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=32", f"{ARR}.ref.fsdp_config.param_offload=True",
-            "algorithm.use_kl_in_reward=False", "trainer.critic_warmup=0", "trainer.val_before_train=True",
-            "trainer.logger=['console','tensorboard']", "trainer.project_name=GRPO",
-            "trainer.experiment_name=GRPO-Qwen3-0.6b-gsm8k-fsdp2-one-step-off-2-6", "trainer.save_freq=-1",
-            "trainer.test_freq=5", "trainer.total_epochs=2", "trainer.nnodes=1", "trainer.n_gpus_per_node=6",
-            "rollout.nnodes=1", "rollout.n_gpus_per_node=2"]
-
-
-def test_verls_one_step_off_script_passes_a_dry_run_showing_both_groups(kk_role, tmp_path):
-    dry = check_main(*one_step_off_script(kk_role), "trainer.dry_run=true", "trainer.gpu_memory_gb=80",
-                     f"trainer.default_local_dir={tmp_path / 'ckpt'}")
-    assert dry.code == 0, dry.line
-    assert ("two groups (actor_rollout_ref.hybrid_engine=false), device auto: trainer 6 (1 node(s) x 6) with the "
-            "trained models, rollout 2 (1 node(s) x 2) with only the engine") in dry.out
-    assert "async_training.max_staleness=1: the next batch generates while this one trains" in dry.out
-    # 1152 prompts x 5: 960 trained per trainer rank, 2880 generated per rollout rank.
-    assert "1152 prompts x n=5 = 5760 responses; 960 trained per trainer rank, 2880 generated per rollout rank" \
-        in dry.out
+# verl's one-step-off script's dry run, both groups' plans and the estimate: tests/config/test_verl_one_step_off.py
 
 
 def test_both_groups_need_a_gpu_each_on_one_machine(data_files, monkeypatch):
