@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
+from logicrl.algos.masked import response_lengths
 from logicrl.data.dataset import NON_TENSOR_FIELDS, collate_prompts
 
 
@@ -111,6 +112,18 @@ def merge_rank_metrics(per_rank: list[dict]) -> dict[str, float]:
         name = "perf/worker_" + key if key.startswith("timing_s/") else key
         out[name] = max(values) if key.startswith(("perf/memory/", "timing_s/")) else sum(values) / len(values)
     return out
+
+
+def length_metrics(response_attention_mask: torch.Tensor, response_mask: torch.Tensor,
+                   max_len: int) -> dict[str, float]:
+    """response_length/*: the tokens each response sampled (its loss mask), tool output left out (verl counts
+    the attention mask; a single turn has the two equal). clip_ratio is the share cut at
+    data.max_response_length, the budget the whole trajectory counts in, tool output included."""
+    lengths = response_mask.float().sum(-1)  # [N]
+    ends = response_lengths(response_attention_mask)  # [N] where each response ends
+    return {"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
+            "response_length/min": float(lengths.min()),
+            "response_length/clip_ratio": float((ends >= max_len).float().mean())}
 
 
 def prompt_length_metrics(batch: TensorDict, max_len: int) -> dict[str, float]:

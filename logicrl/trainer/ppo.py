@@ -22,7 +22,6 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from logicrl.algos import advantage_metrics, apply_kl_penalty, compute_advantage, make_kl_controller
-from logicrl.algos.masked import response_lengths
 from logicrl.checkpoint_layout import step_of
 from logicrl.config.eval_keys import eval_sampling
 from logicrl.config.multi_turn import prompt_tools
@@ -42,7 +41,14 @@ from logicrl.preflight.checkpoints import way_out, write_run_shape
 from logicrl.reward.pool import make_scorer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
-from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch, prompt_length_metrics
+from logicrl.trainer.batch import (
+    balanced_order,
+    cat_rounds,
+    length_metrics,
+    merge_rank_metrics,
+    prompt_batch,
+    prompt_length_metrics,
+)
 from logicrl.trainer.checkpoint import (
     TrainerState,
     find_resume_point,
@@ -70,12 +76,13 @@ from logicrl.trainer.dynamic_sampling import FilterMetricError, Round, fill, met
 from logicrl.trainer.micro_sizes import apply_saved
 from logicrl.trainer.resumed import kl_start, recorded, resume_lines
 from logicrl.trainer.rewards import RewardManager
-from logicrl.trainer.sampler import EpochSampler
+from logicrl.trainer.sampler import EpochSampler, record_draws
 from logicrl.trainer.step_perf import FlopModel, generation_round, peak_bf16_flops, phase_shares, step_metrics
 from logicrl.trainer.step_state import StepState
-from logicrl.trainer.tracking import HEADLINE_KEYS, Tracker
+from logicrl.trainer.summaries import history_row
+from logicrl.trainer.tracking import Tracker
 from logicrl.trainer.turns import ToolWatch, conversations, data_warning, turn_metrics
-from logicrl.trainer.validation import scored_samples, validation_metrics, write_samples
+from logicrl.trainer.validation import scored_samples, val_only_line, validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
 
 log = logging.getLogger("logicrl.trainer")
@@ -264,7 +271,7 @@ class PPOTrainer:
                                  curriculum_stage=self.stage, rng=capture_rng_state(),
                                  extra={"history": self.history, "elapsed_s": self.elapsed_s,
                                         "train_batch_size": self.plan.prompts,
-                                        "train_rows": len(self.train_set), **self._state_extra(step)})
+                                        "train_rows": len(self.train_set), **self._state_extra(step, tmp)})
             write_trainer_state(tmp, state)
             write_run_shape(tmp, self.cfg)  # what it fits, for the next run's preflight (preflight/checkpoints.py)
             self.faults.kill_if_due("save", step)
@@ -272,8 +279,9 @@ class PPOTrainer:
         log.info(f"saved {step_dir(self.ckpt_root, step)}" + (f"; pruned {len(pruned)} older" if pruned else ""))
         return merge_rank_metrics(rank_metrics) | {"timing_s/save": time.perf_counter() - start}
 
-    def _state_extra(self, step: int) -> dict:
-        """What a loop of another shape adds to the checkpoint's trainer state (nothing here)."""
+    def _state_extra(self, step: int, directory: Path) -> dict:
+        """What a loop of another shape adds to the checkpoint's trainer state, and writes into `directory`
+        (nothing here)."""
         return {}
 
     def diverged(self, reason: str, roles: list[str], at_once: bool = False) -> Diverged:
@@ -327,6 +335,7 @@ class PPOTrainer:
         state = StepState(step)
         metrics = state.metrics
         start = time.perf_counter()
+        first_round = self.rounds
         if plan.filter_groups:
             batch, prompts = self._dynamic_batch(state)
             token_scores = batch.pop("token_level_scores") if batch is not None else None
@@ -354,6 +363,7 @@ class PPOTrainer:
         metrics["timing_s/step"] = time.perf_counter() - start
         metrics.update(self._perf_metrics(batch, state))
         metrics["perf/rollout_tokens_per_s"] = metrics["perf/gen_tokens_per_s"]
+        record_draws(self.run_dir, step, self.sampler, range(first_round, self.rounds))
         return metrics
 
     def _generate_and_score(self, rows: list, first_uid: int, state: StepState, params: dict,
@@ -494,40 +504,3 @@ class PPOTrainer:
         self.val_samples = scored_samples(batch, texts, results, n, self.cfg.data.max_response_length,
                                           eos_ids(self.tokenizer, checkpoint_dir(self.cfg[ARR].model.path)))
         return validation_metrics(batch, results) | flat_metrics(group_metrics(self.val_samples, self.cfg.eval.k))
-
-
-def val_only_line(val: dict) -> str:
-    """trainer.val_only's result: the accuracy of each data_source (val/<source>/acc), then over all."""
-    # Sources may hold slashes (lighteval/MATH); kk_logic's per-size keys come along, as sources of their own.
-    sources = sorted(k[len("val/"):-len("/acc")] for k in val if k.startswith("val/") and k.endswith("/acc")
-                     and k != "val/acc")
-    parts = [f"{source} {val[f'val/{source}/acc']:.3f}" for source in sources]
-    return "logicrl: validation accuracy per data_source: " + ", ".join(parts) + \
-        (f"; all {val['val/acc']:.3f}" if "val/acc" in val else "")
-
-
-def history_row(step: int, metrics: dict) -> dict:
-    """What a checkpoint keeps of each step, for stage summaries and resume checks (small, JSON)."""
-    row = {"step": step}
-    # Response lengths too: trainer.memory_plan=expected plans a resumed run for them (memory/lengths.py), so a
-    # multi-turn run keeps its whole trajectories' (tool output takes memory as sampled tokens do).
-    whole = "trajectory_length" if "trajectory_length/mean" in metrics else "response_length"
-    for key, name in (*HEADLINE_KEYS, (f"{whole}/mean", "len_mean"), (f"{whole}/max", "len_max")):
-        if key in metrics:
-            row[name] = float(metrics[key])
-    # Accuracy per validation set (data_source, people count): a curriculum's picture shows each stage's data.
-    row.update({key: float(v) for key, v in metrics.items()
-                if key.startswith("val/") and key.endswith("/acc") and key != "val/acc"})
-    return row
-
-
-def length_metrics(response_attention_mask: torch.Tensor, response_mask: torch.Tensor,
-                   max_len: int) -> dict[str, float]:
-    """response_length/*: the tokens each response sampled (its loss mask), tool output left out (verl counts
-    the attention mask; a single turn has the two equal). clip_ratio is the share cut at
-    data.max_response_length, the budget the whole trajectory counts in, tool output included."""
-    lengths = response_mask.float().sum(-1)  # [N]
-    ends = response_lengths(response_attention_mask)  # [N] where each response ends
-    return {"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
-            "response_length/min": float(lengths.min()),
-            "response_length/clip_ratio": float((ends >= max_len).float().mean())}

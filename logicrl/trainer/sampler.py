@@ -3,14 +3,20 @@
 A batch is one generation round: a step's data.train_batch_size prompts, or with dynamic sampling
 (algorithm.filter_groups) data.gen_batch_size prompts, as many rounds a step as it takes. The count
 of rounds drawn is all the state there is, so a resumed run draws exactly the batches it would have
-drawn (checkpoints store it as `sampler_position`).
+drawn (checkpoints store it as `sampler_position`). Each step's rounds go to `prompts.jsonl` in the
+run directory as it ends (`record_draws`): the record a resume is checked against, launch by launch.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from logicrl.config.plan import StepPlan
+
+RECORD_FILE = "prompts.jsonl"
 
 
 class EpochSampler:
@@ -26,7 +32,23 @@ class EpochSampler:
         g = torch.Generator().manual_seed(self.seed + epoch)
         return torch.randperm(self.n_rows, generator=g).tolist()
 
+    def epoch_of(self, step: int) -> int:
+        """The epoch global round `step` (0-based) belongs to."""
+        return step // self.steps_per_epoch
+
     def batch(self, step: int) -> list[int]:
         """Row indices of global round `step` (0-based; the step without dynamic sampling), across epochs."""
         epoch, k = divmod(step, self.steps_per_epoch)
         return self.order(epoch)[k * self.batch_size:(k + 1) * self.batch_size]
+
+
+def record_draws(run_dir: Path, step: int, sampler: EpochSampler, rounds: range) -> None:
+    """Append step `step`'s line to the run's prompts.jsonl: each round it drew (0-based), that round's epoch
+    and its prompts (positions in the training set as loaded, the numbers `batch` returns)."""
+    draws = [{"round": r, "epoch": sampler.epoch_of(r), "prompts": sampler.batch(r)} for r in rounds]
+    path = run_dir / RECORD_FILE
+    try:
+        with path.open("a") as f:
+            f.write(json.dumps({"step": step, "draws": draws}) + "\n")
+    except OSError as err:  # a full disk fails at the close, which names no file: name it (as metrics.jsonl)
+        raise OSError(err.errno, err.strerror, str(path)) from err

@@ -1,7 +1,7 @@
 """Curriculum summaries: a table of the stages (console + markdown) and one PNG across stages.
 
-Built from each stage's step history as its final checkpoint recorded it (trainer/ppo.py
-`history_row`), so a curriculum resumed over several launches still summarises every step.
+Built from each stage's step history as its final checkpoint recorded it (`history_row`, one row a
+step), so a curriculum resumed over several launches still summarises every step.
 """
 
 from __future__ import annotations
@@ -11,11 +11,27 @@ import statistics
 from pathlib import Path
 
 from logicrl.config.stages import Stage
+from logicrl.trainer.tracking import HEADLINE_KEYS
 
 log = logging.getLogger("logicrl.trainer")
 SUMMARY_MD = "curriculum_summary.md"
 SUMMARY_PNG = "curriculum_curves.png"
 LAST_STEPS = 10  # "final reward" averages this many last steps: one step of 8 prompts is noise
+
+
+def history_row(step: int, metrics: dict) -> dict:
+    """What a checkpoint keeps of each step, for stage summaries and resume checks (small, JSON)."""
+    row = {"step": step}
+    # Response lengths too: trainer.memory_plan=expected plans a resumed run for them (memory/lengths.py), so a
+    # multi-turn run keeps its whole trajectories' (tool output takes memory as sampled tokens do).
+    whole = "trajectory_length" if "trajectory_length/mean" in metrics else "response_length"
+    for key, name in (*HEADLINE_KEYS, (f"{whole}/mean", "len_mean"), (f"{whole}/max", "len_max")):
+        if key in metrics:
+            row[name] = float(metrics[key])
+    # Accuracy per validation set (data_source, people count): a curriculum's picture shows each stage's data.
+    row.update({key: float(v) for key, v in metrics.items()
+                if key.startswith("val/") and key.endswith("/acc") and key != "val/acc"})
+    return row
 
 
 def _last(history: list[dict], key: str) -> float | None:
@@ -63,7 +79,7 @@ def plot_stages(stages: list[Stage], done: dict, out: Path) -> Path:
 
     fig, (ax_r, ax_v) = plt.subplots(1, 2, figsize=(12, 4))
     offset = 0
-    # Accuracy per validation set (trainer/ppo.py history_row: val/<source>[/<k>ppl]/acc), when recorded.
+    # Accuracy per validation set (history_row: val/<source>[/<k>ppl]/acc), when recorded.
     val_sets = sorted({k for r in done.values() for h in r["history"] for k in h if k.startswith("val/")})
     val_points: dict[str, list] = {key: [] for key in val_sets}
     for stage in stages:

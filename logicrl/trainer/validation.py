@@ -76,3 +76,13 @@ def scored_samples(batch: TensorDict, texts: list[str], results: list[dict], n: 
             sample["people"] = int(people)
         samples.append(sample)
     return samples
+
+
+def val_only_line(val: dict) -> str:
+    """trainer.val_only's result: the accuracy of each data_source (val/<source>/acc), then over all."""
+    # Sources may hold slashes (lighteval/MATH); kk_logic's per-size keys come along, as sources of their own.
+    sources = sorted(k[len("val/"):-len("/acc")] for k in val if k.startswith("val/") and k.endswith("/acc")
+                     and k != "val/acc")
+    parts = [f"{source} {val[f'val/{source}/acc']:.3f}" for source in sources]
+    return "logicrl: validation accuracy per data_source: " + ", ".join(parts) + \
+        (f"; all {val['val/acc']:.3f}" if "val/acc" in val else "")

@@ -191,6 +191,11 @@ def test_grpo_with_the_vllm_engine(tmp_path, ranks, tp, extra):
             assert row["filter/groups_kept"] + row["filter/groups_dropped"] == row["filter/prompts_consumed"]
             assert row["batch/responses"] == 8
         assert sum(row["filter/groups_dropped"] for row in rows) > 0
+        # The sampler's record: each step's rounds follow the last step's, none skipped nor drawn twice.
+        record = [json.loads(line) for line in (tmp_path / "run" / "prompts.jsonl").read_text().splitlines()]
+        rounds = [draw["round"] for line in record for draw in line["draws"]]
+        assert rounds == list(range(sum(int(row["filter/gen_rounds"]) for row in rows)))
+        assert [len(line["draws"]) for line in record] == [row["filter/gen_rounds"] for row in rows]
         # Where the time went, per rank: both ranks' generation throughput and the tail between them.
         last = rows[-1]
         assert last["perf/gen_tokens_per_s/rank0"] > 0 and last["perf/gen_tokens_per_s/rank1"] > 0

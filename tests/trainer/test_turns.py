@@ -62,7 +62,7 @@ def test_rows_and_config_that_disagree_are_named():
 def test_a_checkpoints_history_keeps_the_whole_trajectorys_length():
     """trainer.memory_plan=expected plans a resumed run for the lengths its history kept (memory/lengths.py):
     tool output takes memory as sampled tokens do, so a multi-turn step keeps its trajectories'."""
-    from logicrl.trainer.ppo import history_row
+    from logicrl.trainer.summaries import history_row
 
     single = {"response_length/mean": 4.0, "response_length/max": 6.0}
     assert history_row(3, single) == {"step": 3, "len_mean": 4.0, "len_max": 6.0}

@@ -1,6 +1,6 @@
 """trainer.val_only's closing line: each data_source's accuracy, slashes in names and kk_logic's sizes kept."""
 
-from logicrl.trainer.ppo import val_only_line
+from logicrl.trainer.validation import val_only_line
 
 
 def test_each_source_then_all():

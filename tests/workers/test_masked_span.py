@@ -20,7 +20,7 @@ from logicrl.config.plan import Micro, Update
 from logicrl.models.loading import load_tokenizer
 from logicrl.models.reward_model import token_level_scores
 from logicrl.models.rm_inputs import response_text
-from logicrl.trainer.ppo import length_metrics
+from logicrl.trainer.batch import length_metrics
 from logicrl.trainer.rewards import RewardManager
 from logicrl.trainer.step_perf import generation_round
 from logicrl.workers import actor as actor_module
