@@ -24,6 +24,7 @@ from tensordict import TensorDict
 
 from logicrl.algos.masked import response_lengths
 from logicrl.data.dataset import NON_TENSOR_FIELDS, collate_prompts
+from logicrl.trainer.turns import turn_metrics
 
 
 def prompt_batch(rows: list, n: int, pad_id: int, first_uid: int = 0) -> TensorDict:
@@ -135,3 +136,10 @@ def prompt_length_metrics(batch: TensorDict, max_len: int) -> dict[str, float]:
     return {"prompt_length/mean": float(lengths.mean()), "prompt_length/max": float(lengths.max()),
             "prompt_length/min": float(lengths.min()),
             "prompt_length/clip_ratio": float((lengths >= max_len).float().mean())}
+
+
+def shape_metrics(batch: TensorDict, max_prompt: int, max_response: int) -> dict[str, float]:
+    """What a trained batch looked like: response and prompt lengths (verl's names) and, for multi-turn runs,
+    its turns and tool calls."""
+    return (length_metrics(batch["response_attention_mask"], batch["response_mask"], max_response)
+            | prompt_length_metrics(batch, max_prompt) | turn_metrics(batch))

@@ -41,14 +41,7 @@ from logicrl.preflight.checkpoints import way_out, write_run_shape
 from logicrl.reward.pool import make_scorer
 from logicrl.rng import capture_rng_state, restore_rng_state
 from logicrl.signals import Preempted, requested, stop_at_step_end
-from logicrl.trainer.batch import (
-    balanced_order,
-    cat_rounds,
-    length_metrics,
-    merge_rank_metrics,
-    prompt_batch,
-    prompt_length_metrics,
-)
+from logicrl.trainer.batch import balanced_order, cat_rounds, merge_rank_metrics, prompt_batch, shape_metrics
 from logicrl.trainer.checkpoint import (
     TrainerState,
     find_resume_point,
@@ -81,7 +74,7 @@ from logicrl.trainer.step_perf import FlopModel, generation_round, peak_bf16_flo
 from logicrl.trainer.step_state import StepState
 from logicrl.trainer.summaries import history_row
 from logicrl.trainer.tracking import Tracker
-from logicrl.trainer.turns import ToolWatch, conversations, data_warning, turn_metrics
+from logicrl.trainer.turns import ToolWatch, conversations, data_warning
 from logicrl.trainer.validation import scored_samples, val_only_line, validation_metrics, write_samples
 from logicrl.workers.hybrid import HybridWorker
 
@@ -347,10 +340,7 @@ class PPOTrainer:
             metrics.update(reward_metrics)
         if batch is not None:
             self._train(state, batch, token_scores)
-            metrics.update(length_metrics(batch["response_attention_mask"], batch["response_mask"],
-                                          cfg.data.max_response_length))
-            metrics.update(prompt_length_metrics(batch, cfg.data.max_prompt_length))
-            metrics.update(turn_metrics(batch))
+            metrics.update(shape_metrics(batch, cfg.data.max_prompt_length, cfg.data.max_response_length))
             self.tool_watch.observe(step, metrics)
         metrics.update(merge_rank_metrics(state.rank_metrics))
         # What this step really ran (a curriculum stage's batch size and rollout.n show here).
