@@ -20,6 +20,13 @@ pytestmark = pytest.mark.integration
 BOUND_S = 10  # trainer.collective_timeout_s for the stopped rank: the heartbeat's bound too
 
 
+def _idle(rank: psutil.Process, seconds: float = 2.0) -> bool:
+    """No more CPU than its heartbeat thread's over `seconds` (generation and updates take a core)."""
+    before = sum(rank.cpu_times()[:2])
+    time.sleep(seconds)
+    return sum(rank.cpu_times()[:2]) - before < 0.1
+
+
 def test_a_stopped_only_rank_ends_the_run_in_the_bound_with_one_line(tmp_path):
     # Step 2's update_actor sleeps (faults.py stall): the rank is alive, in a step, when it is stopped.
     proc = start(tmp_path, "trainer.total_training_steps=3", f"trainer.collective_timeout_s={BOUND_S}",
@@ -29,6 +36,8 @@ def test_a_stopped_only_rank_ends_the_run_in_the_bound_with_one_line(tmp_path):
     ours = psutil.Process(proc.pid).children(recursive=True)
     ranks = [p for p in ours if p.cmdline() and p.cmdline()[0].startswith("ray::HybridWorker")]
     assert len(ranks) == 1, [p.cmdline()[:1] for p in ours]
+    # Stopped once in the stall, not in step 2's generate: a rank that spends no CPU for 2 s is in the sleep.
+    wait_for(lambda: _idle(ranks[0]))
     ranks[0].send_signal(signal.SIGSTOP)
     returncode, _, err, seconds = finish(proc)
     line = one_error_line(err)

@@ -10,6 +10,8 @@ start gloo ranks (tests/workers, tests/models/test_ulysses.py); `spawn` is `torc
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
+import os
 from collections.abc import Callable
 
 import torch.multiprocessing as mp
@@ -20,7 +22,23 @@ PRELOAD = ["pytest", "torch.distributed.checkpoint", "torch.distributed.fsdp", "
            "logicrl.workers.actor", "logicrl.workers.update", "logicrl.workers.fsdp", "logicrl.workers.checkpoint"]
 
 
+def _forget_a_reaped_server() -> None:
+    """A test that ends its process's descendants (an in-process Ray cluster's stop_ray) ends the server too and
+    reaps it; multiprocessing then raises ChildProcessError at the next start instead of starting a new server."""
+    server = multiprocessing.forkserver._forkserver
+    if server._forkserver_pid is None:
+        return
+    try:
+        if os.waitpid(server._forkserver_pid, os.WNOHANG)[0] == 0:
+            return  # alive
+    except ChildProcessError:
+        pass  # reaped by someone else
+    os.close(server._forkserver_alive_fd)
+    server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+
+
 def spawn(fn: Callable, args: tuple = (), nprocs: int = 1) -> None:
     """fn(rank, *args) in `nprocs` processes; raises as torch.multiprocessing.spawn does when one fails."""
+    _forget_a_reaped_server()
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)  # read when the server starts
     mp.start_processes(fn, args=args, nprocs=nprocs, join=True, start_method="forkserver")

@@ -39,5 +39,6 @@ def test_a_submitit_sweep_is_one_array_and_a_bad_value_fails_only_its_task(slurm
     rows = summary_rows(sweep)
     assert "| failed |" in rows["rollout.n=0"] and "must be >= 1" in rows["rollout.n=0"]
     assert "| done (planned) |" in rows["rollout.n=4"]
-    # Both tasks ran to their end in SLURM: the bad one failed as a job of the sweep, not as a task.
-    assert {slurm.state(t) for t in tasks} == {"COMPLETED"}
+    # Both tasks ran to their end in SLURM: the bad one failed as a job of the sweep, not as a task. submitit
+    # returns once each task wrote its result; the task's end (its epilog) reaches slurmctld a moment later.
+    assert {slurm.wait(t, timeout=30) for t in tasks} == {"COMPLETED"}
