@@ -1,7 +1,8 @@
 """Scoring a step's responses: decode, rule reward per response, token-level scores.
 
-The score goes on the last attended token of each response (verl's convention: the response's end is
-read from its attention mask, so attended but untrained tokens are decoded and scored), and each reward
+The text runs to the last attended token of each response (attended but untrained tokens are decoded and
+scored); the score goes on its last trained token (score_positions: the estimators read rewards through the
+loss mask), the last attended one in single-turn responses, where the stop token trains. Each reward
 component (format, answer, acc, ...) is averaged into `reward/<name>/mean`. With a learned reward
 model the batch holds its scores (`rm_scores` [N], the worker's reward_model phase) and reward.combine
 (reward/combine.py) makes each row's sequence reward from it and the rule reward, per data_source;
@@ -80,7 +81,7 @@ class RewardManager:
             scores = scores + penalty
             metrics["reward/overlong_penalty/mean"] = float(penalty.mean())
         token_scores = torch.zeros(responses.shape, dtype=torch.float32)
-        last = (lengths - 1).clamp(min=0)
+        last = score_positions(batch["response_attention_mask"], batch.get("response_mask", None))
         token_scores[torch.arange(len(scores)), last] = scores * (lengths > 0)
         metrics.update(score_metrics(scores, results))
         metrics[TIMEOUTS] = float(timeouts)
@@ -93,6 +94,19 @@ class RewardManager:
         enters `score`. A source that weighs in a rule it lacks was refused when the rows loaded."""
         rule_score = None if rule is None else float(rule["score"])
         return {**(rule or {}), "rule_score": rule_score, "score": self.combine.combine(learned, rule_score, source)}
+
+
+def score_positions(attention: torch.Tensor, trained: torch.Tensor | None) -> torch.Tensor:
+    """[B] where each response's score goes: its last trained token (response_mask), else its last attended one.
+    Every estimator reads the rewards through the loss mask, so a score on an untrained token is dropped:
+    a multi-turn response the budget cut inside a tool turn ends on tool output, and its score (a failure,
+    usually) would count as 0. Where the stop token trains (single-turn) the two positions are the same."""
+    columns = torch.arange(1, attention.shape[1] + 1)
+    last_attended = ((attention > 0) * columns).amax(dim=-1) - 1
+    if trained is None:
+        return last_attended.clamp(min=0)
+    last_trained = ((trained > 0) * columns).amax(dim=-1) - 1
+    return torch.where(last_trained >= 0, last_trained, last_attended).clamp(min=0)
 
 
 def accuracy(result: dict) -> float | None:

@@ -110,7 +110,8 @@ def test_length_and_reward_position_come_from_where_the_response_ends(batches, t
     assert out.response_lengths.tolist() == LENGTHS
 
     # The rule reward: the decoded text runs to the end (the span included), and the score with the
-    # overlong penalty sits on the last token. Buffer 4 of R = 8: lengths 8, 6, 7, 5 exceed 4 by 4, 2, 3, 1.
+    # overlong penalty sits on the last trained token: the last one, except in row 3, which ends inside the
+    # span (at 4) and has its score on 1. Buffer 4 of R = 8: lengths 8, 6, 7, 5 exceed 4 by 4, 2, 3, 1.
     def constant(data_source, solution_str, ground_truth, extra_info):
         return {"score": 2.0}
 
@@ -119,13 +120,14 @@ def test_length_and_reward_position_come_from_where_the_response_ends(batches, t
             "ground_truth": NonTensorStack.from_list([{}] * 4), "extra_info": NonTensorStack.from_list([{}] * 4)}
     scores, metrics, texts, _ = rewards(TensorDict({**holed.to_dict(), **rows}, batch_size=[4]))
     expected = torch.zeros(4, R)
-    expected[torch.arange(4), torch.tensor(LENGTHS) - 1] = torch.tensor([2 - 1.0, 2 - 0.5, 2 - 0.75, 2 - 0.25])
+    expected[torch.arange(4), torch.tensor([7, 5, 6, 1])] = torch.tensor([2 - 1.0, 2 - 0.5, 2 - 0.75, 2 - 0.25])
     assert torch.equal(scores, expected)
     assert metrics["reward/overlong_penalty/mean"] == pytest.approx(-(1.0 + 0.5 + 0.75 + 0.25) / 4)
     assert texts == [tokenizer.decode(r[:n].tolist(), skip_special_tokens=True)
                      for r, n in zip(holed["responses"], LENGTHS)]
     same, _, same_texts, _ = rewards(TensorDict({**whole.to_dict(), **rows}, batch_size=[4]))
-    assert torch.equal(same, scores) and same_texts == texts
+    assert torch.equal(same.sum(-1), scores.sum(-1)) and same_texts == texts
+    assert same.nonzero()[:, 1].tolist() == [n - 1 for n in LENGTHS]  # without the hole: the last tokens
 
     # The learned reward's token, and the text a reward model with its own tokenizer reads.
     learned = token_level_scores(torch.tensor([1.0, 2.0, 3.0, 4.0]), attention)
@@ -262,3 +264,29 @@ def test_every_estimator_leaves_the_span_without_advantage(batches, estimator):
                                             gamma=1.0, lam=1.0)
     assert (advantages[:, SPAN] == 0).all() and (returns[:, SPAN] == 0).all()
     assert advantages[holed["response_mask"].bool()].abs().sum() > 0
+
+
+def test_a_response_cut_inside_a_tool_turn_keeps_its_score(tokenizer):
+    # Two answers to one prompt, R = 6. Row 0: sampled 0-1, tool output 2-5 cut by the budget (no answer,
+    # score -1). Row 1: sampled 0, tool output 1-3, sampled 4 (a wrong answer, score 0), padding at 5.
+    attention = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]])
+    trained = torch.tensor([[1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 1, 0]])
+    responses = torch.where(attention.bool(), torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]]),
+                            tokenizer.pad_token_id)
+
+    def by_row(data_source, solution_str, ground_truth, extra_info):
+        return {"score": extra_info["score"]}
+
+    rows = {"data_source": NonTensorStack.from_list(["kk_logic"] * 2),
+            "ground_truth": NonTensorStack.from_list([{}] * 2),
+            "extra_info": NonTensorStack.from_list([{"score": -1.0}, {"score": 0.0}])}
+    batch = TensorDict({"responses": responses, "response_attention_mask": attention, "response_mask": trained,
+                        **rows}, batch_size=[2])
+    scores, _, _, _ = RewardManager(tokenizer, custom_fn=by_row)(batch)
+    # On the last trained tokens (1 and 4), not on row 0's last attended one (5), which the loss mask drops.
+    assert scores.tolist() == [[0, -1.0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]
+    # GRPO over the pair: scores -1 and 0, mean -0.5, unbiased std 1/sqrt(2): advantages -/+ 0.5*sqrt(2) on
+    # the trained tokens. With the score on token 5 both rows scored 0 and neither learned anything.
+    adv, _ = compute_advantage("grpo", scores, trained, index=torch.tensor([0, 0]))
+    a = 0.5 * 2 ** 0.5
+    assert adv == pytest.approx(torch.tensor([[-a, -a, 0, 0, 0, 0], [a, 0, 0, 0, a, 0]]), abs=1e-5)
