@@ -282,7 +282,7 @@ class RolloutCorrectionConfig:
     rollout_is_batch_normalize: bool = key()
     rollout_rs: Optional[str] = key()  # comma-separated options; parsed by algos/rollout_correction.py
     rollout_rs_threshold: Any = key()  # float, "lower_upper" or one per option
-    bypass_mode: bool = key()
+    bypass_mode: Optional[bool] = key()  # null: derived (config/async_training.py)
     loss_type: str = key(choices=("ppo_clip", "reinforce"))
 
 
