@@ -2,8 +2,8 @@
 
 With tools on, the tools the config names are loaded (a missing file, an unknown class or a bad schema
 is the tools package's one-line error), and the model's chat template must render a tool turn as an
-append-only suffix (data/tool_turns.py). A TP group generates in lock-step, which rows that take
-different numbers of turns cannot keep, so tensor_model_parallel_size must be 1.
+append-only suffix (data/tool_turns.py); an assistant opening must be plain text. A TP group generates in
+lock-step, which rows that take different numbers of turns cannot keep, so tensor_model_parallel_size must be 1.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ def check_multi_turn(cfg: DictConfig) -> None:
     rollout = cfg[ARR].rollout
     mt = rollout.multi_turn
     if not mt.enable:
-        named = [f"{KEY}.{k}={mt[k]}" for k in ("tool_config_path", "function_tool_path") if mt[k]]
+        named = [f"{KEY}.{k}={mt[k]!r}" for k in ("tool_config_path", "function_tool_path", "assistant_opening")
+                 if mt[k]]
         if named:
             log.warning(f"{named[0]} takes effect only with {KEY}.enable=true: this run generates one turn per "
                         "prompt and calls no tool")
@@ -34,10 +35,23 @@ def check_multi_turn(cfg: DictConfig) -> None:
     load_tools(mt.tool_config_path, mt.function_tool_path)  # raises its own one-line ToolConfigError
     from logicrl.models.loading import load_tokenizer  # torch: a config check with tools off imports none
 
+    tokenizer = load_tokenizer(cfg[ARR].model.path, quiet=True)
     try:
-        ToolTurns(load_tokenizer(cfg[ARR].model.path, quiet=True))
+        ToolTurns(tokenizer)
     except ChatTemplateError as err:
         raise ConfigError(f"{KEY}.enable=true, {ARR}.model.path={cfg[ARR].model.path}: {err}") from None
+    check_assistant_opening(mt.assistant_opening, tokenizer)
+
+
+def check_assistant_opening(opening: str, tokenizer) -> None:
+    """The opening is text the model reads as the start of its own message: a special token in it (an end of
+    turn, a role marker) would close or restart the message it opens."""
+    special = set(tokenizer.all_special_ids)
+    found = [tokenizer.convert_ids_to_tokens(i) for i in tokenizer.encode(opening, add_special_tokens=False)
+             if i in special]
+    if found:
+        raise ConfigError(f"{KEY}.assistant_opening={opening!r} contains the special token {found[0]}: it opens an "
+                          "assistant message and must be plain text (the chat template writes the turn markers)")
 
 
 def prompt_tools(cfg: DictConfig) -> list[dict] | None:

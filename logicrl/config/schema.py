@@ -172,6 +172,7 @@ class MultiTurnConfig:
     tool_config_path: Optional[str] = key()
     function_tool_path: Optional[str] = key()
     format: str = key(choices=("hermes",))
+    assistant_opening: str = key()
 
 
 @dataclass

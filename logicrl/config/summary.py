@@ -74,7 +74,9 @@ def _turn_lines(cfg: DictConfig) -> list[str]:
     tools = ", ".join(p for p in (mt.tool_config_path, mt.function_tool_path) if p) or \
         "the built-in calculator and code_interpreter"
     return [f"{'turns':<10} multi-turn with tools ({tools}): {turns}, {mt.max_parallel_calls} call(s) per turn, "
-            f"answers cut to {mt.max_tool_response_length} characters; sampled and tool tokens together fit "
+            f"answers cut to {mt.max_tool_response_length} characters"
+            + (f", each answer followed by the opening {mt.assistant_opening!r}" if mt.assistant_opening else "")
+            + "; sampled and tool tokens together fit "
             f"data.max_response_length={cfg.data.max_response_length}, the length every phase is planned for"]
 
 

@@ -10,11 +10,12 @@ the tool), then to read the tool's answer and name the role:
     assistant:  <answer><tool_call>{"name": "lookup", "arguments": {"name": "Noah"}}</tool_call></answer>
                                       <- the prompt ends here; the model should end the turn
     tool:       Noah is a knight.
-    assistant:  ... knight ...        <- the first role word after the tool's answer earns the reward
+    assistant:  <answer> It is a      <- +recipe=tiny_tools opens the turn (multi_turn.assistant_opening)
+                 knight               <- the first role word after the tool's answer earns the reward
 
-With multi_turn.enable=false no tool answers and the role is a guess (accuracy 0.5 at best). Reward:
-reward/role_tool.py. The call sits inside answer tags because after `</answer>` the tiny model ends its
-turn now and then; after a bare `</tool_call>` it never does, and nothing would be learned.
+With multi_turn.enable=false no tool answers, and a role guessed without its answer counts for nothing
+(accuracy 0). Reward: reward/role_tool.py. The call sits inside answer tags because after `</answer>` the
+tiny model ends its turn now and then; after a bare `</tool_call>` it never does, and nothing would be learned.
 
     python -m logicrl.data.role_tool_task --people 3 --train-size 2000 --test-size 200 --out data/kk_role_tool
 """

@@ -2,6 +2,7 @@
 
     turns = ToolTurns(tokenizer)
     ids = turns.ids([{"role": "tool", "name": "calculator", "content": "42"}])
+    turns = ToolTurns(tokenizer, assistant_opening="<answer>")   # and the next assistant turn opened with it
 
 Only the tool messages are rendered, never the conversation so far: that part stays the ids the model
 sampled (re-tokenizing it drifts, and re-rendering can rewrite it). The rendering is the chat template's
@@ -9,7 +10,9 @@ own: the template writes the conversation twice, once ending with an assistant m
 tool messages and a generation prompt after it, and the text between the two is the tool turn, the
 separator the template writes after the assistant's end-of-turn token included (a newline in ChatML; a
 dropped separator is the drift users hit first). A template for which the first rendering is not a prefix
-of the second (one that rewrites earlier turns once a tool answers) is refused in one line.
+of the second (one that rewrites earlier turns once a tool answers) is refused in one line. An assistant
+opening (multi_turn.assistant_opening) is text the next assistant message starts with, as a prompt can end
+inside the first: it is the tool turn's last text, and the final conversation renders it as that message's start.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ class ChatTemplateError(ValueError):
 
 
 class ToolTurns:
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: Any, assistant_opening: str = ""):
         if not getattr(tokenizer, "chat_template", None):
             raise ChatTemplateError("multi-turn rollouts render tool answers with the chat template, and this "
                                     "tokenizer has none: use a chat model's checkpoint")
-        self.tokenizer = tokenizer
+        self.tokenizer, self.assistant_opening = tokenizer, assistant_opening
         self.base = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _USER},
                      {"role": "assistant", "content": _REPLY}]
         self.base_text = tokenizer.apply_chat_template(self.base, tokenize=False)
@@ -62,13 +65,13 @@ class ToolTurns:
 
     def text(self, messages: list[dict]) -> str:
         """The tool turn as text: the separator after the assistant's end-of-turn token, the tool messages,
-        the next assistant turn's opening."""
+        the next assistant turn's opening (the template's generation prompt, then the assistant opening)."""
         full = self.tokenizer.apply_chat_template(self.base + messages, tokenize=False, add_generation_prompt=True)
         if not full.startswith(self.base_text):
             raise ChatTemplateError("the chat template rewrites earlier turns once a tool answers (the conversation "
                                     "rendered with a tool message does not start with its rendering without one): "
                                     "multi-turn rollouts need an append-only template")
-        return self.separator + full[len(self.base_text):]
+        return self.separator + full[len(self.base_text):] + self.assistant_opening
 
     def ids(self, messages: list[dict]) -> list[int]:
         # The text starts right after a special token (end of turn), so tokenizing it alone gives the ids

@@ -127,6 +127,17 @@ def test_tool_paths_without_enable_say_they_do_nothing(data_files, tool_yaml, ca
     assert "takes effect only with actor_rollout_ref.rollout.multi_turn.enable=true" in caplog.text
 
 
+def test_an_assistant_opening_is_plain_text_and_needs_enable(data_files, caplog):
+    assert compose([])[ARR].rollout.multi_turn.assistant_opening == ""
+    validate(compose([*data_files, f"{MT}.enable=true", f"{MT}.assistant_opening='<answer> It is'"]))
+    with pytest.raises(ConfigError) as err:
+        validate(compose([*data_files, f"{MT}.enable=true", f"{MT}.assistant_opening='<|im_end|>'"]))
+    assert str(err.value).startswith(f"{MT}.assistant_opening=") and "<|im_end|>" in str(err.value)
+    with caplog.at_level(logging.WARNING, logger="logicrl.config"):
+        validate(compose([*data_files, f"{MT}.assistant_opening=Answer:"]))
+    assert "assistant_opening='Answer:' takes effect only with" in caplog.text
+
+
 def test_the_dry_run_prints_the_turn_budget(data_files):
     checked = check_main(*data_files, f"{MT}.enable=true", f"{MT}.max_assistant_turns=3", "data.max_response_length=96",
                          "trainer.dry_run=true")

@@ -15,6 +15,7 @@ from tests.conftest import ROOT, TINY_RUN, read_metrics, run_main, tail
 
 pytestmark = pytest.mark.integration
 MT = f"{ARR}.rollout.multi_turn"
+OPENING = "<answer> It is a"
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def run(tmp_path_factory):
         *TINY_RUN, "trainer.n_gpus=2", f"{ARR}.rollout.n=4", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
         "data.max_prompt_length=128", "data.max_response_length=40", "trainer.test_freq=2",
         f"{MT}.enable=true", f"{MT}.max_assistant_turns=2",
-        f"{MT}.function_tool_path={ROOT / 'recipes/tools/lookup.py'}",
+        f"{MT}.function_tool_path={ROOT / 'recipes/tools/lookup.py'}", f"{MT}.assistant_opening='{OPENING}'",
         f"hydra.run.dir={run_dir}", cwd=tmp)
     assert result.returncode == 0, tail(result)
     return run_dir, result
@@ -50,12 +51,14 @@ def test_validation_samples_show_the_whole_conversation(run):
     samples = [json.loads(line) for line in (run[0] / "val_generations" / "step_2.jsonl").read_text().splitlines()]
     assert samples and all("conversation" in s for s in samples)
     called = [s for s in samples if "<|im_start|>tool" in s["conversation"]]
-    for s in called:  # the lookup's answer, from the row's tools_kwargs, is in the conversation
+    for s in called:  # the lookup's answer, from the row's tools_kwargs, then the next turn's opening
         truth = s["ground_truth"]
-        assert tool_answer(truth["name"], truth["role"]) in s["conversation"]
+        answered = f"{tool_answer(truth['name'], truth['role'])}<|im_end|>\n<|im_start|>assistant\n{OPENING}"
+        assert answered in s["conversation"]
 
 
 def test_the_plan_states_the_turn_budget_and_no_data_warning_fires(run):
     out = run[1].stdout + run[1].stderr
     assert "multi-turn with tools (" in out and "data.max_response_length=40" in out
+    assert f"each answer followed by the opening {OPENING!r}" in out
     assert "no row of data.train_files" not in out  # the rows carry tools_kwargs

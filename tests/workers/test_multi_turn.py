@@ -96,11 +96,11 @@ def prompt_ids(tokenizer, question: str) -> list[int]:
 PARALLEL = TurnLimits(max_parallel_calls=4)
 
 
-def rollout(tokenizer, budget=400, limits=PARALLEL, scripts=SCRIPTS, kwargs=None):
+def rollout(tokenizer, budget=400, limits=PARALLEL, scripts=SCRIPTS, kwargs=None, opening=""):
     prompts = [prompt_ids(tokenizer, q) for q, _ in scripts]
     engine = ScriptedEngine(tokenizer, prompts, [t for _, t in scripts])
     runner = FakeRunner()
-    loop = MultiTurnEngine(engine, tokenizer, runner, parse_hermes, limits)
+    loop = MultiTurnEngine(engine, tokenizer, runner, parse_hermes, limits, opening)
     ids, mask = left_pad(prompts, tokenizer.pad_token_id)
     out = loop.generate(ids, mask, SamplingParams(max_tokens=budget, seed=1), tools_kwargs=kwargs)
     return prompts, out, engine, runner
@@ -126,6 +126,23 @@ def test_the_ids_are_the_chat_templates_rendering_of_the_final_conversation(toke
         # The rendering ends with the last turn's end-of-turn token and the separator after it; the model
         # stopped on that token, so the trajectory ends just before the separator.
         assert prompts[i] + out.responses[i, :n].tolist() + sep == tokenizer.encode(rendered, add_special_tokens=False)
+
+
+def test_an_assistant_opening_starts_each_turn_after_a_tool_answer_untrained(tokenizer):
+    opening = "<answer> It is"
+    prompts, out, engine, _ = rollout(tokenizer, opening=opening)
+    sep = tokenizer.encode(ToolTurns(tokenizer).separator, add_special_tokens=False)
+    for i, (question, turns) in enumerate(SCRIPTS):
+        n = int(out.response_lengths[i])
+        # The final conversation: every assistant message after the first starts with the opening.
+        rendered = tokenizer.apply_chat_template(final_messages(question, turns[:1] + [opening + t for t in turns[1:]]),
+                                                 tokenize=False)
+        assert prompts[i] + out.responses[i, :n].tolist() + sep == tokenizer.encode(rendered, add_special_tokens=False)
+        # Only what the engine sampled trains; the opening is the tool turn's, as the template's markup is.
+        sampled = sum(len(t) for t in engine.script[tuple(prompts[i])])
+        assert int(out.response_mask[i].sum()) == sampled
+    row1 = int(out.response_lengths[1])  # called nothing: no tool turn, no opening
+    assert opening not in tokenizer.decode(out.responses[1, :row1].tolist())
 
 
 def test_the_separator_after_each_assistant_turn_is_kept(tokenizer):

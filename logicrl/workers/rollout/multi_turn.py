@@ -7,11 +7,11 @@ Each turn the inner engine continues every unfinished row from its ids so far (t
 sampled and appended token, never re-tokenized) until its end-of-turn token or the budget. A turn that
 ended on that token and wrote tool calls (the first turn's text includes an assistant message the prompt
 opened and left for the model to continue) gets them run; the answers are rendered as one tool turn by the
-chat template (data/tool_turns.py, its separator included) and appended as ids. A row ends when a turn
-calls nothing, at multi_turn.max_assistant_turns, or when the trajectory reaches params.max_tokens
-(data.max_response_length: the budget counts sampled and tool tokens alike; a tool turn that does not fit
-is cut, and the masks are cut with it). Sampled tokens, each turn's end-of-turn token included, have loss
-mask 1 and their engine log-prob; tool tokens attention 1, loss 0, log-prob 0.
+chat template (data/tool_turns.py, its separator and multi_turn.assistant_opening included) and appended as
+ids. A row ends when a turn calls nothing, at multi_turn.max_assistant_turns, or when the trajectory reaches
+params.max_tokens (data.max_response_length: the budget counts sampled and tool tokens alike; a tool turn that
+does not fit is cut, and the masks are cut with it). Sampled tokens, each turn's end-of-turn token included,
+have loss mask 1 and their engine log-prob; tool tokens attention 1, loss 0, log-prob 0.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ class TurnLimits:
 
 class MultiTurnEngine:
     def __init__(self, engine: Any, tokenizer: Any, runner: Any, parse: Callable[[str], list],
-                 limits: TurnLimits):
+                 limits: TurnLimits, assistant_opening: str = ""):
         self.engine, self.tokenizer, self.runner, self.parse, self.limits = engine, tokenizer, runner, parse, limits
-        self.turns = ToolTurns(tokenizer)
+        self.turns = ToolTurns(tokenizer, assistant_opening)
         self.pad_id = int(tokenizer.pad_token_id)
 
     # The inner engine's state and weights are the wrapper's.
@@ -107,8 +107,10 @@ class MultiTurnEngine:
                 limit = self.limits.max_assistant_turns
                 if not closed or (limit is not None and stats["num_turns"][i] >= limit):
                     continue
-                written = opened[i] + new if turn == 1 else new
-                calls = self.parse(self.tokenizer.decode(written, skip_special_tokens=True))
+                # A turn's text starts where its assistant message does: the prompt's opening, or the assistant
+                # opening a tool turn ended with.
+                written = self.tokenizer.decode(opened[i] + new if turn == 1 else new, skip_special_tokens=True)
+                calls = self.parse(written if turn == 1 else self.turns.assistant_opening + written)
                 if calls:
                     pending.append((i, calls))
             active = []
@@ -183,7 +185,7 @@ def with_tools(cfg: Any, engine: Any, tokenizer: Any) -> MultiTurnEngine:
     mt = cfg.actor_rollout_ref.rollout.multi_turn
     tools = load_tools(mt.tool_config_path, mt.function_tool_path)
     runner = ToolRunner(tools, max_parallel_calls=mt.max_parallel_calls)
-    return MultiTurnEngine(engine, tokenizer, runner, PARSERS[mt.format], limits_of(mt))
+    return MultiTurnEngine(engine, tokenizer, runner, PARSERS[mt.format], limits_of(mt), mt.assistant_opening)
 
 
 def row_tools_kwargs(extra_info: Sequence[Any]) -> list[dict]:
