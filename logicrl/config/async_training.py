@@ -64,10 +64,6 @@ def check_separate_groups(cfg: DictConfig) -> None:
         raise ConfigError(f"data.train_batch_size={prompts} x {ARR}.rollout.n={n} = {prompts * n} responses do not "
                           f"split across rollout.nnodes x rollout.n_gpus_per_node = {ranks} rollout ranks: make the "
                           f"product a multiple of {ranks}")
-    if arr.rollout.tensor_model_parallel_size > 1:
-        raise ConfigError(f"{ARR}.rollout.tensor_model_parallel_size={arr.rollout.tensor_model_parallel_size} with "
-                          f"{ARR}.hybrid_engine=false: a rollout rank holds one whole engine on separate groups; set "
-                          "it to 1 (more rollout ranks instead), or hybrid_engine=true")
     if arr.rollout.multi_turn.enable:
         raise ConfigError(f"{ARR}.rollout.multi_turn.enable=true with {ARR}.hybrid_engine=false: tool turns are not "
                           "implemented on separate groups yet (the rows' tools_kwargs do not travel to the rollout "

@@ -37,8 +37,9 @@ def test_colocated_runs_are_planned_as_before(data_files):
     ([*SPLIT, "async_training.max_staleness=2"], ["async_training.max_staleness=2", "set 0 or 1"]),
     ([*SPLIT, "rollout.n_gpus_per_node=3"], ["32 responses do not split across rollout.nnodes x "
                                              "rollout.n_gpus_per_node = 3 rollout ranks"]),
-    ([*SPLIT, "rollout.n_gpus_per_node=2", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2"],
-     [f"{ARR}.rollout.tensor_model_parallel_size=2 with {ARR}.hybrid_engine=false"]),
+    # The engine's TP groups are cut from the rollout group's ranks (1 here), whatever the trainer group has.
+    ([*SPLIT, "trainer.n_gpus_per_node=2", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2"],
+     [f"{ARR}.rollout.tensor_model_parallel_size=2 must divide rollout.nnodes x rollout.n_gpus_per_node=1"]),
     ([*SPLIT, "algorithm.filter_groups.enable=true"], ["algorithm.filter_groups.enable=true with"]),
     ([*SPLIT, "algorithm.rollout_correction.bypass_mode=true", "algorithm.rollout_correction.loss_type=reinforce",
       "algorithm.rollout_correction.rollout_is=null"],
