@@ -24,6 +24,7 @@ import pytest
 from logicrl.config import compose
 from logicrl.config.phases import ARR
 from logicrl.config.stages import build_stages, has_stages
+from tests.helpers import launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = ROOT / "data" / "kk_role"
@@ -34,11 +35,12 @@ ROLE_DATA = [f"data.train_files={ROLE}/train.parquet", f"data.val_files={ROLE}/t
 # adds what it is about after it: later overrides of the same key win. preset=embedded: the embedded
 # default's values also where a test points it at another tiny checkpoint (which would select verl's).
 # No live-tensor peaks (trainer.track_tensor_peaks): step 1 would scan every Python object of each rank
-# before each phase, a second or two each; the tests of those peaks turn it back on.
+# before each phase, a second or two each; the tests of those peaks turn it back on. No curves.png
+# (trainer.plot_curves): matplotlib's import and drawing, 1-2 CPU s of each launch's driver.
 TINY_RUN = ["preset=embedded", "data.train_batch_size=4", f"{ARR}.rollout.n=2", f"{ARR}.actor.ppo_mini_batch_size=4",
             "data.max_response_length=4", "trainer.total_training_steps=2", f"{ARR}.rollout.name=hf",
             "trainer.logger=[jsonl]", "trainer.val_before_train=false", "trainer.test_freq=-1",
-            "trainer.track_tensor_peaks=false"]
+            "trainer.track_tensor_peaks=false", "trainer.plot_curves=false"]
 # Tiers whose tests may start processes (the unit tier may not: see guard_unit_tier).
 PROCESS_TIERS = ("integration", "slow", "gpu")
 
@@ -123,6 +125,8 @@ def guard_unit_tier(request, monkeypatch):
         return connect(server, fds)
 
     monkeypatch.setattr(forkserver.ForkServer, "connect_to_new_process", forked)
+    # A run forked by run_main's launch server (tests/helpers/launcher.py) starts no executable either.
+    monkeypatch.setattr(launcher, "launch", lambda argv, *rest: started.append(f"main_ppo.py {' '.join(argv)}"[:200]))
     yield
     if started:
         pytest.fail(f"{request.node.nodeid} started {started[0]!r}: a unit test starts no process; mark it "
@@ -250,7 +254,8 @@ def _sigint_default() -> None:
 
 
 def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = None, fault: str | None = None,
-             popen: bool = False, cwd: Path | None = None, env: dict | None = None, timeout: float = 900):
+             popen: bool = False, cwd: Path | None = None, env: dict | None = None, timeout: float = 900,
+             fresh: bool = False):
     """Run the real entry point as a user would: `python main_ppo.py *overrides`, one-line errors
     (HYDRA_FULL_ERROR=0), Hydra's run dir under `cwd` unless hydra.run.dir is given.
 
@@ -259,8 +264,11 @@ def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = N
     fault: LOGICRL_INJECT_FAULT for this run only (logicrl/faults.py; Ray's workers inherit it from the
     driver); never inherited from the test's own environment. env: more variables for this run.
     popen: return the running subprocess.Popen (stdout and stderr piped, text) instead of waiting.
+    fresh: a new interpreter even where the launch server could fork the run (a test that times the launch
+    as a user sees it: Python's start and the imports count).
     The run is in its own session, so a test can signal its process group, and a SIGKILLed
-    controller's Ray processes are reaped by Ray, not by the test."""
+    controller's Ray processes are reaped by Ray, not by the test. Other runs are forked from a server
+    that has made the driver's imports (tests/helpers/launcher.py)."""
     overrides = (*overrides, *([f"trainer.default_local_dir={ckpt}"] if ckpt else []),
                  *([f"hydra.run.dir={run_dir}"] if run_dir else []))
     if not any(a.startswith("trainer.default_local_dir=") for a in overrides):
@@ -273,6 +281,12 @@ def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = N
     run_env.pop("LOGICRL_INJECT_FAULT", None)
     if fault:
         run_env["LOGICRL_INJECT_FAULT"] = fault
+    # LOGICRL_TEST_LAUNCH=exec starts every run as a new interpreter.
+    if not (popen or fresh) and os.environ.get("LOGICRL_TEST_LAUNCH") != "exec":
+        base = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+        forked = launcher.launch(list(overrides), cwd or ROOT, run_env, base, timeout)
+        if forked is not None:
+            return forked
     argv = [sys.executable, str(ROOT / "main_ppo.py"), *overrides]
     if popen:  # a run the test signals: Ctrl-C must reach it as it reaches a terminal's foreground job
         return subprocess.Popen(argv, cwd=cwd or ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

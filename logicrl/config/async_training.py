@@ -35,15 +35,26 @@ def staleness(cfg: DictConfig) -> int:
 
 def check_separate_groups(cfg: DictConfig) -> None:
     """Fill in max_staleness for separate groups and refuse what two groups cannot run (cfg normalised)."""
-    at = cfg.async_training
+    at, corr = cfg.async_training, cfg.algorithm.rollout_correction
     if not separate_groups(cfg):
         if at.max_staleness:
             raise ConfigError(f"{KEY}={at.max_staleness} needs {ARR}.hybrid_engine=false (a colocated rank cannot "
                               "generate while it trains): set it, with rollout.n_gpus_per_node, or drop the key")
+        if corr.bypass_mode is None:
+            corr.bypass_mode = False
         return
     if at.max_staleness is None:
         at.max_staleness = 1
         log.info(f"derived: {KEY}=1 (one-step-off: the next batch generates while this one trains)")
+    if corr.bypass_mode is None:
+        # Stale samples need a trust region around the policy that sampled them. Decoupled correction clips
+        # pi_theta / pi_old with pi_old the trainer's own policy at the update's start: with one optimizer step a
+        # step that ratio is 1 and nothing is clipped (measured: the embedded run does not learn, docs/async.md).
+        # Bypass clips pi_theta / pi_engine, as verl's one-step-off recipe sets it.
+        corr.bypass_mode = at.max_staleness > 0
+        if corr.bypass_mode:
+            log.info(f"derived: algorithm.rollout_correction.bypass_mode=true ({KEY}={at.max_staleness}: the PPO "
+                     "ratio is taken against the engine that sampled the batch, and clipped)")
     if at.max_staleness > 1:
         raise ConfigError(f"{KEY}={at.max_staleness}: one batch in flight is implemented (0 or 1); a deeper queue "
                           "would hold the trainer's sync behind the generation ahead of it: set 0 or 1")
@@ -53,10 +64,6 @@ def check_separate_groups(cfg: DictConfig) -> None:
         raise ConfigError(f"data.train_batch_size={prompts} x {ARR}.rollout.n={n} = {prompts * n} responses do not "
                           f"split across rollout.nnodes x rollout.n_gpus_per_node = {ranks} rollout ranks: make the "
                           f"product a multiple of {ranks}")
-    if arr.rollout.tensor_model_parallel_size > 1:
-        raise ConfigError(f"{ARR}.rollout.tensor_model_parallel_size={arr.rollout.tensor_model_parallel_size} with "
-                          f"{ARR}.hybrid_engine=false: a rollout rank holds one whole engine on separate groups; set "
-                          "it to 1 (more rollout ranks instead), or hybrid_engine=true")
     if arr.rollout.multi_turn.enable:
         raise ConfigError(f"{ARR}.rollout.multi_turn.enable=true with {ARR}.hybrid_engine=false: tool turns are not "
                           "implemented on separate groups yet (the rows' tools_kwargs do not travel to the rollout "
@@ -65,7 +72,6 @@ def check_separate_groups(cfg: DictConfig) -> None:
         raise ConfigError(f"algorithm.filter_groups.enable=true with {ARR}.hybrid_engine=false: dynamic sampling's "
                           "extra generation rounds are not implemented on separate groups; set "
                           "hybrid_engine=true or turn filter_groups off")
-    corr = cfg.algorithm.rollout_correction
     if at.max_staleness > 0:
         if corr.loss_type == "reinforce" and corr.rollout_is is None:
             raise ConfigError(f"algorithm.rollout_correction.loss_type=reinforce with rollout_is=null and {KEY}="
@@ -74,5 +80,5 @@ def check_separate_groups(cfg: DictConfig) -> None:
                               f"{KEY}=0")
         if corr.rollout_is is None and not corr.bypass_mode:
             log.warning(f"{KEY}={at.max_staleness} with algorithm.rollout_correction.rollout_is=null: stale samples "
-                        "train without importance weights against the engine that sampled them (the default, "
-                        "token, is decoupled PPO's correction)")
+                        "train without importance weights against the engine that sampled them (rollout_is=token "
+                        "weights them, bypass_mode=true clips the ratio against that engine)")

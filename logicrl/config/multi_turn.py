@@ -13,7 +13,6 @@ from omegaconf import DictConfig
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.phases import ARR
 from logicrl.data.tool_turns import ChatTemplateError, ToolTurns
-from logicrl.models.loading import load_tokenizer
 from logicrl.tools import load_tools
 
 KEY = f"{ARR}.rollout.multi_turn"
@@ -34,6 +33,8 @@ def check_multi_turn(cfg: DictConfig) -> None:
                           f"{rollout.tensor_model_parallel_size}: a TP group generates in lock-step and its rows take "
                           "different numbers of turns; set tensor_model_parallel_size=1")
     load_tools(mt.tool_config_path, mt.function_tool_path)  # raises its own one-line ToolConfigError
+    from logicrl.models.loading import load_tokenizer  # torch: a config check with tools off imports none
+
     tokenizer = load_tokenizer(cfg[ARR].model.path, quiet=True)
     try:
         ToolTurns(tokenizer)

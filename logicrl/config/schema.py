@@ -283,7 +283,7 @@ class RolloutCorrectionConfig:
     rollout_is_batch_normalize: bool = key()
     rollout_rs: Optional[str] = key()  # comma-separated options; parsed by algos/rollout_correction.py
     rollout_rs_threshold: Any = key()  # float, "lower_upper" or one per option
-    bypass_mode: bool = key()
+    bypass_mode: Optional[bool] = key()  # null: derived (config/async_training.py)
     loss_type: str = key(choices=("ppo_clip", "reinforce"))
 
 
@@ -381,6 +381,7 @@ class TrainerConfig:
     expected_response_length: Optional[int] = key(ge=1)  # <= data.max_response_length (validate.py)
     verbose: bool = key()
     track_tensor_peaks: bool = key()  # CPU: tensor_peak_gb on step 1 and every 10th (memory/telemetry.py)
+    plot_curves: bool = key()  # curves.png and phases.png at the end (trainer/curves.py)
     # The process group's timeout (workers/fsdp.py init_distributed), and how long a rank may go without a
     # heartbeat before the run ends (controller/heartbeat.py).
     collective_timeout_s: float = key(gt=0, finite=True)

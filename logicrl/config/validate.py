@@ -19,7 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from logicrl.config.async_training import check_separate_groups
+from logicrl.config.async_training import check_separate_groups, rollout_ranks
 from logicrl.config.engines import ENGINES, engines_with
 from logicrl.config.errors import ConfigError, log
 from logicrl.config.eval_keys import check_eval
@@ -168,7 +168,11 @@ def check_cross_fields(cfg: DictConfig, defer: Callable[[str], None] | None = No
         raise ConfigError(f"{ARR}.model.target_modules is empty but lora_rank={arr.model.lora_rank}: "
                           "name the modules (e.g. [q_proj,v_proj]) or use all-linear")
 
-    check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
+    # Separate groups: the engine's TP groups are cut from the rollout group's ranks, not the trainer's.
+    if rollout_ranks(cfg):
+        check_rollout_tp(arr.rollout, rollout_ranks(cfg), spec, "rollout.nnodes x rollout.n_gpus_per_node")
+    else:
+        check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
     check_lora_sync(arr)
     check_engine_logprobs(cfg)
     check_multi_turn(cfg)
@@ -351,9 +355,10 @@ def check_lora_sync(arr: DictConfig) -> None:
                           f"{key}=merged for the others")
 
 
-def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:
-    """Rollout tensor parallelism (workers/rollout/vllm_tp.py): TP groups of consecutive ranks, on an engine
-    whose row has it."""
+def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec, ranks_key: str = "trainer.n_gpus") -> None:
+    """Rollout tensor parallelism (workers/rollout/vllm_tp.py): TP groups of consecutive ranks (the generating
+    ones, `ranks_key`: every rank colocated, the rollout group's on separate groups), on an engine whose row has
+    it."""
     tp, key = rollout.tensor_model_parallel_size, f"{ARR}.rollout.tensor_model_parallel_size"
     if tp == 1:
         return
@@ -362,8 +367,8 @@ def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec) -> None:
         raise ConfigError(f"{key}={tp} needs {ARR}.rollout.name={' or '.join(able)} (the {rollout.name} engine holds "
                           f"the whole model on each rank): set rollout.name={able[0]} or {key}=1")
     if n_gpus % tp:
-        raise ConfigError(f"{key}={tp} must divide trainer.n_gpus={n_gpus} (each TP group is {tp} ranks): "
-                          f"set trainer.n_gpus to a multiple of {tp}")
+        raise ConfigError(f"{key}={tp} must divide {ranks_key}={n_gpus} (each TP group is {tp} ranks): "
+                          f"set {ranks_key} to a multiple of {tp}")
     if spec.num_heads % tp:
         raise ConfigError(f"{key}={tp} must divide the model's num_attention_heads={spec.num_heads} "
                           f"({ARR}.model.path): pick a divisor of it")

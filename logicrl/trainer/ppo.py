@@ -242,10 +242,13 @@ class PPOTrainer:
             tracker.close()
             self.rewards.close()
             self.workers.shutdown()
-        png, phases_png = plot_curves(self.run_dir), plot_phases(self.run_dir)
+        png, phases_png = ((plot_curves(self.run_dir), plot_phases(self.run_dir)) if self.cfg.trainer.plot_curves
+                           else (None, None))
         shares = phase_shares(self.phase_totals)
-        print(f"logicrl: {self.total_steps} steps done; metrics in {self.run_dir / 'metrics.jsonl'}, curves in {png}"
-              + (f"; time by phase: {shares} (per step in {phases_png})" if shares and phases_png else ""))
+        print(f"logicrl: {self.total_steps} steps done; metrics in {self.run_dir / 'metrics.jsonl'}"
+              + (f", curves in {png}" if png else "")
+              + (f"; time by phase: {shares}" if shares else "")
+              + (f" (per step in {phases_png})" if phases_png else ""))
         return last
 
     # ---------------------------------------------------------------- checkpoints

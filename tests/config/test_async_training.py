@@ -37,8 +37,9 @@ def test_colocated_runs_are_planned_as_before(data_files):
     ([*SPLIT, "async_training.max_staleness=2"], ["async_training.max_staleness=2", "set 0 or 1"]),
     ([*SPLIT, "rollout.n_gpus_per_node=3"], ["32 responses do not split across rollout.nnodes x "
                                              "rollout.n_gpus_per_node = 3 rollout ranks"]),
-    ([*SPLIT, "rollout.n_gpus_per_node=2", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2"],
-     [f"{ARR}.rollout.tensor_model_parallel_size=2 with {ARR}.hybrid_engine=false"]),
+    # The engine's TP groups are cut from the rollout group's ranks (1 here), whatever the trainer group has.
+    ([*SPLIT, "trainer.n_gpus_per_node=2", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2"],
+     [f"{ARR}.rollout.tensor_model_parallel_size=2 must divide rollout.nnodes x rollout.n_gpus_per_node=1"]),
     ([*SPLIT, "algorithm.filter_groups.enable=true"], ["algorithm.filter_groups.enable=true with"]),
     ([*SPLIT, "algorithm.rollout_correction.bypass_mode=true", "algorithm.rollout_correction.loss_type=reinforce",
       "algorithm.rollout_correction.rollout_is=null"],
@@ -56,8 +57,25 @@ def test_reinforce_without_truncation_is_allowed_when_nothing_is_stale(data_file
 
 def test_stale_samples_without_importance_weights_are_warned_about(data_files, caplog):
     with caplog.at_level(logging.WARNING, logger="logicrl.config"):
-        validate(compose([*data_files, *SPLIT, "algorithm.rollout_correction.rollout_is=null"]))
+        validate(compose([*data_files, *SPLIT, "algorithm.rollout_correction.rollout_is=null",
+                          "algorithm.rollout_correction.bypass_mode=false"]))
     assert "train without importance weights against the engine that sampled them" in caplog.text
+
+
+@pytest.mark.parametrize("overrides, bypass", [
+    (SPLIT, True),  # staleness 1: the PPO ratio against the engine that sampled, clipped (docs/async.md)
+    ([*SPLIT, "async_training.max_staleness=0"], False),  # the colocated run's loss, to the bit
+    ([], False),  # colocated
+    ([*SPLIT, "algorithm.rollout_correction.bypass_mode=false"], False),  # decoupled, chosen
+])
+def test_stale_batches_train_in_bypass_mode_unless_told_otherwise(data_files, overrides, bypass, caplog):
+    with caplog.at_level(logging.INFO, logger="logicrl.config"):
+        cfg, _, plan = validate(compose([*data_files, *overrides]))
+    assert cfg.algorithm.rollout_correction.bypass_mode is bypass
+    assert ("derived: algorithm.rollout_correction.bypass_mode=true" in caplog.text) is bypass
+    # Bypass needs no old-log-prob pass: the engine's log-probs are the old ones.
+    assert (plan.phase("old_log_prob").skipped == "rollout_correction.bypass_mode: the engine's log-probs are the "
+            "old log-probs") is bypass
 
 
 # verl's one-step-off script's dry run, both groups' plans and the estimate: tests/config/test_verl_one_step_off.py

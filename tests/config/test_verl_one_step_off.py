@@ -6,9 +6,9 @@ b178a3cd56f58b2d502255daba591e92833930a7 (2026-01-29; it moved there from recipe
 verbatim, its variables at their defaults (NNODES=1, NGPUS_PER_NODE=8: 2 rollout and 6 trainer GPUs). Changed:
 the entry point (`python3 -m verl.experimental.one_step_off_policy.main_ppo`), the paths (gsm8k's parquet ->
 this repo's kk_role; $MODEL_PATH -> a config-only Qwen3-0.6B written here: a dry run reads no weights;
-$CKPTS_DIR is never passed). What a user appends for `$@`: one override, rollout tensor parallelism 1 (a
-rollout rank holds one whole engine on separate groups: the script's 2 is refused in one line, below), and
-the GPUs planned for (trainer.gpu_memory_gb, trainer.gpu_model).
+$CKPTS_DIR is never passed). What a user appends for `$@`: the GPUs planned for (trainer.gpu_memory_gb,
+trainer.gpu_model). The script's rollout tensor parallelism 2 makes the rollout group one engine over its 2
+devices.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import json
 
 import pytest
 
-from logicrl.config import ConfigError, compose, validate
 from logicrl.config.phases import ARR
 from tests.conftest import ROOT, check_main
 
@@ -62,7 +61,7 @@ def one_step_off_script(model_path) -> list[str]:
     ]
 
 
-APPENDED = [f"{ARR}.rollout.tensor_model_parallel_size=1", "trainer.gpu_memory_gb=80", "trainer.gpu_model=H100"]
+APPENDED = ["trainer.gpu_memory_gb=80", "trainer.gpu_model=H100"]
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +69,6 @@ def qwen3(tmp_path_factory):
     path = tmp_path_factory.mktemp("qwen3-0.6b")
     (path / "config.json").write_text(json.dumps(QWEN3_06B))
     return path
-
-
-def test_the_scripts_rollout_tensor_parallelism_is_refused_in_one_line(kk_role, qwen3):
-    with pytest.raises(ConfigError) as err:
-        validate(compose(one_step_off_script(qwen3)))
-    assert str(err.value).startswith(f"{ARR}.rollout.tensor_model_parallel_size=2 with {ARR}.hybrid_engine=false")
-    assert "\n" not in str(err.value)
 
 
 def test_entry_point_dry_runs_verls_one_step_off_script_with_both_groups_plans(kk_role, qwen3, tmp_path):
@@ -96,10 +88,12 @@ def test_entry_point_dry_runs_verls_one_step_off_script_with_both_groups_plans(k
         return next(line for line in table.splitlines() if line.startswith(f"{phase} ")).split()
 
     assert row(trainer, "generate")[1:] == ["skipped:", "on", "the", "rollout", "group"]
-    for phase in ("old_log_prob", "ref", "update_actor", "update_weights"):
+    for phase in ("ref", "update_actor", "update_weights"):
         assert row(trainer, phase)[6:8] == ["0.00", "0.00"], trainer  # no KV cache, no engine
-    for phase in ("old_log_prob", "ref", "update_actor"):
+    for phase in ("ref", "update_actor"):
         assert row(rollout, phase)[1:] == ["skipped:", "on", "the", "trainer", "group"]
+    # Staleness 1 trains in bypass mode, as verl's recipe config sets it: the engine's log-probs are the old ones.
+    assert row(trainer, "old_log_prob")[1:3] == ["skipped:", "rollout_correction.bypass_mode:"], trainer
     # The engine alone: vLLM takes gpu_memory_utilization=0.6 of the whole 80 GB device, 48 GB, its weights,
     # KV cache and activation reserve (the activ column) together; no parameters, gradients or optimizer of a
     # trained model.
@@ -110,3 +104,18 @@ def test_entry_point_dry_runs_verls_one_step_off_script_with_both_groups_plans(k
     assert "on 2 rollout device(s), scoring and update" in estimate and "on 6 trainer device(s))" in estimate
     assert "NCCL in one node" in estimate and "colocated on all 8 devices: " in estimate
     assert "colocated sync is expected to be faster" in estimate and "generation on 2 of 8 devices" in estimate
+
+
+def test_the_scripts_rollout_tensor_parallelism_splits_the_engines_weights_over_the_rollout_group(kk_role, qwen3,
+                                                                                                   tmp_path):
+    """Its 2 rollout devices are one engine (TP 2, vLLM's external launcher over the rollout group's own
+    process group): each holds half the weights, where TP 1 would put a whole engine on each."""
+    engines = []
+    for tp in (2, 1):
+        result = check_main(*one_step_off_script(qwen3), *APPENDED, f"{ARR}.rollout.tensor_model_parallel_size={tp}",
+                            "trainer.dry_run=true", cwd=tmp_path)
+        assert result.code == 0, result.line
+        rollout = result.out[result.out.index("== rollout group"):]
+        generate = next(line for line in rollout.splitlines() if line.startswith("generate ")).split()
+        engines.append(float(generate[7]))
+    assert engines[0] == pytest.approx(engines[1] / 2, abs=0.01), engines

@@ -177,12 +177,19 @@ def test_sigkill_while_the_next_batch_generates_then_a_rerun_ends_as_the_uninter
 
 
 def test_a_rollout_rank_stalled_in_a_sync_ends_the_run_in_bounded_time_with_one_line(data, tmp_path):
-    """The rollout rank (numbered after the trainer's: @rank1) sleeps 60 s as step 2's sync begins; the trainer's
-    broadcast gives up after async_training.sync_timeout_s and the run ends, naming the group and the phase."""
-    result = run_main(*data, *RUN, *SPLIT, "async_training.sync_timeout_s=5", fault="stall@update_weights:2@rank1",
-                      run_dir=tmp_path / "run")
+    """A rollout group of 2 ranks that is one vLLM engine (rollout TP 2, as verl's one-step-off script sets it):
+    step 1's sync reaches both halves (the checksum matches, and the engine's log-probs of the sampled tokens
+    are the trainer's). Then the first rollout rank (numbered after the trainer's: @rank1) sleeps 60 s as step
+    2's sync begins; the trainer's broadcast gives up after async_training.sync_timeout_s and the run ends,
+    naming the group and the phase."""
+    result = run_main(*data, *RUN, *SPLIT, "rollout.n_gpus_per_node=2", f"{ARR}.rollout.name=vllm",
+                      f"{ARR}.rollout.tensor_model_parallel_size=2", "async_training.sync_timeout_s=5",
+                      fault="stall@update_weights:2@rank1", run_dir=tmp_path / "run")
     assert result.returncode != 0
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("error: ") and "failed in update_weights: WeightSyncFailed: trainer->rollout weight group" \
         in line and "after 5.0 s" in line and "async_training.sync_timeout_s" in line, tail(result)
-    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [1]
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [1]
+    assert rows[0]["async/checksum_match"] == 1.0 and rows[0]["async/sync_bytes"] > 0
+    assert rows[0]["rollout/logprob_diff_max"] < 1e-4  # each TP half holds its slice of the weights that sampled

@@ -93,7 +93,8 @@ def test_dry_run_plans_the_steps_and_phases_the_trainer_runs(tmp_path):
 def test_multirun_two_jobs(tmp_path):
     sweep, ckpt = tmp_path / "sweep", tmp_path / "ckpt"
     args = ["-m", *ROLE_DATA, *SMALL, "trainer.total_training_steps=1", "trainer.track_tensor_peaks=true",
-            f"{ARR}.rollout.n=2,4", f"hydra.sweep.dir={sweep}", f"trainer.default_local_dir={ckpt}"]
+            "trainer.plot_curves=true", f"{ARR}.rollout.n=2,4", f"hydra.sweep.dir={sweep}",
+            f"trainer.default_local_dir={ckpt}"]
     result = run_main(*args, cwd=tmp_path)
     assert result.returncode == 0, tail(result)
     jobs = ["rollout.n=2", "rollout.n=4"]  # named by the swept value, run and checkpoint directories alike
