@@ -200,6 +200,13 @@ class OneStepOffTrainer(PPOTrainer):
 
     def _generate(self, batch: TensorDict, state: StepState, params: dict) -> None:
         step = state.step
+        if self.plan.filter_groups:  # a round of dynamic sampling (max_staleness=0): generated now, after the sync
+            self._sync(state, self.trainer_version)
+            super()._generate(batch, state, params)
+            state.rank_metrics += [{} for _ in range(self.plan.ranks - len(state.rank_metrics))]
+            state.metrics.update({"async/weight_version": float(self.engine_version), "async/staleness/mean": 0.0,
+                                  "async/staleness/max": 0.0})
+            return
         if step not in self.inflight:  # max_staleness=0, or a launch's first step (unless its checkpoint kept it)
             self._sync(state, self.trainer_version)
             self.inflight[step] = self._issue(step)

@@ -40,7 +40,12 @@ def test_colocated_runs_are_planned_as_before(data_files):
     # The engine's TP groups are cut from the rollout group's ranks (1 here), whatever the trainer group has.
     ([*SPLIT, "trainer.n_gpus_per_node=2", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2"],
      [f"{ARR}.rollout.tensor_model_parallel_size=2 must divide rollout.nnodes x rollout.n_gpus_per_node=1"]),
-    ([*SPLIT, "algorithm.filter_groups.enable=true"], ["algorithm.filter_groups.enable=true with"]),
+    # Dynamic sampling scores each round before drawing the next: nothing to generate ahead (0 runs it).
+    ([*SPLIT, "algorithm.filter_groups.enable=true"],
+     ["algorithm.filter_groups.enable=true with async_training.max_staleness=1", "set async_training.max_staleness=0"]),
+    ([*SPLIT, "rollout.n_gpus_per_node=4", "async_training.max_staleness=0", "algorithm.filter_groups.enable=true",
+      "data.gen_batch_size=1", f"{ARR}.rollout.n=2"],
+     ["data.gen_batch_size=1 x", "= 2 responses a round do not split"]),
     ([*SPLIT, "algorithm.rollout_correction.bypass_mode=true", "algorithm.rollout_correction.loss_type=reinforce",
       "algorithm.rollout_correction.rollout_is=null"],
      ["loss_type=reinforce with rollout_is=null and async_training.max_staleness=1", "entropy collapses"]),
