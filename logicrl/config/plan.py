@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig, OmegaConf
 
-from logicrl.config.async_training import rollout_ranks
+from logicrl.config.async_training import rollout_ranks, staleness
 from logicrl.config.errors import ConfigError
 from logicrl.config.models import TRAINED, in_use, model
 from logicrl.config.phases import ARR, BY_NAME, PHASES, STEP, UPDATE_OF, WORKER_PHASES, Phase, token_key
@@ -290,6 +290,9 @@ def build_plan(cfg: DictConfig, train_rows: int) -> StepPlan:
     on_policy = actor.optimizer_steps == 1 and not algo.use_kl_in_reward
     old_skip = ("on-policy: one optimizer step per step and no KL in the reward, so the sampling policy's "
                 "log-probs are the update's own") if on_policy else None
+    if on_policy and staleness(cfg):  # the engine sampled with weights an update older than the trainer's
+        old_skip = ("one optimizer step per step and no KL in the reward: the trainer's log-probs at the update's "
+                    "start are pi_old, its own forward (the engine's, an update older, weight them)")
     if algo.rollout_correction.bypass_mode:  # verl's bypass: pi_old := pi_rollout (algos/rollout_correction.py)
         old_skip = "rollout_correction.bypass_mode: the engine's log-probs are the old log-probs"
     ref_skip = None if used["ref"] else "no KL term (actor.use_kl_loss and algorithm.use_kl_in_reward are off)"
