@@ -35,7 +35,8 @@ def probe(*mode: str) -> dict:
 
 @pytest.fixture(scope="module")
 def seen() -> dict:
-    """One cluster for both tests: the ranks report where they are, then rank 1's node is lost."""
+    """One cluster for the three tests: the ranks report where they are, two one-rank groups broadcast
+    between nodes, then rank 1's node is lost."""
     return probe("lose-node")
 
 
@@ -47,6 +48,14 @@ def test_two_nodes_one_rank_each_rendezvous_on_rank_0s_node(seen):
     assert len({r["master_port"] for r in ranks}) == 1
     assert [r["threads"] for r in ranks] == [2, 1]  # each node's own CPUs
     assert [r["omp"] for r in ranks] == ["2", "1"]
+
+
+def test_one_step_off_groups_on_two_nodes_broadcast_at_the_trainer_ranks_node(seen):
+    two = seen["two_groups"]
+    # The only free CPUs are one on 127.0.0.3 and one on 127.0.0.5: each group on a node of its own.
+    assert {two["trainer"]["node"], two["rollout"]["node"]} == {"127.0.0.3", "127.0.0.5"}, two
+    assert two["address"] == two["trainer"]["node"]  # the weight group meets on the trainer rank's node
+    assert two["rollout"]["got"] == two["trainer"]["got"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 def test_a_lost_node_ends_the_call_within_60_s_naming_its_rank_and_node(seen):
