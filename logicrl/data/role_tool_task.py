@@ -1,21 +1,10 @@
 """A task the embedded tiny model can only solve with its tool ("kk_role_tool"): look up a role, then say it.
 
 The kk_role prompt (data/role_task.py) without the sentence that states the role: only the `lookup` tool
-(recipes/tools/lookup.py) knows it, from the row's verl-style `extra_info.tools_kwargs`. The assistant turn
-opens with the call already written, so what the model learns is to end its turn there (and so hand over to
-the tool), then to read the tool's answer and name the role:
-
-    user:       Knights always tell the truth and knaves always lie. You meet Zoey, Noah and Liam.
-                Which one is Noah? Look it up.
-    assistant:  <answer><tool_call>{"name": "lookup", "arguments": {"name": "Noah"}}</tool_call></answer>
-                                      <- the prompt ends here; the model should end the turn
-    tool:       Noah is a knight.
-    assistant:  <answer> It is a      <- +recipe=tiny_tools opens the turn (multi_turn.assistant_opening)
-                 knight               <- the first role word after the tool's answer earns the reward
-
-With multi_turn.enable=false no tool answers, and a role guessed without its answer counts for nothing
-(accuracy 0). Reward: reward/role_tool.py. The call sits inside answer tags because after `</answer>` the
-tiny model ends its turn now and then; after a bare `</tool_call>` it never does, and nothing would be learned.
+(recipes/tools/lookup.py) knows it, from the row's `extra_info.tools_kwargs`. The assistant turn opens with the
+call written inside answer tags (after `</answer>` the tiny model sometimes ends its turn, after a bare
+`</tool_call>` never), so the model learns to end the turn there, then read the answer and name the role.
+Reward: reward/role_tool.py; the conversation and what was measured: docs/multi_turn.md ("The demo").
 
     python -m logicrl.data.role_tool_task --people 3 --train-size 2000 --test-size 200 --out data/kk_role_tool
 """
