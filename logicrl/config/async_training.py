@@ -74,11 +74,6 @@ def check_separate_groups(cfg: DictConfig) -> None:
                               "rounds are generated one after another as each is scored, none ahead; set "
                               f"{KEY}=0 (each round generates on the rollout group after the sync) or turn "
                               "filter_groups off")
-        gen = cfg.data.gen_batch_size or prompts
-        if (gen * n) % ranks:
-            raise ConfigError(f"data.gen_batch_size={gen} x {ARR}.rollout.n={n} = {gen * n} responses a round do not "
-                              f"split across rollout.nnodes x rollout.n_gpus_per_node = {ranks} rollout ranks: make "
-                              f"the product a multiple of {ranks}")
     if at.max_staleness > 0:
         if corr.loss_type == "reinforce" and corr.rollout_is is None:
             raise ConfigError(f"algorithm.rollout_correction.loss_type=reinforce with rollout_is=null and {KEY}="

@@ -169,10 +169,9 @@ def check_cross_fields(cfg: DictConfig, defer: Callable[[str], None] | None = No
                           "name the modules (e.g. [q_proj,v_proj]) or use all-linear")
 
     # Separate groups: the engine's TP groups are cut from the rollout group's ranks, not the trainer's.
-    if rollout_ranks(cfg):
-        check_rollout_tp(arr.rollout, rollout_ranks(cfg), spec, "rollout.nnodes x rollout.n_gpus_per_node")
-    else:
-        check_rollout_tp(arr.rollout, trainer.n_gpus, spec)
+    generating = rollout_ranks(cfg)
+    check_rollout_tp(arr.rollout, generating or trainer.n_gpus, spec,
+                     "rollout.nnodes x rollout.n_gpus_per_node" if generating else "trainer.n_gpus")
     check_lora_sync(arr)
     check_engine_logprobs(cfg)
     check_multi_turn(cfg)
@@ -355,7 +354,7 @@ def check_lora_sync(arr: DictConfig) -> None:
                           f"{key}=merged for the others")
 
 
-def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec, ranks_key: str = "trainer.n_gpus") -> None:
+def check_rollout_tp(rollout: DictConfig, n_gpus: int, spec: ModelSpec, ranks_key: str) -> None:
     """Rollout tensor parallelism (workers/rollout/vllm_tp.py): TP groups of consecutive ranks (the generating
     ones, `ranks_key`: every rank colocated, the rollout group's on separate groups), on an engine whose row has
     it."""

@@ -45,7 +45,8 @@ def test_colocated_runs_are_planned_as_before(data_files):
      ["algorithm.filter_groups.enable=true with async_training.max_staleness=1", "set async_training.max_staleness=0"]),
     ([*SPLIT, "rollout.n_gpus_per_node=4", "async_training.max_staleness=0", "algorithm.filter_groups.enable=true",
       "data.gen_batch_size=1", f"{ARR}.rollout.n=2"],
-     ["data.gen_batch_size=1 x", "= 2 responses a round do not split"]),
+     ["data.gen_batch_size=1 x", "= 2 responses a round do not split across rollout.nnodes x "
+                                 "rollout.n_gpus_per_node=4 ranks"]),
     ([*SPLIT, "algorithm.rollout_correction.bypass_mode=true", "algorithm.rollout_correction.loss_type=reinforce",
       "algorithm.rollout_correction.rollout_is=null"],
      ["loss_type=reinforce with rollout_is=null and async_training.max_staleness=1", "entropy collapses"]),

@@ -121,7 +121,8 @@ def test_dynamic_sampling_rounds_in_the_plan_and_the_sampler(data):
     ([DYNAMIC, "algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=true"],
      "use metric=seq_reward"),
     ([DYNAMIC, "data.gen_batch_size=3", "trainer.n_gpus=8", "trainer.n_gpus_per_node=8"],
-     "data.gen_batch_size=3 x actor_rollout_ref.rollout.n=4"),
+     "data.gen_batch_size=3 x actor_rollout_ref.rollout.n=4 = 12 responses a round do not split across "
+     "trainer.n_gpus=8 ranks"),
     ([DYNAMIC, "data.gen_batch_size=24"], "fewer than data.gen_batch_size=24"),
     ([DYNAMIC, "algorithm.filter_groups.on_limit=skip"], "algorithm.filter_groups.on_limit"),
 ])
