@@ -277,13 +277,13 @@ def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = N
         overrides = (*overrides, f"trainer.default_local_dir={tempfile.mkdtemp(prefix='logicrl-ckpt-')}")
     # One thread a rank (controller/placement.py thread_cap): make test runs two tests at once on 2
     # cores, and a tiny model's rank gains nothing from a second thread but its spinning.
-    run_env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1", **(env or {})}
+    base = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    run_env = {**base, **(env or {})}
     run_env.pop("LOGICRL_INJECT_FAULT", None)
     if fault:
         run_env["LOGICRL_INJECT_FAULT"] = fault
     # LOGICRL_TEST_LAUNCH=exec starts every run as a new interpreter.
     if not (popen or fresh) and os.environ.get("LOGICRL_TEST_LAUNCH") != "exec":
-        base = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
         forked = launcher.launch(list(overrides), cwd or ROOT, run_env, base, timeout)
         if forked is not None:
             return forked
