@@ -229,10 +229,6 @@ def run(cfg: DictConfig, hydra_cfg) -> Plans:
             "it is not writable: fix its permissions or point hydra.run.dir elsewhere"
         stop(err, f"cannot write {err.filename or run_dir} ({err.strerror}): {why}; {resume_hint(cfg, newest=True)}",
              EXIT_FAILED, show_all)
-    except SystemExit as err:
-        # Nothing in the run calls sys.exit: this is Ray's own SIGTERM handler, which holds the
-        # signal while ray.init starts the cluster (it kills Ray's processes, then exits).
-        stop(err, f"stopped while Ray was starting (exit {err.code}); {resume_hint(cfg)}", EXIT_SIGTERM, show_all)
     finally:
         # Multirun jobs share this process: each must start its own Ray cluster from scratch. Also
         # after a signal in the middle of ray.init, when Ray has processes but is not initialised.

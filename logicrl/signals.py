@@ -12,8 +12,11 @@ flight are dropped (trainer/checkpoint.saving), Ray is shut down, and main_ppo p
 Python runs a handler only between bytecodes of the main thread, and a signal that arrives again
 before its handler ran is delivered once: two requests must be far enough apart to count as two.
 
-Ray's `ray.init` installs its own SIGTERM handler (exit at once, after killing its processes);
-`stop_on_signals` is called again right after it, so for the rest of the run the signals are ours.
+A handler that raises inside a callback whose exceptions Python ignores (logging's lock release
+after a fork, while Ray forks its daemons) is lost and the process goes on: `stop_raised_again`
+raises it once the code it guards returns. Ray's `ray.init` would install its own SIGTERM handler
+(sys.exit, as easily lost); controller/cluster.py keeps ours in place while it runs, and installs
+it again after, over the C++ one of Ray's core worker.
 """
 
 from __future__ import annotations
@@ -101,6 +104,24 @@ def stop_request_of(err: BaseException) -> Stopped | None:
     if isinstance(err, KeyboardInterrupt) and _stopped_by is not None:
         return Stopped(_stopped_by)
     return None
+
+
+@contextmanager
+def stop_raised_again() -> Iterator[None]:
+    """Around code in which our handler may run inside a callback that swallows what it raises: a
+    stop it raised there is raised again at the end, also in place of another error it caused."""
+    global _stopped_by
+    _stopped_by = None
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        if _stopped_by is not None:
+            raise Stopped(_stopped_by) from None
+        raise
+    if _stopped_by is not None:
+        raise Stopped(_stopped_by)
 
 
 def requested() -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -339,6 +340,7 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
     level = root.level
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    made = None
     try:
         with contextlib.chdir(cwd or ROOT), contextlib.redirect_stdout(out), \
                 contextlib.redirect_stderr(err):
@@ -349,8 +351,10 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
                     cfg = hydra_compose(CONFIG_NAME, overrides=argv, return_hydra_config=True)
                 # What Hydra's run sets before main: its config (HydraConfig: what code reading the overrides sees)
                 # and the run's directory, which exists by then (the preflight's disk check reads it).
-                run_dir = Path(cfg.hydra.run.dir if any(a.startswith("hydra.run.dir=") for a in argv)
-                               else tempfile.mkdtemp(prefix="logicrl-run-"))
+                if any(a.startswith("hydra.run.dir=") for a in argv):
+                    run_dir = Path(cfg.hydra.run.dir)
+                else:  # removed below: thousands of checks would leave thousands of directories in /tmp
+                    run_dir = made = Path(tempfile.mkdtemp(prefix="logicrl-run-"))
                 run_dir.mkdir(parents=True, exist_ok=True)
                 with open_dict(cfg):
                     cfg.hydra.runtime.output_dir = str(run_dir.resolve())
@@ -378,6 +382,8 @@ def check_main(*overrides: str, cwd: Path | None = None) -> Checked:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 def assert_refused(checked: Checked, *names: str) -> str:

@@ -22,13 +22,16 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psutil
 import ray
+import ray._private.utils as ray_utils
 
 from logicrl.controller.private import PortsTaken, reaper_pid, start_private, stop_reaper
 from logicrl.errors import BadInput
-from logicrl.signals import requested, stop_on_signals
+from logicrl.signals import requested, stop_on_signals, stop_raised_again
 
 # How long a joined cluster may take to show the nodes a run asks for: a SLURM job's workers
 # join the head some seconds after it starts.
@@ -170,7 +173,8 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
     if address:
         reachable(address, key)
         try:
-            ray.init(address=address, log_to_driver=True)
+            with signals_kept_while_ray_starts():
+                ray.init(address=address, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise BadInput(f"{key}={address}: cannot join that Ray cluster "
                            f"({' '.join(str(err).split())[:160]}): if it uses token auth, set RAY_AUTH_MODE=token "
@@ -187,8 +191,9 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
         user_value = os.environ.get("TOKENIZERS_PARALLELISM")
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
-            start_private(ray.init, stop_ray, num_cpus=max(os.cpu_count() or 1, n_ranks), include_dashboard=dashboard,
-                          log_to_driver=True)
+            with signals_kept_while_ray_starts():
+                start_private(ray.init, stop_ray, num_cpus=max(os.cpu_count() or 1, n_ranks),
+                              include_dashboard=dashboard, log_to_driver=True)
         except PortsTaken as err:  # main_ppo prints a ClusterLost's message as the run's one line
             raise ClusterLost(str(err)) from None
         finally:
@@ -197,10 +202,25 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
             else:
                 os.environ["TOKENIZERS_PARALLELISM"] = user_value
         watch_gcs()
-    stop_on_signals()  # ray.init installed its own handler: take the signals back (logicrl/signals.py)
+    # Ray's core worker, connected by ray.init, installs a C++ SIGTERM handler under Python's: ours again.
+    stop_on_signals()
     check_room(n_ranks, use_cuda)
     if nnodes > 1:
         wait_for_nodes(nnodes, n_ranks // nnodes, use_cuda)
+
+
+@contextmanager
+def signals_kept_while_ray_starts() -> Iterator[None]:
+    """ray.init installs a SIGTERM handler that calls sys.exit; a SystemExit raised while Ray forks
+    a daemon can be swallowed (logging's at-fork lock release) and the run goes on. Ours stays in
+    place instead, and a stop that was swallowed is raised once ray.init returns (logicrl/signals.py)."""
+    install = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        with stop_raised_again():
+            yield
+    finally:
+        ray_utils.set_sigterm_handler = install
 
 
 def stop_ray() -> None:

@@ -57,3 +57,51 @@ def test_a_stop_that_ray_reraised_as_a_plain_keyboard_interrupt_is_still_the_sto
     # ray.wait runs the handler inside its C++ loop and raises a new, plain KeyboardInterrupt.
     stopped = signals.stop_request_of(KeyboardInterrupt())
     assert isinstance(stopped, Stopped) and stopped.signum == signal.SIGTERM
+
+
+class _Forking:
+    """A stand-in for what Python runs without letting it raise (logging's at-fork lock release):
+    a signal handler that runs there raises into nothing."""
+
+    def __del__(self):
+        signals._on_signal(signal.SIGTERM, None)
+
+
+SWALLOWED = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@SWALLOWED
+def test_a_stop_swallowed_where_python_ignores_exceptions_is_raised_again():
+    with pytest.raises(Stopped) as stopped:
+        with signals.stop_raised_again():
+            _Forking()  # dropped at once: __del__ raises Stopped, Python prints it and goes on
+    assert stopped.value.signum == signal.SIGTERM
+    with signals.stop_raised_again():  # nothing asked to stop since: nothing raised
+        pass
+
+
+@SWALLOWED
+def test_an_error_caused_by_a_swallowed_stop_comes_out_as_the_stop():
+    with pytest.raises(Stopped):
+        with signals.stop_raised_again():
+            _Forking()
+            raise RuntimeError("ray.init failed half-way")
+    with pytest.raises(RuntimeError):
+        with signals.stop_raised_again():
+            raise RuntimeError("a failure of its own")
+
+
+def test_ray_init_cannot_replace_our_sigterm_handler():
+    import ray._private.utils as ray_utils
+
+    from logicrl.controller.cluster import signals_kept_while_ray_starts
+
+    before = {signum: signal.getsignal(signum) for signum in signals.STOP_SIGNALS}
+    signals.stop_on_signals()
+    try:
+        with signals_kept_while_ray_starts():
+            ray_utils.set_sigterm_handler(lambda signum, frame: None)  # what ray.init does first
+            assert signal.getsignal(signal.SIGTERM) is signals._on_signal
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
