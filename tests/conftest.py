@@ -264,7 +264,8 @@ def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = N
 
     fault: LOGICRL_INJECT_FAULT for this run only (logicrl/faults.py; Ray's workers inherit it from the
     driver); never inherited from the test's own environment. env: more variables for this run.
-    popen: return the running subprocess.Popen (stdout and stderr piped, text) instead of waiting.
+    popen: return the running run instead of waiting: a launcher.Forked, or a subprocess.Popen where a new
+    interpreter must run it (both: pid, poll, wait, communicate with text, send_signal, kill, returncode).
     fresh: a new interpreter even where the launch server could fork the run (a test that times the launch
     as a user sees it: Python's start and the imports count).
     The run is in its own session, so a test can signal its process group, and a SIGKILLed
@@ -284,8 +285,8 @@ def run_main(*overrides: str, ckpt: Path | None = None, run_dir: Path | None = N
     if fault:
         run_env["LOGICRL_INJECT_FAULT"] = fault
     # LOGICRL_TEST_LAUNCH=exec starts every run as a new interpreter.
-    if not (popen or fresh) and os.environ.get("LOGICRL_TEST_LAUNCH") != "exec":
-        forked = launcher.launch(list(overrides), cwd or ROOT, run_env, base, timeout)
+    if not fresh and os.environ.get("LOGICRL_TEST_LAUNCH") != "exec":
+        forked = launcher.launch(list(overrides), cwd or ROOT, run_env, base, None if popen else timeout)
         if forked is not None:
             return forked
     argv = [sys.executable, str(ROOT / "main_ppo.py"), *overrides]

@@ -21,8 +21,7 @@ import pytest
 from logicrl.config.phases import ARR
 from logicrl.run_lock import LOCK_FILE
 from logicrl.trainer.checkpoint import MANIFEST_FILE, damage, find_resume_point, manifest
-from tests.bad_inputs.conftest import timed_main
-from tests.conftest import ROLE_DATA, TINY_RUN, assert_refused, check_main, read_metrics, tail
+from tests.conftest import ROLE_DATA, TINY_RUN, assert_refused, check_main, read_metrics, run_main, tail
 
 RUN = [*ROLE_DATA, *TINY_RUN, "trainer.save_freq=1"]
 
@@ -34,8 +33,8 @@ def metrics(run_dir) -> dict[int, dict]:
 @pytest.mark.integration
 def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_disk_said(tmp_path, caplog):
     ckpt = tmp_path / "ckpt"
-    first, _ = timed_main(*RUN, "trainer.total_training_steps=2", f"trainer.default_local_dir={ckpt}",
-                          f"hydra.run.dir={tmp_path / 'run1'}")
+    first = run_main(*RUN, "trainer.total_training_steps=2", f"trainer.default_local_dir={ckpt}",
+                     f"hydra.run.dir={tmp_path / 'run1'}")
     assert first.returncode == 0, tail(first)
     shard = next((ckpt / "global_step_2" / "actor").glob("*.distcp"))
     size = shard.stat().st_size
@@ -60,8 +59,8 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
 
     # The resume reads the newest in full: the damage is found, the one before it is used, and the
     # steps run again as they first ran. The disk then fills up in step 4's save.
-    second, seconds = timed_main(*RUN, "trainer.total_training_steps=4", f"trainer.default_local_dir={ckpt}",
-                                 f"hydra.run.dir={tmp_path / 'run2'}", fault="enospc@save:4")
+    second = run_main(*RUN, "trainer.total_training_steps=4", f"trainer.default_local_dir={ckpt}",
+                      f"hydra.run.dir={tmp_path / 'run2'}", fault="enospc@save:4")
     out = second.stdout + second.stderr
     warnings = [line for line in out.splitlines() if "is damaged" in line]
     assert len(warnings) == 1 and (f"{ckpt / 'global_step_2'} is damaged (actor/{shard.name} changed since it was "
@@ -100,8 +99,8 @@ def test_a_damaged_newest_checkpoint_is_set_aside_a_misfit_refused_and_a_full_di
     data = bytearray(shard.read_bytes())
     data[len(data) // 2:len(data) // 2 + 4096] = b"\xff" * 4096  # float32 0xffffffff is NaN
     shard.write_bytes(bytes(data))
-    third, _ = timed_main(*RUN, "trainer.total_training_steps=5", f"trainer.default_local_dir={ckpt}",
-                          f"hydra.run.dir={tmp_path / 'run3'}")
+    third = run_main(*RUN, "trainer.total_training_steps=5", f"trainer.default_local_dir={ckpt}",
+                     f"hydra.run.dir={tmp_path / 'run3'}")
     out = third.stdout + third.stderr
     assert f"{newest} has no MANIFEST.json (saved before manifests, or copied without it), so its content is " \
            "unverified" in out and f"verified {newest}" not in out, tail(third)

@@ -22,7 +22,6 @@ import pytest
 from logicrl.config.phases import ARR
 from logicrl.run_lock import LOCK_FILE
 from logicrl.trainer.checkpoint import complete_checkpoints
-from tests.bad_inputs.conftest import timed_main
 from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, run_main, tail
 
 pytestmark = pytest.mark.integration
@@ -72,8 +71,10 @@ DIVERGING = [*RUN, "trainer.total_training_steps=10"]
 def diverged(tmp_path_factory):
     """The lr=1e8 run: (its directory, holding ckpt/ and run/, the result, its seconds)."""
     base = tmp_path_factory.mktemp("diverged")
-    result, seconds = timed_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e8", f"trainer.default_local_dir={base / 'ckpt'}",
-                                 f"hydra.run.dir={base / 'run'}")
+    start = time.monotonic()
+    result = run_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e8", f"trainer.default_local_dir={base / 'ckpt'}",
+                      f"hydra.run.dir={base / 'run'}")
+    seconds = time.monotonic() - start
     return base, result, seconds
 
 
@@ -112,8 +113,10 @@ def test_the_re_run_with_a_lower_lr_resumes_at_that_lr_and_says_so(diverged, tmp
     newest_step, newest = saved[-1]
     back = f"resume an older checkpoint (trainer.resume_mode={saved[-2][1]})" if len(saved) > 1 else \
         "there is no older one"
-    result, seconds = timed_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e-4", f"trainer.default_local_dir={ckpt}",
-                                 f"hydra.run.dir={tmp_path / 'run'}")
+    start = time.monotonic()
+    result = run_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e-4", f"trainer.default_local_dir={ckpt}",
+                      f"hydra.run.dir={tmp_path / 'run'}")
+    seconds = time.monotonic() - start
     output = result.stdout + result.stderr
     assert f"{ARR}.actor.optim.lr: 1e+08 -> 0.0001 (this launch's value replaces {newest.name}'s)" in output, \
         tail(output)

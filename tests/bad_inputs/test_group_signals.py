@@ -127,6 +127,7 @@ def test_sigkill_of_the_driver_leaves_no_process_of_its_cluster_nor_its_director
     assert find_resume_point(tmp_path / "ckpt", "auto") == tmp_path / "ckpt" / "global_step_1"
 
 
+@pytest.mark.slow  # make test: the GCS killed mid-run (test_gcs.py), the group's signals above
 def test_a_signal_to_every_process_of_the_run_ends_it_in_one_line_naming_the_intact_checkpoint(tmp_path):
     """A cgroup's kill (SLURM's time limit, `docker stop` of a shell): Ray's processes get the signal
     too, so the step in flight cannot be saved; the run says so in one line, in bounded time, never
@@ -148,6 +149,7 @@ def test_a_signal_to_every_process_of_the_run_ends_it_in_one_line_naming_the_int
     assert_none_left(pids, sessions)
 
 
+@pytest.mark.slow  # make test: the group's SIGTERM above, and timeout's echo in test_stop_requests.py
 def test_a_run_under_gnu_timeout_saves_the_step_when_timeout_signals(tmp_path):
     """`timeout` sends its signal to the command, then to the command's whole group (the command
     again): one request. SIGTERM to `timeout` itself is what its expiry does, without waiting for it."""

@@ -76,7 +76,8 @@ def test_sigterm_while_ray_starts_leaves_nothing_behind(tmp_path):
 @pytest.mark.parametrize("fault, says", [
     ("raise@update_actor:2", "error: rank 0 on node {ip} failed in update_actor: RuntimeError: injected fault in "
                              "update_actor"),
-    ("die@generate:2", "error: rank 0 on node {ip} died in generate: "),
+    # make test: a rank that dies is test_a_rank_killed_from_outside... below (its line says "died in").
+    pytest.param("die@generate:2", "error: rank 0 on node {ip} died in generate: ", marks=pytest.mark.slow),
 ])
 def test_a_rank_that_fails_is_named_with_its_phase_and_the_traceback_is_in_the_log(tmp_path, fault, says):
     proc = start(tmp_path, "trainer.total_training_steps=3", fault=fault)

@@ -9,7 +9,8 @@ module state crosses launches). The server is single-threaded when it forks; it 
 reports each exit status. What a forked launch cannot show is the interpreter's own start (a syntax error
 in main_ppo.py still fails here: it is compiled in the child), and modules imported with the server's
 environment: `run_main` starts a real process when a run's environment differs from the server's in
-anything but LOGICRL_INJECT_FAULT (read by logicrl at run time), and for a run the test signals (popen).
+anything but LOGICRL_INJECT_FAULT (read by logicrl at run time). A run the test signals is a `Forked`
+handle with what the tests use of subprocess.Popen.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ PER_RUN = ("LOGICRL_INJECT_FAULT",)
 def _child(request: dict) -> None:
     """In the forked child: become `python main_ppo.py *argv` in its own session, then exit with its code."""
     os.setsid()
+    # As a new interpreter whose SIGINT was not ignored: a KeyboardInterrupt (a pytest-xdist worker, and so
+    # the server, may have it ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -120,6 +124,7 @@ class Server:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(req_read), os.close(rep_write)
         self.buffer, self.launches = b"", 0
+        self.exits: dict[int, int] = {}  # pid -> exit code, as the server reported them
         assert self._line(timeout=300) == "ready", "the launch server did not start"
 
     def _line(self, timeout: float) -> str | None:
@@ -135,7 +140,21 @@ class Server:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line.decode()
 
+    def exit_code(self, pid: int, timeout: float) -> int | None:
+        """`pid`'s exit code once the server reports it within `timeout` s (0: only what is already in)."""
+        deadline = time.monotonic() + timeout
+        while pid not in self.exits:
+            line = self._line(timeout=max(0.0, deadline - time.monotonic()))
+            if line is None:
+                return None
+            if line.startswith("exit "):
+                _, done, status = line.split()
+                self.exits[int(done)] = int(status)
+        return self.exits[pid]
+
     def stop(self) -> None:
+        if self.proc.returncode is not None:
+            return
         os.close(self.requests)  # the server reads the end of its input and returns
         self.proc.wait(timeout=30)
         os.close(self.replies)
@@ -147,7 +166,7 @@ class Server:
         strip = lambda e: {k: v for k, v in e.items() if k not in PER_RUN}  # noqa: E731
         return strip(env) == strip(self.env)
 
-    def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    def start(self, argv: list[str], cwd: Path, env: dict[str, str]) -> Forked:
         self.launches += 1
         out, err = (Path(tempfile.gettempdir()) / f"logicrl-launch-{os.getpid()}-{self.launches}.{n}" for n in "oe")
         out.write_bytes(b""), err.write_bytes(b"")
@@ -155,21 +174,54 @@ class Server:
         os.write(self.requests, (json.dumps(request) + "\n").encode())
         started = self._line(timeout=60)
         assert started and started.startswith("started "), started
-        pid = int(started.split()[1])
-        deadline, code = time.monotonic() + timeout, None
-        while code is None:
-            line = self._line(timeout=max(0.0, deadline - time.monotonic()))
-            if line is None:
-                _kill_session(pid)
-                raise subprocess.TimeoutExpired([sys.executable, "main_ppo.py", *argv], timeout,
-                                                out.read_text(), err.read_text())
-            if line.startswith("exit "):
-                _, done, status = line.split()
-                if int(done) == pid:
-                    code = int(status)
-        stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
-        out.unlink(), err.unlink()
-        return subprocess.CompletedProcess([sys.executable, str(ROOT / "main_ppo.py"), *argv], code, stdout, stderr)
+        return Forked(self, int(started.split()[1]), [sys.executable, str(ROOT / "main_ppo.py"), *argv], out, err)
+
+
+class Forked:
+    """A forked run with what tests use of subprocess.Popen (pid, poll, wait, communicate, send_signal, kill,
+    returncode; text stdout and stderr from communicate). It leads its own session, as with
+    start_new_session; the server, its parent, reaps it, so its pid is signalled only while it runs."""
+
+    def __init__(self, server: Server, pid: int, args: list[str], out: Path, err: Path):
+        self.server, self.pid, self.args, self._out, self._err = server, pid, args, out, err
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.exit_code(self.pid, timeout=0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.server.exit_code(self.pid, timeout=1e9 if timeout is None else timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        texts = [path.read_text(errors="replace") if path.exists() else "" for path in (self._out, self._err)]
+        for path in (self._out, self._err):
+            path.unlink(missing_ok=True)
+        return texts[0], texts[1]
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def result(self, timeout: float) -> subprocess.CompletedProcess:
+        try:
+            out, err = self.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            _kill_session(self.pid)
+            raise subprocess.TimeoutExpired(self.args, timeout, self._out.read_text(), self._err.read_text()) from None
+        return subprocess.CompletedProcess(self.args, self.returncode, out, err)
 
 
 def _kill_session(pid: int) -> None:
@@ -183,14 +235,17 @@ _server: Server | None = None
 
 
 def launch(argv: list[str], cwd: Path, env: dict[str, str], base: dict[str, str],
-           timeout: float) -> subprocess.CompletedProcess | None:
-    """main_ppo.py's run forked from this process's server, started with the environment `base`; None
-    where a real process must run it (`env` differs from `base` in more than PER_RUN)."""
+           timeout: float | None) -> subprocess.CompletedProcess | Forked | None:
+    """main_ppo.py's run forked from this process's server, started with the environment `base`: its
+    result, or with timeout=None the running Forked; None where a real process must run it (`env`
+    differs from `base` in more than PER_RUN)."""
     global _server
     if _server is None or not _server.alive() or not _server.serves(base):
         if _server is not None and _server.alive():
             _server.stop()
         _server = Server({k: v for k, v in base.items() if k not in PER_RUN})
+        atexit.register(_server.stop)  # waited for: its runs' CPU is counted in the test process's children
     if not _server.serves(env):
         return None
-    return _server.run(argv, cwd, env, timeout)
+    run = _server.start(argv, cwd, env)
+    return run if timeout is None else run.result(timeout)

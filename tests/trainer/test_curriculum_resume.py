@@ -107,6 +107,7 @@ def killed_writing_step_3(result, stage: Path) -> None:
     assert not (stage / "global_step_3").exists()
 
 
+@pytest.mark.slow  # make test: one-step-off's kill and re-run (test_one_step_off.py), test_checkpoint_files.py
 def test_sigkill_mid_save_in_stage_two_then_rerun_reproduces_the_uninterrupted_run(reference, tmp_path):
     ckpt = tmp_path / "ckpt"
     # 1. Killed while writing stage 2's final checkpoint, stage 1 finished and recorded: the tmp dir is
