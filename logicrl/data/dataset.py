@@ -33,6 +33,8 @@ TRUNCATION_MODES = ("error", "filter", "left", "right")
 # Rows per file read before a run starts (the preflight's row check, the planner's prompt lengths):
 # rendering and tokenizing that many prompts takes about a second.
 SAMPLE_ROWS = 2_000
+# Prompts tokenized per call: a chunk's texts and ids are held at once.
+ENCODE_BATCH = 1024
 _SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows (they are counted)"
 
 
@@ -114,14 +116,16 @@ def load_prompts(
     total = 0
     say = (lambda message: None) if sample else log.warning  # the trainer's full load says it once
     for path in paths:
-        for index, record in _read(path, sample):
-            total += 1
-            try:
-                rows.append(_prompt_row(record, path, index, tokenizer, prompt_key, row_check, tools))
-            except _BadRow as err:
-                if not skip_bad_rows:
-                    raise DatasetError(f"{err}; {_SKIP_HINT}") from err.__cause__
-                bad.append(str(err))
+        read = list(_read(path, sample))
+        total += len(read)
+        for start in range(0, len(read), ENCODE_BATCH):
+            for row in _prompt_rows(read[start:start + ENCODE_BATCH], path, tokenizer, prompt_key, row_check, tools):
+                if isinstance(row, _BadRow):
+                    if not skip_bad_rows:
+                        raise DatasetError(f"{row}; {_SKIP_HINT}") from row.__cause__
+                    bad.append(str(row))
+                else:
+                    rows.append(row)
     where = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]}, ...)"
     if bad:
         # Only the first problem is shown: one line in the log, whatever the count.
@@ -234,10 +238,31 @@ def _read(path: str, sample: int | None = None) -> Iterator[tuple[int, Any]]:
         raise DatasetError(f"{path}: data files must end in {' or '.join(DATA_SUFFIXES)}")
 
 
-def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: str,
-                row_check: Callable[[str, Any], str | None] | None = None,
-                tools: list[dict] | None = None) -> PromptRow:
-    """Check one record and tokenize its prompt; a problem raises _BadRow naming the row."""
+def _prompt_rows(read: list[tuple[int, Any]], path: str, tokenizer: Any, prompt_key: str,
+                 row_check: Callable[[str, Any], str | None] | None = None,
+                 tools: list[dict] | None = None) -> list[PromptRow | _BadRow]:
+    """Check and render `read`'s records (index, record), then tokenize their prompts in one call per
+    add_special_tokens value; each record's PromptRow, or the _BadRow naming it, in order."""
+    out: list[PromptRow | _BadRow | tuple[str, bool]] = []
+    for index, record in read:
+        try:
+            out.append(_rendered(record, path, index, tokenizer, prompt_key, row_check, tools))
+        except _BadRow as err:
+            out.append(err)
+    for special in (True, False):
+        at = [i for i, item in enumerate(out) if isinstance(item, tuple) and item[1] is special]
+        if at:
+            # One call for many texts: a fast tokenizer's per-call overhead is most of a short prompt's cost.
+            ids = tokenizer([out[i][0] for i in at], add_special_tokens=special)["input_ids"]
+            for i, input_ids in zip(at, ids, strict=True):
+                out[i] = _row(read[i][1], path, read[i][0], prompt_key, out[i][0], list(input_ids))
+    return out
+
+
+def _rendered(record: Any, path: str, index: int, tokenizer: Any, prompt_key: str,
+              row_check: Callable[[str, Any], str | None] | None = None,
+              tools: list[dict] | None = None) -> tuple[str, bool]:
+    """Check one record and render its prompt: (text, add_special_tokens); a problem raises _BadRow naming the row."""
     if isinstance(record, _BadRow):
         raise record
     problem = row_problem(record, prompt_key)
@@ -245,23 +270,24 @@ def _prompt_row(record: Any, path: str, index: int, tokenizer: Any, prompt_key: 
         problem = row_check(record["data_source"], record["reward_model"]["ground_truth"])
     if problem:
         raise _BadRow(f"{path} row {index}: {problem}")
-    extra_info = record.get("extra_info") or {}
     try:
-        text, add_special_tokens = render_prompt(record[prompt_key], tokenizer, extra_info, tools)
+        return render_prompt(record[prompt_key], tokenizer, record.get("extra_info") or {}, tools)
     except Exception as err:  # noqa: BLE001 - a user's Jinja template can raise anything; it is this row's fault
         raise _BadRow(f"{path} row {index}: the tokenizer's chat template failed on this prompt "
                       f"({type(err).__name__}: {' '.join(str(err).split())})") from err
-    input_ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+
+def _row(record: dict, path: str, index: int, prompt_key: str, text: str, input_ids: list[int]) -> PromptRow | _BadRow:
     if not input_ids:
         # Generation needs at least one token to continue from: this row would end the run at its step.
-        raise _BadRow(f"{path} row {index}: the prompt renders to 0 tokens ({text[:40]!r}): give it text the "
-                      "tokenizer encodes")
+        return _BadRow(f"{path} row {index}: the prompt renders to 0 tokens ({text[:40]!r}): give it text the "
+                       "tokenizer encodes")
     return PromptRow(
         input_ids=input_ids,
         prompt_text=text,
         data_source=record["data_source"],
         ground_truth=record["reward_model"]["ground_truth"],
-        extra_info=extra_info,
+        extra_info=record.get("extra_info") or {},
         file=path,
         row_index=index,
         raw_prompt=record[prompt_key],

@@ -10,6 +10,7 @@ import torch
 
 from logicrl.data.dataset import DatasetError, PromptRow, collate_prompts, load_prompts
 from logicrl.data.kk.build import build_splits, write_parquet
+from logicrl.data.prompts import render_prompt
 from logicrl.models.tiny import load_tiny_tokenizer
 
 GROUND_TRUTH = {"reward_model": {"style": "rule", "ground_truth": "42"}}
@@ -235,3 +236,23 @@ def test_check_rows_reads_a_sample_and_names_a_bad_row(tmp_path):
     assert check_rows(str(path), sample=10) == 10
     with pytest.raises(DatasetError, match=rf"{path} row 0: bad truth"):
         check_rows(str(path), row_check=lambda source, truth: "bad truth", sample=10)
+
+
+def test_batched_tokenization_gives_each_prompt_its_own_encoding_in_file_order(tokenizer, tmp_path, kk_rows,
+                                                                                monkeypatch):
+    """Prompts are tokenized a chunk at a time (one call per add_special_tokens value): each row's ids are what
+    encoding its text alone gives, chat and plain prompts mixed, across a chunk boundary, bad rows in place."""
+    import logicrl.data.dataset as dataset
+
+    monkeypatch.setattr(dataset, "ENCODE_BATCH", 4)
+    records = []
+    for i, chat in enumerate(kk_rows):
+        records += [chat, row(f"plain prompt number {i}"), *([row(7)] if i == 2 else [])]
+    ds = load(tmp_path, records, tokenizer, skip_bad_rows=True)
+    assert ds.bad_rows_skipped == 1 and [r.row_index for r in ds] == [i for i in range(len(records)) if i != 6]
+    flags = set()
+    for r in ds:
+        text, special = render_prompt(r.raw_prompt, tokenizer, r.extra_info)
+        flags.add(special)
+        assert r.prompt_text == text and r.input_ids == tokenizer.encode(text, add_special_tokens=special), r.row_index
+    assert flags == {True, False}
