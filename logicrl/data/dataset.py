@@ -17,6 +17,7 @@ rather than at step 500.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -116,10 +117,10 @@ def load_prompts(
     total = 0
     say = (lambda message: None) if sample else log.warning  # the trainer's full load says it once
     for path in paths:
-        read = list(_read(path, sample))
-        total += len(read)
-        for start in range(0, len(read), ENCODE_BATCH):
-            for row in _prompt_rows(read[start:start + ENCODE_BATCH], path, tokenizer, prompt_key, row_check, tools):
+        records = _read(path, sample)
+        while chunk := list(itertools.islice(records, ENCODE_BATCH)):
+            total += len(chunk)
+            for row in _prompt_rows(chunk, path, tokenizer, prompt_key, row_check, tools):
                 if isinstance(row, _BadRow):
                     if not skip_bad_rows:
                         raise DatasetError(f"{row}; {_SKIP_HINT}") from row.__cause__

@@ -81,7 +81,7 @@ class RewardManager:
             scores = scores + penalty
             metrics["reward/overlong_penalty/mean"] = float(penalty.mean())
         token_scores = torch.zeros(responses.shape, dtype=torch.float32)
-        last = score_positions(batch["response_attention_mask"], batch.get("response_mask", None))
+        last = score_positions(lengths, batch.get("response_mask", None))
         token_scores[torch.arange(len(scores)), last] = scores * (lengths > 0)
         metrics.update(score_metrics(scores, results))
         metrics[TIMEOUTS] = float(timeouts)
@@ -96,16 +96,16 @@ class RewardManager:
         return {**(rule or {}), "rule_score": rule_score, "score": self.combine.combine(learned, rule_score, source)}
 
 
-def score_positions(attention: torch.Tensor, trained: torch.Tensor | None) -> torch.Tensor:
-    """[B] where each response's score goes: its last trained token (response_mask), else its last attended one.
-    Every estimator reads the rewards through the loss mask, so a score on an untrained token is dropped:
-    a multi-turn response the budget cut inside a tool turn ends on tool output, and its score (a failure,
-    usually) would count as 0. Where the stop token trains (single-turn) the two positions are the same."""
-    columns = torch.arange(1, attention.shape[1] + 1)
-    last_attended = ((attention > 0) * columns).amax(dim=-1) - 1
+def score_positions(lengths: torch.Tensor, trained: torch.Tensor | None) -> torch.Tensor:
+    """[B] where each response's score goes: its last trained token (response_mask), else its last attended one
+    (`lengths` - 1, response_lengths). Every estimator reads the rewards through the loss mask, so a score on an
+    untrained token is dropped: a multi-turn response the budget cut inside a tool turn ends on tool output, and
+    its score (a failure, usually) would count as 0. Where the stop token trains (single-turn) the two positions
+    are the same."""
+    last_attended = lengths - 1
     if trained is None:
         return last_attended.clamp(min=0)
-    last_trained = ((trained > 0) * columns).amax(dim=-1) - 1
+    last_trained = response_lengths(trained) - 1  # the same "last nonzero column", read from the loss mask
     return torch.where(last_trained >= 0, last_trained, last_attended).clamp(min=0)
 
 
