@@ -71,7 +71,8 @@ SWALLOWED = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableException
 
 
 @SWALLOWED
-def test_a_stop_swallowed_where_python_ignores_exceptions_is_raised_again():
+def test_a_stop_swallowed_where_python_ignores_exceptions_is_raised_again(monkeypatch):
+    monkeypatch.setattr(signals, "_stopped_by", None)  # put back after: a later Ctrl-C must not read as this stop
     with pytest.raises(Stopped) as stopped:
         with signals.stop_raised_again():
             _Forking()  # dropped at once: __del__ raises Stopped, Python prints it and goes on
@@ -81,7 +82,8 @@ def test_a_stop_swallowed_where_python_ignores_exceptions_is_raised_again():
 
 
 @SWALLOWED
-def test_an_error_caused_by_a_swallowed_stop_comes_out_as_the_stop():
+def test_an_error_caused_by_a_swallowed_stop_comes_out_as_the_stop(monkeypatch):
+    monkeypatch.setattr(signals, "_stopped_by", None)
     with pytest.raises(Stopped):
         with signals.stop_raised_again():
             _Forking()
