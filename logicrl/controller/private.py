@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import ray._private.node as ray_node
 import ray._private.ray_constants as ray_constants
 import ray._private.services as ray_services
 
@@ -82,10 +83,12 @@ def stop_reaper() -> None:
 
 
 @contextmanager
-def own_sessions_on_loopback() -> Iterator[None]:
+def own_sessions_on_loopback(dashboard: bool = False) -> Iterator[None]:
     """While ray.init starts a cluster: each daemon in a new session, handed to the reaper, and
-    127.0.0.1 kept as the node's address."""
+    127.0.0.1 kept as the node's address. Without the dashboard, neither its head process (Ray starts
+    it anyway, serving usage statistics only) nor the autoscaler's monitor (one machine: nothing to scale)."""
     popen, clusters = ray_services.ConsolePopen, ray_constants.ENABLE_RAY_CLUSTER
+    api_server, monitor = ray_node.Node.start_api_server, ray_node.Node.start_monitor
 
     class OwnSession(popen):
         def __init__(self, *args, **kwargs):
@@ -94,10 +97,13 @@ def own_sessions_on_loopback() -> Iterator[None]:
             watch(self.pid)
 
     ray_services.ConsolePopen, ray_constants.ENABLE_RAY_CLUSTER = OwnSession, False
+    if not dashboard:
+        ray_node.Node.start_api_server = ray_node.Node.start_monitor = lambda self, **kwargs: None
     try:
         yield
     finally:
         ray_services.ConsolePopen, ray_constants.ENABLE_RAY_CLUSTER = popen, clusters
+        ray_node.Node.start_api_server, ray_node.Node.start_monitor = api_server, monitor
 
 
 def start_private(init: Callable[..., object], cleanup: Callable[[], None], **kwargs) -> None:
@@ -107,7 +113,7 @@ def start_private(init: Callable[..., object], cleanup: Callable[[], None], **kw
     for attempt in range(1, START_ATTEMPTS + 1):
         start_reaper()
         try:
-            with own_sessions_on_loopback():
+            with own_sessions_on_loopback(bool(kwargs.get("include_dashboard"))):
                 init(address="local", _node_ip_address=LOOPBACK, **kwargs)
             return
         except (RuntimeError, ConnectionError, TimeoutError, OSError) as err:

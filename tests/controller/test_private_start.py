@@ -50,6 +50,9 @@ def test_a_gcs_port_taken_at_the_first_try_is_retried_and_the_cluster_starts(mon
         assert gcs == f"127.0.0.1:{port}", gcs
         daemons = [p for p in psutil.Process().children(recursive=True) if p.pid != private.reaper_pid()]
         assert daemons and all(os.getsid(p.pid) != os.getsid(0) for p in daemons)  # in sessions of their own
+        # No dashboard asked for: neither its head process nor the autoscaler's monitor started.
+        started = " ".join(" ".join(p.cmdline()) for p in daemons)
+        assert "dashboard/dashboard.py" not in started and "autoscaler/_private/monitor.py" not in started, started
     finally:
         held.close()
         cluster.stop_ray()
