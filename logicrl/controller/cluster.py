@@ -184,7 +184,8 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
         # address="local": a new cluster even when one is running here, in sessions of its own, on
         # loopback, with a reaper (controller/private.py). At least one CPU per rank even on a
         # 2-core machine: ranks mostly wait on each other, and each rank's thread count is set
-        # explicitly (controller/placement.py).
+        # explicitly (controller/placement.py). The raylet starts one worker ahead per rank, not per CPU:
+        # the ranks are the cluster's only workers (placement probes a private cluster from the driver).
         # TOKENIZERS_PARALLELISM=false in the environment the daemons (and so the workers) inherit, set
         # only while they start, rather than as the job's runtime_env: with one, the job's tasks and
         # ranks could not use the workers the raylet starts with, and each would start its own.
@@ -192,7 +193,7 @@ def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | Non
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
             with signals_kept_while_ray_starts():
-                start_private(ray.init, stop_ray, num_cpus=max(os.cpu_count() or 1, n_ranks),
+                start_private(ray.init, stop_ray, workers=n_ranks, num_cpus=max(os.cpu_count() or 1, n_ranks),
                               include_dashboard=dashboard, log_to_driver=True)
         except PortsTaken as err:  # main_ppo prints a ClusterLost's message as the run's one line
             raise ClusterLost(str(err)) from None

@@ -5,7 +5,9 @@ The address and the threads are found by a probe task run inside each rank's bun
 ranks start (their constructors block in the process group's rendezvous, so they cannot be asked).
 Taking the driver's IP instead is wrong as soon as rank 0 lands on another node, and a loopback
 simulation of two nodes cannot see it (every 127/8 address reaches the same kernel), so the
-choice is a pure function of what the probes saw, tested on its own.
+choice is a pure function of what the probes saw, tested on its own. A private cluster is the
+driver's own node, whose workers inherit its CPU affinity: the driver looks itself, and no worker
+process starts for the probe.
 """
 
 from __future__ import annotations
@@ -51,11 +53,14 @@ class Placement:
     threads: list[int]  # by rank
 
 
-@ray.remote(num_cpus=0)
-def _probe(want_port: bool) -> Where:
+def seen_here(want_port: bool) -> Where:
+    """What a probe sees from the process it runs in."""
     ip = ray.util.get_node_ip_address()
     return Where(ray.get_runtime_context().get_node_id(), ip, len(os.sched_getaffinity(0)),
                  free_port(ip) if want_port else None)
+
+
+_probe = ray.remote(num_cpus=0)(seen_here)
 
 
 def pick_nodes(nodes: list[dict], nnodes: int, driver_ip: str) -> list[str]:
@@ -98,8 +103,9 @@ def thread_cap() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
-def place(n_ranks: int, nnodes: int, use_cuda: bool) -> Placement:
-    """Reserve the ranks' bundles and probe them (the cluster is up: controller/cluster.py)."""
+def place(n_ranks: int, nnodes: int, use_cuda: bool, private: bool = False) -> Placement:
+    """Reserve the ranks' bundles and probe them (the cluster is up: controller/cluster.py); `private`:
+    the cluster this driver started, on its own node."""
     node_ips = None
     if nnodes > 1:
         node_ips = pick_nodes(roomy_nodes(n_ranks // nnodes, use_cuda), nnodes, ray.util.get_node_ip_address())
@@ -112,7 +118,10 @@ def place(n_ranks: int, nnodes: int, use_cuda: bool) -> Placement:
         raise BadInput(f"{n_ranks} rank(s) of {resources(one)} each found no room in {PLACEMENT_TIMEOUT_S} s; "
                        f"the cluster has {resources(ray.available_resources())} free of "
                        f"{resources(ray.cluster_resources())}: lower trainer.n_gpus or free the cluster") from None
-    where = ray.get([_probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, placement_group_bundle_index=rank)).remote(rank == 0) for rank in range(n_ranks)])
+    if private:
+        where = [seen_here(rank == 0) for rank in range(n_ranks)]
+    else:
+        where = ray.get([_probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=rank)).remote(rank == 0) for rank in range(n_ranks)])
     node_cpus = {n["NodeID"]: n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]}
     return Placement(pg, where, *rendezvous(where), threads_per_rank(where, node_cpus, thread_cap()))

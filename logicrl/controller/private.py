@@ -34,6 +34,8 @@ LOOPBACK = "127.0.0.1"
 # is for what is left of a fixed one (the dashboard's, RAY_GCS_SERVER_PORT from the environment).
 START_ATTEMPTS = 3
 REAPER_WAIT_S = 15
+# The raylet's flag for the Python workers it starts ahead (services.start_raylet sets it to the CPU count).
+PRESTART = "--num_prestart_python_workers="
 
 _reaper: subprocess.Popen | None = None
 
@@ -83,17 +85,21 @@ def stop_reaper() -> None:
 
 
 @contextmanager
-def own_sessions_on_loopback(dashboard: bool = False) -> Iterator[None]:
+def own_sessions_on_loopback(dashboard: bool = False, workers: int | None = None) -> Iterator[None]:
     """While ray.init starts a cluster: each daemon in a new session, handed to the reaper, and
     127.0.0.1 kept as the node's address. Without the dashboard, neither its head process (Ray starts
-    it anyway, serving usage statistics only) nor the autoscaler's monitor (one machine: nothing to scale)."""
+    it anyway, serving usage statistics only) nor the autoscaler's monitor (one machine: nothing to scale).
+    `workers`: how many Python workers the raylet starts ahead (Ray's default: one per CPU, each an
+    interpreter importing Ray, idle unless a rank takes it), None for Ray's default."""
     popen, clusters = ray_services.ConsolePopen, ray_constants.ENABLE_RAY_CLUSTER
     api_server, monitor = ray_node.Node.start_api_server, ray_node.Node.start_monitor
 
     class OwnSession(popen):
-        def __init__(self, *args, **kwargs):
+        def __init__(self, args, *rest, **kwargs):
+            if workers is not None and isinstance(args, list):  # the raylet's command line
+                args = [f"{PRESTART}{workers}" if str(a).startswith(PRESTART) else a for a in args]
             kwargs["start_new_session"] = True
-            super().__init__(*args, **kwargs)
+            super().__init__(args, *rest, **kwargs)
             watch(self.pid)
 
     ray_services.ConsolePopen, ray_constants.ENABLE_RAY_CLUSTER = OwnSession, False
@@ -106,14 +112,15 @@ def own_sessions_on_loopback(dashboard: bool = False) -> Iterator[None]:
         ray_node.Node.start_api_server, ray_node.Node.start_monitor = api_server, monitor
 
 
-def start_private(init: Callable[..., object], cleanup: Callable[[], None], **kwargs) -> None:
-    """`init(address="local", ...)` on loopback in own sessions, watched by a reaper; a start that
-    fails on a port in use is cleaned up and tried again (bounded); one that fails still names the
-    port and who holds it."""
+def start_private(init: Callable[..., object], cleanup: Callable[[], None], workers: int | None = None,
+                  **kwargs) -> None:
+    """`init(address="local", ...)` on loopback in own sessions, watched by a reaper, `workers` Python
+    workers started ahead; a start that fails on a port in use is cleaned up and tried again (bounded);
+    one that fails still names the port and who holds it."""
     for attempt in range(1, START_ATTEMPTS + 1):
         start_reaper()
         try:
-            with own_sessions_on_loopback(bool(kwargs.get("include_dashboard"))):
+            with own_sessions_on_loopback(bool(kwargs.get("include_dashboard")), workers):
                 init(address="local", _node_ip_address=LOOPBACK, **kwargs)
             return
         except (RuntimeError, ConnectionError, TimeoutError, OSError) as err:

@@ -79,7 +79,8 @@ class WorkerGroup:
     def __init__(self, worker_cls: type, n_ranks: int, use_cuda: bool, nnodes: int = 1,
                  ray_address: str | None = None, heartbeat_s: float | None = None, **init_kwargs: Any):
         ensure_ray(n_ranks, nnodes, use_cuda, ray_address)
-        placed = place(n_ranks, nnodes, use_cuda)
+        private = join_address(ray_address)[0] is None  # its workers inherit this driver's environment
+        placed = place(n_ranks, nnodes, use_cuda, private)
         self.pg, self.nodes = placed.pg, [w.ip for w in placed.where]
         self.master_addr, self.master_port = placed.master_addr, placed.master_port
         self.heartbeats = None
@@ -88,7 +89,6 @@ class WorkerGroup:
             self.heartbeats = HeartbeatWatch(keys, heartbeat_s)
             worker_cls = beating(worker_cls)
         remote_cls = ray.remote(worker_cls)
-        private = join_address(ray_address)[0] is None  # its workers inherit this driver's environment
         self.workers = [
             remote_cls.options(
                 num_cpus=1, num_gpus=1 if use_cuda else 0,

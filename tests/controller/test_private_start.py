@@ -53,6 +53,8 @@ def test_a_gcs_port_taken_at_the_first_try_is_retried_and_the_cluster_starts(mon
         # No dashboard asked for: neither its head process nor the autoscaler's monitor started.
         started = " ".join(" ".join(p.cmdline()) for p in daemons)
         assert "dashboard/dashboard.py" not in started and "autoscaler/_private/monitor.py" not in started, started
+        # One Python worker started ahead, for the one rank (Ray's default: one per CPU).
+        assert f"{private.PRESTART}1 " in started, started
     finally:
         held.close()
         cluster.stop_ray()
