@@ -86,7 +86,7 @@ def test_a_cuda_box_installs_the_gpu_extra_from_wheels_and_checks_cuda(tmp_path)
     venv = tmp_path / "venv"
     result = make("-n", "setup", f"VENV={venv}", env=fake_nvidia_smi(tmp_path, "580.65.06"))
     assert result.returncode == 0, result.stderr
-    assert (f"{venv}/bin/python -m pip install -q --only-binary=:all: --no-binary=antlr4-python3-runtime "
+    assert (f"{venv}/bin/python -m pip install -q --no-compile --only-binary=:all: --no-binary=antlr4-python3-runtime "
             "-e '.[gpu,test,slurm,quant]'") in lines(result.stdout)
     assert "torch.cuda.is_available() is False" in result.stdout
     assert not venv.exists()
@@ -97,7 +97,9 @@ def test_a_cpu_box_is_unchanged_cpu_extra_and_no_wheels_only(tmp_path):
     venv = tmp_path / "venv"
     result = make("-n", "setup", f"VENV={venv}")
     assert result.returncode == 0, result.stderr
-    assert f"{venv}/bin/python -m pip install -q -e '.[cpu,test,slurm,quant]'" in lines(result.stdout)
+    # One resolution with the CPU-only GPTQ extra, compiled on every core afterwards.
+    assert f"{venv}/bin/python -m pip install -q --no-compile -e '.[cpu,test,slurm,quant,gptq]'" in lines(result.stdout)
+    assert f"{venv}/bin/python -m compileall -q -j 0" in result.stdout
     assert f"{venv}/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec" in result.stdout
 
 
