@@ -30,7 +30,7 @@ CUDA_CHECK = import sys, torch; sys.exit(0 if torch.cuda.is_available() else f't
 PYTEST_ARGS ?=
 COMMA := ,
 
-.PHONY: setup data train test lint test-gpu test-all dry-run clean slurm bench-env
+.PHONY: setup data train test lint pyc test-gpu test-all dry-run clean slurm bench-env
 
 setup: $(STAMP)
 
@@ -87,8 +87,13 @@ dry-run: $(STAMP)
 # workers: an integration test's processes mostly wait (Ray start-up, a SLURM hold, a signal's
 # deadline), so one core idles under a serial run. Each module stays on one worker (tests/conftest.py).
 TEST_WORKERS ?= 2
-test: $(STAMP) data slurm lint
+test: $(STAMP) data slurm lint pyc
 	$(PY) -m pytest -m "not slow and not gpu" -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
+
+# Where PYTHONDONTWRITEBYTECODE is set (this project's test machines), no process writes logicrl's .pyc files,
+# and every launch's driver and ranks would compile its modules again (0.17 CPU s a process).
+pyc: $(STAMP)
+	$(PY) -m compileall -q logicrl >/dev/null
 
 # ruff (the test extra; its rules: pyproject.toml [tool.ruff]) before any test: a second, not minutes.
 lint: $(STAMP)
@@ -109,7 +114,7 @@ slurm:
 	else echo "not root with apt-get: tests/slurm will skip (install slurm-wlm and munge to run them)"; fi
 
 # Every tier that can run here: unit, integration and slow (gpu tests skip without CUDA).
-test-all: $(STAMP) data slurm
+test-all: $(STAMP) data slurm pyc
 	$(PY) -m pytest -m "" -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The bench extra (TRL, for benchmarks/vs_trl.py) in its own venv, so .venv is never changed. A .pth
