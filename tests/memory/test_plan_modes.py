@@ -28,7 +28,7 @@ from logicrl.memory.planner import plan_inputs
 from logicrl.memory.planner_inputs import PlanInputs
 from logicrl.models.attention import PACKED_SDPA
 from logicrl.models.tiny import tiny_checkpoint_dir
-from tests.conftest import ROOT, assert_refused, check_main, need_data
+from tests.conftest import ROOT, assert_refused, check_main, need_data, write_jsonl
 from tests.memory.conftest import planned
 
 TRAIN, VAL = ROOT / "data/kk_role/train.parquet", ROOT / "data/kk_role/test.parquet"
@@ -212,3 +212,30 @@ def test_expected_needs_a_tokenizer_to_measure_prompts():
     # A config-only shape directory: one line naming the key and the fix, not prompts of 0 tokens.
     with pytest.raises(ConfigError, match=r"has no tokenizer .*or use trainer.memory_plan=worst_case$"):
         plan_lengths(cfg, packed=False)
+
+
+def test_measured_prompts_are_rendered_with_the_runs_tools(tmp_path):
+    """A chat template that lists the tools (Qwen2.5's does, in a system turn) makes a multi-turn run's prompts
+    longer: the planner measures them as the trainer loads them, tools included."""
+    from logicrl.config.multi_turn import prompt_tools
+    from logicrl.data.dataset import SAMPLE_ROWS, load_prompts
+    from logicrl.memory.lengths import measured_prompt_lengths
+    from logicrl.models.loading import load_tokenizer
+    from logicrl.models.tiny_tokenizer import CHAT_TEMPLATE
+
+    data = write_jsonl(tmp_path / "train.jsonl", 20)
+    model = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint_dir(), model)
+    lists_tools = ("{%- if tools %}{{- '<|im_start|>system\\n' }}{%- for tool in tools %}"
+                   "{{- tool['function']['name'] + '\\n' }}{%- endfor %}{{- '<|im_end|>\\n' }}{%- endif %}")
+    (model / "chat_template.jinja").write_text(lists_tools + CHAT_TEMPLATE)
+    base = [f"data.train_files={data}", f"data.val_files={data}", f"{ARR}.model.path={model}",
+            "trainer.memory_plan=expected"]
+    tools = [f"{ARR}.rollout.multi_turn.enable=true",
+             f"{ARR}.rollout.multi_turn.function_tool_path={ROOT / 'recipes/tools/lookup.py'}"]
+    cfg = compose([*base, *tools])
+    with_tools, without = measured_prompt_lengths(cfg), measured_prompt_lengths(compose(base))
+    assert len(with_tools) == len(without) and all(a > b for a, b in zip(with_tools, without))
+    loaded = load_prompts(str(data), load_tokenizer(str(model)), max_prompt_length=4096,
+                          sample=SAMPLE_ROWS, tools=prompt_tools(cfg))
+    assert with_tools == [len(row.input_ids) for row in loaded]
