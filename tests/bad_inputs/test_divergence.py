@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import time
 
 import pytest
 
 from logicrl.config.phases import ARR
 from logicrl.run_lock import LOCK_FILE
 from logicrl.trainer.checkpoint import complete_checkpoints
-from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, run_main, tail
+from tests.bad_inputs.conftest import timed_main
+from tests.conftest import ROLE_DATA, TINY_RUN, read_metrics, tail
 
 pytestmark = pytest.mark.integration
 
@@ -71,10 +71,8 @@ DIVERGING = [*RUN, "trainer.total_training_steps=10"]
 def diverged(tmp_path_factory):
     """The lr=1e8 run: (its directory, holding ckpt/ and run/, the result, its seconds)."""
     base = tmp_path_factory.mktemp("diverged")
-    start = time.monotonic()
-    result = run_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e8", f"trainer.default_local_dir={base / 'ckpt'}",
-                      f"hydra.run.dir={base / 'run'}")
-    seconds = time.monotonic() - start
+    result, seconds = timed_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e8", f"trainer.default_local_dir={base / 'ckpt'}",
+                                 f"hydra.run.dir={base / 'run'}", fresh=False)
     return base, result, seconds
 
 
@@ -113,10 +111,8 @@ def test_the_re_run_with_a_lower_lr_resumes_at_that_lr_and_says_so(diverged, tmp
     newest_step, newest = saved[-1]
     back = f"resume an older checkpoint (trainer.resume_mode={saved[-2][1]})" if len(saved) > 1 else \
         "there is no older one"
-    start = time.monotonic()
-    result = run_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e-4", f"trainer.default_local_dir={ckpt}",
-                      f"hydra.run.dir={tmp_path / 'run'}")
-    seconds = time.monotonic() - start
+    result, seconds = timed_main(*DIVERGING, f"{ARR}.actor.optim.lr=1e-4", f"trainer.default_local_dir={ckpt}",
+                                 f"hydra.run.dir={tmp_path / 'run'}", fresh=False)
     output = result.stdout + result.stderr
     assert f"{ARR}.actor.optim.lr: 1e+08 -> 0.0001 (this launch's value replaces {newest.name}'s)" in output, \
         tail(output)
@@ -135,10 +131,8 @@ def test_the_re_run_with_a_lower_lr_resumes_at_that_lr_and_says_so(diverged, tmp
 
 def test_weights_gone_nan_are_never_saved(tmp_path):
     ckpt = tmp_path / "ckpt"
-    start = time.monotonic()
-    result = run_main(*RUN, "trainer.total_training_steps=4", f"trainer.default_local_dir={ckpt}",
-                      f"hydra.run.dir={tmp_path / 'run'}", fault="nan@update_actor:2")
-    seconds = time.monotonic() - start
+    result, seconds = timed_main(*RUN, "trainer.total_training_steps=4", f"trainer.default_local_dir={ckpt}",
+                                 f"hydra.run.dir={tmp_path / 'run'}", fault="nan@update_actor:2", fresh=False)
     line = the_line(result)
     assert seconds < BOUND_S, f"{seconds:.0f} s: {line}"
     assert "the actor weights hold NaN or inf after step 2, which was not saved" in line
