@@ -159,11 +159,13 @@ class WorkerGroup:
                                self.nodes[rank])
 
     def shutdown(self) -> None:
-        if self.heartbeats is not None:
-            self.heartbeats.forget()
-        if cluster_lost():  # removing the placement group would wait on the GCS for good; stop_ray ends them
+        # Every call below goes through the GCS: without it each would wait on it for good (the heartbeat keys
+        # too, which went with it), leaving the watch thread's grace period to end the run; stop_ray ends them.
+        if cluster_lost():
             self.workers = []
             return
+        if self.heartbeats is not None:
+            self.heartbeats.forget()
         for w in self.workers:
             ray.kill(w)
         remove_placement_group(self.pg)
