@@ -40,7 +40,7 @@ def make_worker(engine: str, *overrides: str):
                                      f"{ARR}.model.dtype=float32", *overrides]))
     worker = HybridWorker(OmegaConf.to_container(cfg, resolve=True), plan, 0, 1, "127.0.0.1", free_port())
     tokenizer = load_tokenizer(cfg[ARR].model.path)
-    rows = [load_prompts(cfg.data.train_files, tokenizer, max_prompt_length=128)[i] for i in range(4)]
+    rows = load_prompts(cfg.data.train_files, tokenizer, max_prompt_length=128).rows[:4]
     return worker, prompt_batch(rows, 4, tokenizer.pad_token_id)
 
 

@@ -33,7 +33,7 @@ def step_batch(tokenizer):
     from logicrl.data.dataset import load_prompts
     from logicrl.trainer.batch import prompt_batch
 
-    rows = [load_prompts(str(DATA / "train.parquet"), tokenizer, max_prompt_length=128)[i] for i in range(4)]
+    rows = load_prompts(str(DATA / "train.parquet"), tokenizer, max_prompt_length=128).rows[:4]
     batch = prompt_batch(rows, 2, tokenizer.pad_token_id)
     g = torch.Generator().manual_seed(0)
     lengths = torch.tensor([1, 6, 3, 5, 2, 6, 4, 1])
