@@ -25,7 +25,7 @@ import pytest
 from logicrl.config import compose
 from logicrl.config.phases import ARR
 from logicrl.config.stages import build_stages, has_stages
-from tests.helpers import launcher
+from tests.helpers import launcher, pip_resolution
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = ROOT / "data" / "kk_role"
@@ -91,6 +91,18 @@ def pytest_xdist_make_scheduler(config, log):
             return scope(nodeid)
 
     return ByScope(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """In the xdist controller, for each worker: the CUDA install's pip resolution, a minute of waiting on the
+    registry, starts now in the controller's own thread (tests/helpers/pip_resolution.py)."""
+    node.workerinput["logicrl_pip_resolution"] = pip_resolution.start_early(node.config)
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        pip_resolution.stop_early()
 
 
 @pytest.fixture(autouse=True)
