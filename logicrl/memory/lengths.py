@@ -92,21 +92,24 @@ def last_run_response_length(root: str, resume_mode: str) -> tuple[int, str] | N
     return (math.ceil(max(lengths)), str(path)) if lengths else None
 
 
-def measured_prompt_lengths(cfg: DictConfig) -> list[int]:
-    """Token counts of a sample of data.train_files' prompts, rendered and tokenized as training does:
-    with the run's tool schemas, which a chat template lists in the prompt (multi-turn runs)."""
+def measured_prompt_lengths(cfg: DictConfig, rows: int | None = None) -> list[int]:
+    """Token counts of a sample of data.train_files' prompts (`rows` per file, the preflight's sample by
+    default), rendered and tokenized as training does: with the run's tool schemas, which a chat template
+    lists in the prompt (multi-turn runs)."""
     from logicrl.config.multi_turn import prompt_tools
+    from logicrl.data.dataset import SAMPLE_ROWS
 
     data, path = cfg.data, cfg[ARR].model.path
     tools = prompt_tools(cfg)
     return list(_measured(path, tuple(_as_list(data.train_files)), data.prompt_key, data.max_prompt_length,
-                          data.truncation, data.skip_bad_rows, json.dumps(tools) if tools else None))
+                          data.truncation, data.skip_bad_rows, json.dumps(tools) if tools else None,
+                          rows or SAMPLE_ROWS))
 
 
 @functools.lru_cache(maxsize=4)  # a curriculum's stages often share model and data
 def _measured(path: str, files: tuple[str, ...], prompt_key: str, max_prompt_length: int, truncation: str,
-              skip_bad_rows: bool, tools: str | None = None) -> tuple[int, ...]:
-    from logicrl.data.dataset import SAMPLE_ROWS, load_prompts
+              skip_bad_rows: bool, tools: str | None, rows: int) -> tuple[int, ...]:
+    from logicrl.data.dataset import load_prompts
     from logicrl.models.loading import checkpoint_dir, load_tokenizer
 
     fix = "copy the checkpoint's tokenizer files there, or use trainer.memory_plan=worst_case"
@@ -120,7 +123,7 @@ def _measured(path: str, files: tuple[str, ...], prompt_key: str, max_prompt_len
     except Exception as err:  # noqa: BLE001 - transformers raises many kinds for a broken tokenizer
         raise ConfigError(f"{where}, which does not load ({type(err).__name__}): {fix}") from None
     rows = load_prompts(list(files), tokenizer, prompt_key=prompt_key, max_prompt_length=max_prompt_length,
-                        truncation=truncation, skip_bad_rows=skip_bad_rows, sample=SAMPLE_ROWS,
+                        truncation=truncation, skip_bad_rows=skip_bad_rows, sample=rows,
                         tools=json.loads(tools) if tools else None)
     if not len(rows) or not any(len(r.input_ids) for r in rows):
         raise ConfigError("trainer.memory_plan=expected found no usable prompt in data.train_files to measure: "

@@ -5,8 +5,9 @@
     print(time_report(plan.phases, run_dir))        # the closing table, and a line for a phase off by > 2x
 
 Prompts are planned at the mean token count of a sample of the training rows (memory/lengths.py, as the
-expected memory plan reads them) where the tokenizer loads, else at data.max_prompt_length; responses at the
-memory plan's response length. Pure arithmetic but for the first CPU calibration on a machine.
+expected memory plan reads them; MEAN_ROWS a file for a mean) where the tokenizer loads, else at
+data.max_prompt_length; responses at the memory plan's response length. Pure arithmetic but for the first
+CPU calibration on a machine.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from omegaconf import DictConfig
 
 from logicrl.config.errors import ConfigError
 from logicrl.config.plan import StepPlan
-from logicrl.memory.lengths import expected_response, measured_prompt_lengths
+from logicrl.memory.lengths import EXPECTED, expected_response, measured_prompt_lengths
 from logicrl.models.spec import ModelSpec
 from logicrl.timeplan.calibrate import cpu_rates
 from logicrl.timeplan.devices import DEVICES
@@ -34,6 +35,7 @@ from logicrl.timeplan.split import SplitEstimate, split_estimate, split_line
 log = logging.getLogger("logicrl.timeplan")
 OFF_BY = 2.0  # a phase measured more than this factor away from its plan gets a line of its own
 CONTROLLER = ("reward", "advantages")  # phases on the controller: summed as "other" in the line
+MEAN_ROWS = 256  # rows per file whose mean prompt length the plan takes (see _prompt_tokens)
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,11 @@ def cpu_threads(ranks_per_node: int) -> int:
 
 
 def _prompt_tokens(cfg: DictConfig) -> int:
+    # A mean needs far fewer rows than the memory plan's longest prompt: unless that plan measured the preflight's
+    # sample already (memory_plan=expected), MEAN_ROWS (every launch rendered and tokenized 2000 prompts for it).
+    rows = None if cfg.trainer.memory_plan == EXPECTED else MEAN_ROWS
     try:
-        return max(1, round(statistics.fmean(measured_prompt_lengths(cfg))))
+        return max(1, round(statistics.fmean(measured_prompt_lengths(cfg, rows))))
     except (ConfigError, OSError, ValueError):  # no tokenizer to measure with: plan for full prompts
         return int(cfg.data.max_prompt_length)
 
