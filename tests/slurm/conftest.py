@@ -17,6 +17,7 @@ setting it up, and what this file does about each: docs/testing.md, "The SLURM f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -148,8 +149,7 @@ class Cluster:
             while time.monotonic() < deadline and any(
                     self.state_or_none(j) in ("RUNNING", "COMPLETING", "PENDING", "REQUEUED") for j in live):
                 time.sleep(0.5)
-        for pid in self.pids:
-            stop_pid(pid)
+        stop_pids(self.pids)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def state_or_none(self, job: str) -> str | None:
@@ -159,19 +159,25 @@ class Cluster:
             return None
 
 
-def stop_pid(pid: int, timeout: float = 10) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def stop_pids(pids: list[int], timeout: float = 10) -> None:
+    """SIGTERM to every daemon at once, then SIGKILL to any still there after `timeout`: each takes about 2 s
+    to end, which one after another made the session's teardown 7 s."""
+    def alive(pid: int) -> bool:
         try:
             os.kill(pid, 0)
+            return True
         except ProcessLookupError:
-            return
+            return False
+
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while (left := [pid for pid in pids if alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def read_pid(path: Path, timeout: float = 10) -> int:
