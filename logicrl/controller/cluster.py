@@ -120,8 +120,14 @@ def signalled_code(signum: int) -> int:
 
 
 def descendants() -> list[psutil.Process]:
-    """This driver's descendants but the reaper, which ends the rest once the driver closes its pipe."""
-    return [p for p in psutil.Process().children(recursive=True) if p.pid != reaper_pid()]
+    """This driver's descendants but the reaper, which ends the rest once the driver closes its pipe, and those
+    it had before its cluster started (`_earlier`)."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid != reaper_pid() and p not in _earlier]
+
+
+# The processes this driver had started before its cluster (a notebook's, a test harness's launch server):
+# not the cluster's, so stop_ray neither waits for them nor kills them. psutil tells a reused pid apart.
+_earlier: set[psutil.Process] = set()
 
 
 def alive(proc: psutil.Process) -> bool:
@@ -167,8 +173,10 @@ def join_address(configured: str | None) -> tuple[str | None, str]:
 def ensure_ray(n_ranks: int, nnodes: int, use_cuda: bool, ray_address: str | None = None) -> None:
     """Start a private cluster with room for `n_ranks` ranks, or join the one named by
     `ray_address` or RAY_ADDRESS and check that it has `nnodes` nodes with room for them."""
+    global _earlier
     if ray.is_initialized():
         return
+    _earlier = set(psutil.Process().children(recursive=True))
     address, key = join_address(ray_address)
     if address:
         reachable(address, key)
