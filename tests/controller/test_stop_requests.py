@@ -10,6 +10,14 @@ from logicrl import signals
 from logicrl.signals import Stopped, requested, stop_at_step_end
 
 
+@pytest.fixture(autouse=True)
+def fresh_state(monkeypatch):
+    """Each test from no request, and none left behind for this process's next test (test_gcs_watch.py's watch
+    would read a stop request left here as a signal that reached the cluster)."""
+    for name, value in (("_at_step_end", False), ("_requested", None), ("_requested_at", 0.0), ("_stopped_by", None)):
+        monkeypatch.setattr(signals, name, value)
+
+
 def test_the_first_request_waits_for_the_step_end():
     with stop_at_step_end():
         signals._on_signal(signal.SIGUSR1, None)

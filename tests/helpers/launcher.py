@@ -8,8 +8,9 @@ environment, argv, stdout and stderr, and logicrl imported fresh (the server imp
 module state crosses launches). The server is single-threaded when it forks; it reaps its children and
 reports each exit status. What a forked launch cannot show is the interpreter's own start (a syntax error
 in main_ppo.py still fails here: it is compiled in the child), and modules imported with the server's
-environment: `run_main` starts a real process when a run's environment differs from the server's in
-anything but LOGICRL_INJECT_FAULT (read by logicrl at run time). A run the test signals is a `Forked`
+environment: `run_main` starts a new server when the test's environment differs from the server's in
+anything but PER_RUN (LOGICRL_INJECT_FAULT, read by logicrl at run time; pytest's PYTEST_CURRENT_TEST), and a
+real process for a run whose own variables differ from the test's. A run the test signals is a `Forked`
 handle with what the tests use of subprocess.Popen.
 """
 
@@ -33,8 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PRELOAD = ("torch", "transformers", "transformers.models.auto.tokenization_auto", "tokenizers", "hydra",
            "hydra.main", "omegaconf", "pyarrow.parquet", "pandas", "tensordict", "safetensors.torch", "psutil",
            "numpy")
-# Variables a launch may set differently from the server: read after the fork, by logicrl alone.
-PER_RUN = ("LOGICRL_INJECT_FAULT",)
+# Variables a launch may set differently from the server: read after the fork, by logicrl alone, or by nothing
+# the server imports (pytest sets PYTEST_CURRENT_TEST for every test: compared, it started a server per test).
+PER_RUN = ("LOGICRL_INJECT_FAULT", "PYTEST_CURRENT_TEST")
 
 
 # ---------------------------------------------------------------- the server (its own process)
