@@ -31,7 +31,7 @@ import ray._private.utils as ray_utils
 
 from logicrl.controller.private import PortsTaken, reaper_pid, start_private, stop_reaper
 from logicrl.errors import BadInput
-from logicrl.signals import requested, stop_on_signals, stop_raised_again
+from logicrl.signals import Stopped, requested, stop_on_signals, stop_raised_again
 
 # How long a joined cluster may take to show the nodes a run asks for: a SLURM job's workers
 # join the head some seconds after it starts.
@@ -223,13 +223,21 @@ def signals_kept_while_ray_starts() -> Iterator[None]:
     """ray.init installs a SIGTERM handler that calls sys.exit; a SystemExit raised while Ray forks
     a daemon can be swallowed (logging's at-fork lock release) and the run goes on. Ours stays in
     place instead, and a stop that was swallowed is raised once ray.init returns (logicrl/signals.py)."""
-    install = ray_utils.set_sigterm_handler
+    install, hook = ray_utils.set_sigterm_handler, sys.unraisablehook
+
+    def stop_kept_quiet(unraisable) -> None:
+        # The swallowed stop would also be printed as "Exception ignored in: <function _releaseLock>" and its
+        # traceback, above the run's one line: it is raised again below instead.
+        if not isinstance(unraisable.exc_value, Stopped):
+            hook(unraisable)
+
     ray_utils.set_sigterm_handler = lambda handler: None
+    sys.unraisablehook = stop_kept_quiet
     try:
         with stop_raised_again():
             yield
     finally:
-        ray_utils.set_sigterm_handler = install
+        ray_utils.set_sigterm_handler, sys.unraisablehook = install, hook
 
 
 def stop_ray() -> None:
