@@ -20,6 +20,10 @@ from ray.experimental import internal_kv
 
 NAMESPACE = "logicrl_heartbeat"
 BEAT_S = 1.0
+# The driver's reads and deletes give up after this: without a bound, a GCS that died between two of the GCS
+# watch's polls held the controller in the call (Ray's client waits 60 s for it), and the run ended only by the
+# watch's last resort after its grace period.
+KV_TIMEOUT_S = 2.0
 
 
 def _beat(key: bytes) -> None:
@@ -73,16 +77,17 @@ class HeartbeatWatch:
         return None
 
     def _read(self) -> list[bytes | None]:
-        client = internal_kv.internal_kv_get_gcs_client()
-        many = getattr(client, "internal_kv_multi_get", None)
-        if many is not None:
-            found = many(self.keys, NAMESPACE.encode())
-            return [found.get(k) for k in self.keys]
-        return [internal_kv._internal_kv_get(k, namespace=NAMESPACE) for k in self.keys]
+        try:
+            found = internal_kv.internal_kv_get_gcs_client().internal_kv_multi_get(
+                self.keys, NAMESPACE.encode(), timeout=KV_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - a GCS that does not answer: its watch names the loss (cluster.py)
+            return [None] * len(self.keys)
+        return [found.get(k) for k in self.keys]
 
     def forget(self) -> None:
+        client = internal_kv.internal_kv_get_gcs_client()
         for key in self.keys:
             try:
-                internal_kv._internal_kv_del(key, namespace=NAMESPACE)
+                client.internal_kv_del(key, False, NAMESPACE.encode(), timeout=KV_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - the cluster is going away with them
                 pass
