@@ -108,7 +108,7 @@ def measured_prompt_lengths(cfg: DictConfig, rows: int | None = None) -> list[in
 
 @functools.lru_cache(maxsize=4)  # a curriculum's stages often share model and data
 def _measured(path: str, files: tuple[str, ...], prompt_key: str, max_prompt_length: int, truncation: str,
-              skip_bad_rows: bool, tools: str | None, rows: int) -> tuple[int, ...]:
+              skip_bad_rows: bool, tools: str | None, sample: int) -> tuple[int, ...]:
     from logicrl.data.dataset import load_prompts
     from logicrl.models.loading import checkpoint_dir, load_tokenizer
 
@@ -123,7 +123,7 @@ def _measured(path: str, files: tuple[str, ...], prompt_key: str, max_prompt_len
     except Exception as err:  # noqa: BLE001 - transformers raises many kinds for a broken tokenizer
         raise ConfigError(f"{where}, which does not load ({type(err).__name__}): {fix}") from None
     rows = load_prompts(list(files), tokenizer, prompt_key=prompt_key, max_prompt_length=max_prompt_length,
-                        truncation=truncation, skip_bad_rows=skip_bad_rows, sample=rows,
+                        truncation=truncation, skip_bad_rows=skip_bad_rows, sample=sample,
                         tools=json.loads(tools) if tools else None)
     if not len(rows) or not any(len(r.input_ids) for r in rows):
         raise ConfigError("trainer.memory_plan=expected found no usable prompt in data.train_files to measure: "
